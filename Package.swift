@@ -1,0 +1,50 @@
+// swift-tools-version:6.0
+// keychaind — Apple's Keychain Services for Linux.
+// Layering (bottom to top): C shims → KeychainCore → KeychainCrypto / KeychainWire → KeychainStore
+// → KeychainItems → KeychainDaemon → executables. KeychainServices (client) sits on KeychainWire only.
+import PackageDescription
+
+let package = Package(
+    name: "keychaind",
+    products: [
+        .library(name: "KeychainServices", targets: ["KeychainServices"]),
+        .executable(name: "keychaind", targets: ["keychaind"]),
+        .executable(name: "keychainctl", targets: ["keychainctl"]),
+    ],
+    targets: [
+        // C libraries from Debian, and the few Linux calls Swift cannot reach.
+        .systemLibrary(name: "CSodium", path: "Sources/CSodium",
+                       pkgConfig: "libsodium", providers: [.apt(["libsodium-dev"])]),
+        .systemLibrary(name: "CSQLite", path: "Sources/CSQLite",
+                       pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
+        .target(name: "CSupport"),
+
+        // Status codes, the value model and its CBOR encoding: shared by everything above.
+        .target(name: "KeychainCore"),
+        // Frames and request/response messages of the wire protocol.
+        .target(name: "KeychainWire", dependencies: ["KeychainCore"]),
+        // Keys, key hierarchy, sealing, blind indexes, guarded memory.
+        .target(name: "KeychainCrypto", dependencies: ["KeychainCore", "CSodium", "CSupport"]),
+        // SQLite schema, migrations, rows of sealed items, transactions.
+        .target(name: "KeychainStore", dependencies: ["KeychainCore", "KeychainCrypto", "CSQLite"]),
+        // The item model and Apple's SecItem semantics on top of the store.
+        .target(name: "KeychainItems", dependencies: ["KeychainCore", "KeychainStore", "KeychainCrypto"]),
+        // Sockets, connections, caller identity, configuration, policy, lifecycle.
+        .target(name: "KeychainDaemon", dependencies: ["KeychainCore", "KeychainWire", "KeychainItems", "CSupport"]),
+        // The client core without Foundation (so keychainctl starts fast): the shared pipelined
+        // connection, value-level calls, admin calls, the device-identifier convention.
+        .target(name: "KeychainClient", dependencies: ["KeychainCore", "KeychainWire"]),
+        // The client library: Apple's SecItem API, a Swift-native API, DeviceIdentifier.
+        .target(name: "KeychainServices", dependencies: ["KeychainCore", "KeychainWire", "KeychainClient"]),
+
+        .executableTarget(name: "keychaind", dependencies: ["KeychainDaemon"]),
+        .executableTarget(name: "keychainctl", dependencies: ["KeychainClient"]),
+        .executableTarget(name: "device-id-example", dependencies: ["KeychainServices"],
+                          path: "Examples/device-id-example"),
+
+        .testTarget(name: "KeychainCoreTests", dependencies: ["KeychainCore", "KeychainWire"]),
+        .testTarget(name: "KeychainItemsTests", dependencies: ["KeychainItems", "KeychainStore", "KeychainCrypto", "KeychainCore"]),
+        .testTarget(name: "IntegrationTests", dependencies: ["KeychainServices", "KeychainCore", "KeychainWire"]),
+    ],
+    swiftLanguageModes: [.v6]
+)

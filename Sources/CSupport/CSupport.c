@@ -1,0 +1,89 @@
+#define _GNU_SOURCE
+#include "CSupport.h"
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <poll.h>
+#include <unistd.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/random.h>
+
+#ifndef SO_PEERPIDFD
+#define SO_PEERPIDFD 77
+#endif
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+
+int kc_peer_credentials(int fd, kc_peer_cred *out) {
+    struct ucred cred;
+    memset(&cred, 0, sizeof cred);
+    socklen_t len = sizeof cred;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return -1;
+    out->pid = cred.pid;
+    out->uid = cred.uid;
+    out->gid = cred.gid;
+    return 0;
+}
+
+int kc_peer_pidfd(int fd) {
+    int pidfd = -1;
+    socklen_t len = sizeof pidfd;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &len) != 0) return -1;
+    return pidfd;
+}
+
+int kc_pidfd_open(int32_t pid) {
+    return (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
+}
+
+int kc_pidfd_exited(int pidfd) {
+    struct pollfd p = { .fd = pidfd, .events = POLLIN, .revents = 0 };
+    int r = poll(&p, 1, 0);
+    if (r < 0) return -1;
+    return r > 0 ? 1 : 0;
+}
+
+int32_t kc_pidfd_pid(int pidfd) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/fdinfo/%d", pidfd);
+    FILE *f = fopen(path, "re");
+    if (!f) return -1;
+    char line[256];
+    int32_t pid = -1;
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "Pid:", 4) == 0) {
+            pid = (int32_t)strtol(line + 4, NULL, 10);
+            break;
+        }
+    }
+    fclose(f);
+    return pid;
+}
+
+int kc_accept_cloexec(int fd) {
+    return accept4(fd, NULL, NULL, SOCK_CLOEXEC);
+}
+
+int kc_make_undumpable(void) {
+    struct rlimit none = { 0, 0 };
+    if (setrlimit(RLIMIT_CORE, &none) != 0) return -1;
+    return prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+}
+
+int kc_is_dumpable(void) {
+    return prctl(PR_GET_DUMPABLE, 0, 0, 0, 0);
+}
+
+unsigned kc_umask_private(void) {
+    return (unsigned)umask(077);
+}
+
+long kc_getrandom(void *buf, unsigned long len) {
+    return (long)getrandom(buf, len, 0);
+}

@@ -1,0 +1,35 @@
+#ifndef KEYCHAIND_CSUPPORT_H
+#define KEYCHAIND_CSUPPORT_H
+/* The few Linux calls Swift cannot reach: struct ucred, SO_PEERPIDFD, pidfd_open, prctl, accept4.
+ * Each returns what the system call returns (-1 with errno set on failure); Swift wraps them once. */
+#include <sys/types.h>
+#include <stdint.h>
+
+typedef struct {
+    int32_t pid;
+    uint32_t uid;
+    uint32_t gid;
+} kc_peer_cred;
+
+/* getsockopt(SO_PEERCRED). */
+int kc_peer_credentials(int fd, kc_peer_cred *out);
+/* getsockopt(SO_PEERPIDFD): a pidfd for the process that connected; -1/ENOPROTOOPT on old kernels. */
+int kc_peer_pidfd(int fd);
+/* pidfd_open(pid, 0). */
+int kc_pidfd_open(int32_t pid);
+/* 1 if the process behind the pidfd has exited, 0 if it still runs, -1 on error. */
+int kc_pidfd_exited(int pidfd);
+/* The pid a pidfd refers to, read from /proc/self/fdinfo; -1 if gone or unknown. */
+int32_t kc_pidfd_pid(int pidfd);
+/* accept4(fd, NULL, NULL, SOCK_CLOEXEC). */
+int kc_accept_cloexec(int fd);
+/* prctl(PR_SET_DUMPABLE, 0) and RLIMIT_CORE = 0. */
+int kc_make_undumpable(void);
+/* prctl(PR_GET_DUMPABLE). */
+int kc_is_dumpable(void);
+/* The caller's umask set to 077; returns the old one. */
+unsigned kc_umask_private(void);
+/* getrandom() into buf; returns bytes written or -1. */
+long kc_getrandom(void *buf, unsigned long len);
+
+#endif

@@ -1,0 +1,243 @@
+/// A strict CBOR (RFC 8949) codec for `Value`.
+///
+/// Strict means: definite lengths only, map keys must be text and unique, integers must fit in
+/// `Int64`, only tag 1 (epoch date) is accepted, nesting and sizes are bounded, and the input must be
+/// exactly one data item. Anything else is `KeychainError(.decode, …)` with a message that names the
+/// problem and its offset, never the data.
+public enum CBOR {
+    public struct Limits: Sendable {
+        /// Deepest nesting of arrays and maps.
+        public var maxDepth: Int
+        /// Most elements in one array or entries in one map.
+        public var maxCount: Int
+        public init(maxDepth: Int = 16, maxCount: Int = 4096) {
+            self.maxDepth = maxDepth
+            self.maxCount = maxCount
+        }
+        public static let `default` = Limits()
+    }
+
+    // MARK: Encoding
+
+    public static func encode(_ value: Value) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(64)
+        encode(value, into: &out)
+        return out
+    }
+
+    public static func encode(_ value: Value, into out: inout [UInt8]) {
+        switch value {
+        case .int(let v):
+            if v >= 0 { writeHead(0, UInt64(v), &out) } else { writeHead(1, UInt64(-1 - v), &out) }
+        case .bytes(let b):
+            writeHead(2, UInt64(b.count), &out)
+            out.append(contentsOf: b)
+        case .text(let t):
+            let utf8 = t.utf8
+            writeHead(3, UInt64(utf8.count), &out)
+            out.append(contentsOf: utf8)
+        case .array(let a):
+            writeHead(4, UInt64(a.count), &out)
+            for e in a { encode(e, into: &out) }
+        case .map(let m):
+            writeHead(5, UInt64(m.count), &out)
+            // Deterministic order (RFC 8949 §4.2.1 core rule: shorter encoded key first, then bytewise).
+            for k in m.keys.sorted(by: keyOrder) {
+                encode(.text(k), into: &out)
+                encode(m[k]!, into: &out)
+            }
+        case .bool(let b):
+            out.append(b ? 0xF5 : 0xF4)
+        case .null:
+            out.append(0xF6)
+        case .float(let d):
+            writeFloat(d, &out)
+        case .date(let d):
+            writeHead(6, 1, &out)
+            if d == d.rounded(), abs(d) < 9.0e15 {
+                encode(.int(Int64(d)), into: &out)
+            } else {
+                writeFloat(d, &out)
+            }
+        }
+    }
+
+    private static func keyOrder(_ a: String, _ b: String) -> Bool {
+        let (ca, cb) = (a.utf8.count, b.utf8.count)
+        if ca != cb { return ca < cb }
+        return a.utf8.lexicographicallyPrecedes(b.utf8)
+    }
+
+    private static func writeFloat(_ d: Double, _ out: inout [UInt8]) {
+        out.append(0xFB)
+        let bits = d.bitPattern
+        for shift in stride(from: 56, through: 0, by: -8) { out.append(UInt8(truncatingIfNeeded: bits >> UInt64(shift))) }
+    }
+
+    private static func writeHead(_ major: UInt8, _ n: UInt64, _ out: inout [UInt8]) {
+        let m = major << 5
+        switch n {
+        case 0..<24:
+            out.append(m | UInt8(n))
+        case 24...0xFF:
+            out.append(m | 24); out.append(UInt8(n))
+        case 0x100...0xFFFF:
+            out.append(m | 25); out.append(UInt8(n >> 8)); out.append(UInt8(truncatingIfNeeded: n))
+        case 0x1_0000...0xFFFF_FFFF:
+            out.append(m | 26)
+            for shift in stride(from: 24, through: 0, by: -8) { out.append(UInt8(truncatingIfNeeded: n >> UInt64(shift))) }
+        default:
+            out.append(m | 27)
+            for shift in stride(from: 56, through: 0, by: -8) { out.append(UInt8(truncatingIfNeeded: n >> UInt64(shift))) }
+        }
+    }
+
+    // MARK: Decoding
+
+    public static func decode(_ bytes: [UInt8], limits: Limits = .default) throws(KeychainError) -> Value {
+        var reader = Reader(bytes: bytes, limits: limits)
+        let value = try reader.readValue(depth: 0)
+        if reader.offset != bytes.count {
+            throw KeychainError(.decode, "CBOR: \(bytes.count - reader.offset) trailing bytes after the data item")
+        }
+        return value
+    }
+
+    private struct Reader {
+        let bytes: [UInt8]
+        let limits: Limits
+        var offset = 0
+
+        init(bytes: [UInt8], limits: Limits) {
+            self.bytes = bytes
+            self.limits = limits
+        }
+
+        func fail(_ what: String) -> KeychainError {
+            KeychainError(.decode, "CBOR: \(what) at offset \(offset)")
+        }
+
+        mutating func byte() throws(KeychainError) -> UInt8 {
+            guard offset < bytes.count else { throw fail("unexpected end of input") }
+            let b = bytes[offset]
+            offset += 1
+            return b
+        }
+
+        mutating func uint(_ count: Int) throws(KeychainError) -> UInt64 {
+            guard bytes.count - offset >= count else { throw fail("unexpected end of input") }
+            var n: UInt64 = 0
+            for i in 0..<count { n = (n << 8) | UInt64(bytes[offset + i]) }
+            offset += count
+            return n
+        }
+
+        /// The argument of a head with additional info `info`; indefinite lengths are refused.
+        mutating func argument(_ info: UInt8) throws(KeychainError) -> UInt64 {
+            switch info {
+            case 0..<24: return UInt64(info)
+            case 24: return try uint(1)
+            case 25: return try uint(2)
+            case 26: return try uint(4)
+            case 27: return try uint(8)
+            case 31: throw fail("indefinite length is not accepted")
+            default: throw fail("reserved additional information \(info)")
+            }
+        }
+
+        mutating func length(_ info: UInt8) throws(KeychainError) -> Int {
+            let n = try argument(info)
+            guard n <= UInt64(bytes.count - offset) else { throw fail("length \(n) exceeds the input") }
+            return Int(n)
+        }
+
+        mutating func readText(_ info: UInt8) throws(KeychainError) -> String {
+            let n = try length(info)
+            let slice = bytes[offset..<offset + n]
+            guard let s = String(validating: slice, as: UTF8.self) else { throw fail("text string is not valid UTF-8") }
+            offset += n
+            return s
+        }
+
+        mutating func readValue(depth: Int) throws(KeychainError) -> Value {
+            let head = try byte()
+            let major = head >> 5
+            let info = head & 0x1F
+            switch major {
+            case 0:
+                let n = try argument(info)
+                guard n <= UInt64(Int64.max) else { throw fail("integer does not fit in 64 signed bits") }
+                return .int(Int64(n))
+            case 1:
+                let n = try argument(info)
+                guard n <= UInt64(Int64.max) else { throw fail("integer does not fit in 64 signed bits") }
+                return .int(-1 - Int64(n))
+            case 2:
+                let n = try length(info)
+                let b = Array(bytes[offset..<offset + n])
+                offset += n
+                return .bytes(b)
+            case 3:
+                return .text(try readText(info))
+            case 4:
+                guard depth < limits.maxDepth else { throw fail("nesting deeper than \(limits.maxDepth)") }
+                let n = try argument(info)
+                guard n <= UInt64(limits.maxCount) else { throw fail("array of \(n) elements exceeds \(limits.maxCount)") }
+                guard n <= UInt64(bytes.count - offset) else { throw fail("array length exceeds the input") }
+                var a: [Value] = []
+                a.reserveCapacity(Int(n))
+                for _ in 0..<n { a.append(try readValue(depth: depth + 1)) }
+                return .array(a)
+            case 5:
+                guard depth < limits.maxDepth else { throw fail("nesting deeper than \(limits.maxDepth)") }
+                let n = try argument(info)
+                guard n <= UInt64(limits.maxCount) else { throw fail("map of \(n) entries exceeds \(limits.maxCount)") }
+                guard n <= UInt64(bytes.count - offset) / 2 else { throw fail("map length exceeds the input") }
+                var m: [String: Value] = [:]
+                m.reserveCapacity(Int(n))
+                for _ in 0..<n {
+                    let keyHead = try byte()
+                    guard keyHead >> 5 == 3 else { throw fail("map key is not a text string") }
+                    let key = try readText(keyHead & 0x1F)
+                    let value = try readValue(depth: depth + 1)
+                    guard m.updateValue(value, forKey: key) == nil else { throw fail("duplicate map key") }
+                }
+                return .map(m)
+            case 6:
+                let tag = try argument(info)
+                guard tag == 1 else { throw fail("tag \(tag) is not accepted (only tag 1, epoch date)") }
+                switch try readValue(depth: depth + 1) {
+                case .int(let s): return .date(Double(s))
+                case .float(let d) where d.isFinite: return .date(d)
+                default: throw fail("tag 1 must hold an integer or a finite float")
+                }
+            default:
+                switch info {
+                case 20: return .bool(false)
+                case 21: return .bool(true)
+                case 22: return .null
+                case 25:
+                    return .float(Double(Self.halfToFloat(UInt16(try uint(2)))))
+                case 26:
+                    return .float(Double(Float(bitPattern: UInt32(try uint(4)))))
+                case 27:
+                    return .float(Double(bitPattern: try uint(8)))
+                default:
+                    throw fail("simple value \(info) is not accepted")
+                }
+            }
+        }
+
+        static func halfToFloat(_ h: UInt16) -> Float {
+            let sign: Float = (h & 0x8000) != 0 ? -1 : 1
+            let exp = Int((h >> 10) & 0x1F)
+            let mant = Float(h & 0x3FF)
+            switch exp {
+            case 0: return sign * mant * Float(sign: .plus, exponent: -24, significand: 1)
+            case 31: return mant == 0 ? sign * .infinity : .nan
+            default: return sign * (1 + mant / 1024) * Float(sign: .plus, exponent: exp - 15, significand: 1)
+            }
+        }
+    }
+}

@@ -1,0 +1,67 @@
+import KeychainCore
+
+/// Framing of the wire protocol: a 4-byte big-endian length, then that many bytes of one CBOR map.
+public enum Frame {
+    /// Default largest frame body a peer accepts (SPEC §4 `maxFrameBytes`).
+    public static let defaultMaxBytes = 1 << 20
+
+    /// The frame for `value`: header and CBOR body in one buffer, ready to write.
+    public static func encode(_ value: Value) -> [UInt8] {
+        var out: [UInt8] = [0, 0, 0, 0]
+        CBOR.encode(value, into: &out)
+        let n = UInt32(out.count - 4)
+        out[0] = UInt8(n >> 24)
+        out[1] = UInt8(truncatingIfNeeded: n >> 16)
+        out[2] = UInt8(truncatingIfNeeded: n >> 8)
+        out[3] = UInt8(truncatingIfNeeded: n)
+        return out
+    }
+}
+
+/// Collects bytes read from a stream and cuts them into frame bodies.
+///
+/// `append` what was read, then call `next()` until it returns nil. A header announcing more than
+/// `maxBytes` throws at once, before the body arrives, so a client cannot make the reader buffer it.
+public struct FrameBuffer: Sendable {
+    public let maxBytes: Int
+    private var storage: [UInt8] = []
+    private var start = 0
+
+    public init(maxBytes: Int = Frame.defaultMaxBytes) {
+        self.maxBytes = maxBytes
+    }
+
+    /// Bytes held that do not yet form a whole frame.
+    public var pendingCount: Int { storage.count - start }
+
+    public mutating func append(_ bytes: UnsafeRawBufferPointer) {
+        compact()
+        storage.append(contentsOf: bytes)
+    }
+
+    public mutating func append(_ bytes: [UInt8]) {
+        compact()
+        storage.append(contentsOf: bytes)
+    }
+
+    /// The next complete frame body, or nil when more bytes are needed.
+    public mutating func next() throws(KeychainError) -> [UInt8]? {
+        guard storage.count - start >= 4 else { return nil }
+        let n = Int(storage[start]) << 24 | Int(storage[start + 1]) << 16 | Int(storage[start + 2]) << 8 | Int(storage[start + 3])
+        guard n <= maxBytes else {
+            throw KeychainError(.param, "frame of \(n) bytes exceeds the limit of \(maxBytes) bytes")
+        }
+        guard storage.count - start - 4 >= n else { return nil }
+        let body = Array(storage[(start + 4)..<(start + 4 + n)])
+        start += 4 + n
+        if start == storage.count { storage.removeAll(keepingCapacity: storage.capacity <= 64 * 1024); start = 0 }
+        return body
+    }
+
+    private mutating func compact() {
+        if start > 0 && start >= storage.count / 2 {
+            storage.removeFirst(start)
+            start = 0
+        }
+    }
+}

@@ -1,0 +1,110 @@
+import KeychainCore
+
+/// The operations a request may name (SPEC §4).
+public enum Operation: String, Sendable, CaseIterable {
+    case add, copy, update, delete
+    case status, lock, unlock, passwd, backup, restore
+}
+
+/// Protocol version carried in every request's `v`.
+public let protocolVersion: Int64 = 1
+
+/// One request: `{"v": 1, "id": <uint>, "op": <text>, "query": {…}, "attributes": {…}, …}`.
+public struct Request: Sendable {
+    public var id: Int64
+    public var op: String
+    public var query: [String: Value]?
+    public var attributes: [String: Value]?
+    /// Further keys of admin operations (for example `passphrase`).
+    public var arguments: [String: Value]
+
+    public init(id: Int64, op: String, query: [String: Value]? = nil, attributes: [String: Value]? = nil,
+                arguments: [String: Value] = [:]) {
+        self.id = id
+        self.op = op
+        self.query = query
+        self.attributes = attributes
+        self.arguments = arguments
+    }
+
+    public var value: Value {
+        var m = arguments
+        m["v"] = .int(protocolVersion)
+        m["id"] = .int(id)
+        m["op"] = .text(op)
+        if let query { m["query"] = .map(query) }
+        if let attributes { m["attributes"] = .map(attributes) }
+        return .map(m)
+    }
+
+    /// The request id of a decoded map, when it has a usable one (to answer even a malformed request).
+    public static func id(of value: Value) -> Int64? {
+        guard case .map(let m) = value, case .int(let id)? = m["id"], id >= 0 else { return nil }
+        return id
+    }
+
+    /// Validates the envelope; operation-specific checks happen where the operation is served.
+    public init(_ value: Value) throws(KeychainError) {
+        guard case .map(var m) = value else { throw .param("request is not a CBOR map") }
+        guard case .int(let v)? = m.removeValue(forKey: "v") else { throw .param("request lacks \"v\" (protocol version)") }
+        guard v == protocolVersion else { throw .param("protocol version \(v) is not supported (this daemon speaks \(protocolVersion))") }
+        guard case .int(let id)? = m.removeValue(forKey: "id"), id >= 0 else { throw .param("request lacks a non-negative integer \"id\"") }
+        guard case .text(let op)? = m.removeValue(forKey: "op") else { throw .param("request lacks a text \"op\"") }
+        self.id = id
+        self.op = op
+        switch m.removeValue(forKey: "query") {
+        case nil: query = nil
+        case .map(let q)?: query = q
+        case let other?: throw .param("\"query\" must be a map, not \(other.kindName)")
+        }
+        switch m.removeValue(forKey: "attributes") {
+        case nil: attributes = nil
+        case .map(let a)?: attributes = a
+        case let other?: throw .param("\"attributes\" must be a map, not \(other.kindName)")
+        }
+        arguments = m
+    }
+}
+
+/// One response: `{"id": <same>, "status": <int>, "message": <text, on error>, "result": <value>}`.
+public struct Response: Sendable {
+    public var id: Int64
+    public var status: Status
+    public var message: String?
+    public var result: Value?
+
+    public init(id: Int64, status: Status = .success, message: String? = nil, result: Value? = nil) {
+        self.id = id
+        self.status = status
+        self.message = message
+        self.result = result
+    }
+
+    public init(id: Int64, error: KeychainError) {
+        self.init(id: id, status: error.status, message: error.message)
+    }
+
+    public var value: Value {
+        var m: [String: Value] = ["id": .int(id), "status": .int(Int64(status.rawValue))]
+        if let message { m["message"] = .text(message) }
+        if let result { m["result"] = result }
+        return .map(m)
+    }
+
+    public init(_ value: Value) throws(KeychainError) {
+        guard case .map(let m) = value else { throw KeychainError(.decode, "response is not a CBOR map") }
+        guard case .int(let id)? = m["id"] else { throw KeychainError(.decode, "response lacks an integer \"id\"") }
+        guard case .int(let s)? = m["status"], let s32 = Int32(exactly: s) else {
+            throw KeychainError(.decode, "response lacks an integer \"status\"")
+        }
+        self.id = id
+        self.status = Status(rawValue: s32)
+        if case .text(let msg)? = m["message"] { message = msg } else { message = nil }
+        result = m["result"]
+    }
+
+    /// Success, or the error this response carries.
+    public func check() throws(KeychainError) {
+        if status != .success { throw KeychainError(status, message) }
+    }
+}

@@ -1,0 +1,57 @@
+import Testing
+import KeychainCore
+import KeychainWire
+
+@Suite("Frames and messages")
+struct FrameTests {
+    @Test("a frame is a 4-byte big-endian length and one CBOR map")
+    func frameLayout() throws {
+        let frame = Frame.encode(.map(["id": .int(7)]))
+        #expect(frame.count == 4 + 4)
+        #expect(Array(frame[0..<4]) == [0, 0, 0, 4])
+        #expect(try CBOR.decode(Array(frame[4...])) == .map(["id": .int(7)]))
+    }
+
+    @Test("pipelined frames arriving byte by byte come out whole and in order")
+    func incrementalFrames() throws {
+        var stream: [UInt8] = []
+        for i in 0..<5 { stream += Frame.encode(Request(id: Int64(i), op: "copy", query: ["class": .text("genp")]).value) }
+        var buffer = FrameBuffer()
+        var ids: [Int64] = []
+        for byte in stream {
+            buffer.append([byte])
+            while let body = try buffer.next() { ids.append(try Request(CBOR.decode(body)).id) }
+        }
+        #expect(ids == [0, 1, 2, 3, 4])
+        #expect(buffer.pendingCount == 0)
+    }
+
+    @Test("a header announcing more than the limit is refused before the body arrives")
+    func oversizedHeader() {
+        var buffer = FrameBuffer(maxBytes: 1024)
+        buffer.append([0, 0, 4, 1])
+        #expect(throws: KeychainError.self) { _ = try buffer.next() }
+    }
+
+    @Test("requests round-trip, and envelope errors are errSecParam")
+    func requestEnvelope() throws {
+        let r = Request(id: 42, op: "update", query: ["svce": .text("s")], attributes: ["labl": .text("l")])
+        let back = try Request(r.value)
+        #expect(back.id == 42 && back.op == "update" && back.query == ["svce": .text("s")] && back.attributes == ["labl": .text("l")])
+        #expect(throws: KeychainError(.param, "request lacks \"v\" (protocol version)")) { try Request(.map(["id": .int(1), "op": .text("copy")])) }
+        do { _ = try Request(.map(["v": .int(2), "id": .int(1), "op": .text("copy")])); Issue.record("v2 accepted") } catch {
+            #expect(error.status == .param)
+        }
+        do { _ = try Request(.map(["v": .int(1), "id": .int(1), "op": .text("copy"), "query": .text("x")])); Issue.record("query text accepted") } catch {
+            #expect(error.status == .param)
+        }
+    }
+
+    @Test("responses carry status, message and result")
+    func responseRoundTrip() throws {
+        let r = Response(id: 3, error: KeychainError(.itemNotFound))
+        let back = try Response(CBOR.decode(CBOR.encode(r.value)))
+        #expect(back.id == 3 && back.status == .itemNotFound && back.message == Status.itemNotFound.defaultMessage)
+        #expect(throws: KeychainError.self) { try back.check() }
+    }
+}
