@@ -44,6 +44,29 @@ public final class UnixSocket: @unchecked Sendable {
         return sock
     }
 
+    /// Ends a connection whose peer may still be sending: stop writing, discard what arrives for up
+    /// to `milliseconds`, then close. Closing with unread input would reset the connection, and the
+    /// peer could lose the response we just wrote.
+    public func lingeringClose(milliseconds: Int = 250) {
+        drainForClose(milliseconds: milliseconds)
+        close()
+    }
+
+    /// The first half of `lingeringClose`: shut down writing and discard input, leaving the fd open.
+    public func drainForClose(milliseconds: Int = 250) {
+        guard fd >= 0 else { return }
+        _ = shutdown(fd, Int32(SHUT_WR))
+        var tv = timeval(tv_sec: 0, tv_usec: milliseconds * 1000)
+        _ = setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+        var sink = [UInt8](repeating: 0, count: 4096)
+        var total = 0
+        while total < 1 << 20 {
+            let n = sink.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            if n <= 0 { break }
+            total += n
+        }
+    }
+
     /// Writes every byte, retrying on EINTR and short writes; never raises SIGPIPE.
     public func writeAll(_ bytes: [UInt8]) throws(KeychainError) {
         var sent = 0

@@ -7,8 +7,8 @@ struct FrameTests {
     @Test("a frame is a 4-byte big-endian length and one CBOR map")
     func frameLayout() throws {
         let frame = Frame.encode(.map(["id": .int(7)]))
-        #expect(frame.count == 4 + 4)
-        #expect(Array(frame[0..<4]) == [0, 0, 0, 4])
+        #expect(frame.count == 4 + 5)
+        #expect(Array(frame[0..<4]) == [0, 0, 0, 5])
         #expect(try CBOR.decode(Array(frame[4...])) == .map(["id": .int(7)]))
     }
 

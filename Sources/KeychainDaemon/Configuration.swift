@@ -1,0 +1,181 @@
+import Foundation
+import KeychainCore
+
+/// Daemon settings: defaults, overridden by `keychaind.json`, overridden by command-line flags.
+/// Read and validated once at start; `apps` again on SIGHUP.
+public struct Settings: Sendable {
+    public var socketPath: String
+    public var dataDirectory: String
+    public var configFile: String
+    public var maxFrameBytes = 1 << 20
+    public var maxConnections = 4096
+    public var idleTimeoutSeconds = 900
+    public var autoLockSeconds = 0
+    public var logLevel: Log.Level = .info
+
+    /// The folder of app drop-ins: `apps.d/` beside the configuration file in use.
+    public var appsDirectory: String {
+        (configFile as NSString).deletingLastPathComponent + "/apps.d"
+    }
+}
+
+/// A configuration problem: which file, and why. The daemon refuses to start on one.
+public struct ConfigurationError: Error, CustomStringConvertible {
+    public let file: String
+    public let reason: String
+    public var description: String { "\(file): \(reason)" }
+}
+
+/// One registered application (`apps.d/*.json`, SPEC §5).
+public struct AppEntry: Sendable, Equatable {
+    public var applicationIdentifier: String
+    public var accessGroups: [String]
+    public var executables: [String]
+    public var admin: Bool
+    public var file: String
+
+    public init(applicationIdentifier: String, accessGroups: [String], executables: [String], admin: Bool, file: String) {
+        self.applicationIdentifier = applicationIdentifier
+        self.accessGroups = accessGroups
+        self.executables = executables
+        self.admin = admin
+        self.file = file
+    }
+}
+
+enum JSONFile {
+    /// The top-level object of a JSON file; an empty file counts as `{}`.
+    static func object(at path: String) throws(ConfigurationError) -> [String: Any] {
+        let data: Data
+        do { data = try Data(contentsOf: URL(fileURLWithPath: path)) } catch {
+            throw ConfigurationError(file: path, reason: "cannot be read (\(error.localizedDescription))")
+        }
+        if data.allSatisfy({ $0 == 0x20 || $0 == 0x0A || $0 == 0x0D || $0 == 0x09 }) { return [:] }
+        let parsed: Any
+        do { parsed = try JSONSerialization.jsonObject(with: data) } catch {
+            throw ConfigurationError(file: path, reason: "is not valid JSON")
+        }
+        guard let object = parsed as? [String: Any] else {
+            throw ConfigurationError(file: path, reason: "must hold a JSON object")
+        }
+        return object
+    }
+
+    static func isBool(_ v: Any) -> Bool {
+        guard let n = v as? NSNumber else { return false }
+        return String(cString: n.objCType) == "c"
+    }
+
+    static func int(_ v: Any, key: String, file: String, range: ClosedRange<Int>) throws(ConfigurationError) -> Int {
+        guard let n = v as? NSNumber, !isBool(v), let i = Int(exactly: n.doubleValue), range.contains(i) else {
+            throw ConfigurationError(file: file, reason: "\"\(key)\" must be an integer from \(range.lowerBound) to \(range.upperBound)")
+        }
+        return i
+    }
+
+    static func string(_ v: Any, key: String, file: String) throws(ConfigurationError) -> String {
+        guard let s = v as? String, !s.isEmpty else {
+            throw ConfigurationError(file: file, reason: "\"\(key)\" must be a non-empty string")
+        }
+        return s
+    }
+
+    static func strings(_ v: Any, key: String, file: String) throws(ConfigurationError) -> [String] {
+        guard let a = v as? [Any], !a.isEmpty else {
+            throw ConfigurationError(file: file, reason: "\"\(key)\" must be a non-empty array of strings")
+        }
+        var out: [String] = []
+        for e in a {
+            guard let s = e as? String, !s.isEmpty else {
+                throw ConfigurationError(file: file, reason: "\"\(key)\" must be a non-empty array of strings")
+            }
+            out.append(s)
+        }
+        return out
+    }
+}
+
+extension Settings {
+    static let knownKeys = ["socket", "dataDirectory", "maxFrameBytes", "maxConnections",
+                            "idleTimeoutSeconds", "autoLockSeconds", "logLevel"]
+
+    /// Applies `keychaind.json` when it exists. Unknown keys and wrong types are errors.
+    mutating func apply(configFile path: String) throws(ConfigurationError) {
+        guard FileManager.default.fileExists(atPath: path) else { return }
+        let object = try JSONFile.object(at: path)
+        for (key, value) in object {
+            switch key {
+            case "socket": socketPath = try JSONFile.string(value, key: key, file: path)
+            case "dataDirectory": dataDirectory = try JSONFile.string(value, key: key, file: path)
+            case "maxFrameBytes": maxFrameBytes = try JSONFile.int(value, key: key, file: path, range: 1024...(64 << 20))
+            case "maxConnections": maxConnections = try JSONFile.int(value, key: key, file: path, range: 1...65536)
+            case "idleTimeoutSeconds": idleTimeoutSeconds = try JSONFile.int(value, key: key, file: path, range: 0...86400 * 7)
+            case "autoLockSeconds": autoLockSeconds = try JSONFile.int(value, key: key, file: path, range: 0...86400 * 365)
+            case "logLevel":
+                let name = try JSONFile.string(value, key: key, file: path)
+                guard let level = Log.Level(name: name) else {
+                    throw ConfigurationError(file: path, reason: "\"logLevel\" must be error, warning, notice, info or debug")
+                }
+                logLevel = level
+            default:
+                throw ConfigurationError(file: path, reason: "unknown key \"\(key)\" (known: \(Self.knownKeys.joined(separator: ", ")))")
+            }
+        }
+    }
+}
+
+public enum AppFiles {
+    static let knownKeys = ["application-identifier", "keychain-access-groups", "executables", "admin"]
+
+    /// Every `*.json` in `directory`, sorted by name; a missing directory means no apps.
+    public static func load(directory: String) throws(ConfigurationError) -> [AppEntry] {
+        let names: [String]
+        do { names = try FileManager.default.contentsOfDirectory(atPath: directory) } catch {
+            if !FileManager.default.fileExists(atPath: directory) { return [] }
+            throw ConfigurationError(file: directory, reason: "cannot be listed")
+        }
+        var apps: [AppEntry] = []
+        var owners: [String: String] = [:]
+        for name in names.sorted() where name.hasSuffix(".json") {
+            let app = try parse(file: directory + "/" + name)
+            for exe in app.executables {
+                if let other = owners[exe] {
+                    throw ConfigurationError(file: app.file, reason: "executable \(exe) is already registered by \(other)")
+                }
+                owners[exe] = app.file
+            }
+            apps.append(app)
+        }
+        return apps
+    }
+
+    static func parse(file: String) throws(ConfigurationError) -> AppEntry {
+        let o = try JSONFile.object(at: file)
+        for key in o.keys where !knownKeys.contains(key) {
+            throw ConfigurationError(file: file, reason: "unknown key \"\(key)\" (known: \(knownKeys.joined(separator: ", ")))")
+        }
+        guard let id = o["application-identifier"] else {
+            throw ConfigurationError(file: file, reason: "missing \"application-identifier\"")
+        }
+        let identifier = try JSONFile.string(id, key: "application-identifier", file: file)
+        guard let g = o["keychain-access-groups"] else {
+            throw ConfigurationError(file: file, reason: "missing \"keychain-access-groups\"")
+        }
+        let groups = try JSONFile.strings(g, key: "keychain-access-groups", file: file)
+        guard let e = o["executables"] else {
+            throw ConfigurationError(file: file, reason: "missing \"executables\"")
+        }
+        let exes = try JSONFile.strings(e, key: "executables", file: file)
+        for exe in exes where !exe.hasPrefix("/") {
+            throw ConfigurationError(file: file, reason: "executable \(exe) must be an absolute path")
+        }
+        var admin = false
+        if let a = o["admin"] {
+            guard JSONFile.isBool(a), let b = a as? Bool else {
+                throw ConfigurationError(file: file, reason: "\"admin\" must be true or false")
+            }
+            admin = b
+        }
+        return AppEntry(applicationIdentifier: identifier, accessGroups: groups, executables: exes, admin: admin, file: file)
+    }
+}

@@ -1,0 +1,117 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import CSupport
+import KeychainCore
+import KeychainWire
+
+/// The listening socket: inherited from systemd (`LISTEN_FDS`, fd 3) or bound at the configured path.
+public final class Listener: @unchecked Sendable {
+    public let fd: Int32
+    /// The path we bound and must unlink at exit; nil for an inherited socket.
+    public let boundPath: String?
+    public let activated: Bool
+
+    private init(fd: Int32, boundPath: String?, activated: Bool) {
+        self.fd = fd
+        self.boundPath = boundPath
+        self.activated = activated
+    }
+
+    /// The socket systemd passed, when `LISTEN_PID` is this process and `LISTEN_FDS` ≥ 1.
+    public static func inherited() throws(KeychainError) -> Listener? {
+        guard let pidText = getenv("LISTEN_PID").map({ String(cString: $0) }),
+              let pid = Int32(pidText), pid == getpid(),
+              let countText = getenv("LISTEN_FDS").map({ String(cString: $0) }),
+              let count = Int(countText), count >= 1 else { return nil }
+        unsetenv("LISTEN_PID")
+        unsetenv("LISTEN_FDS")
+        unsetenv("LISTEN_FDNAMES")
+        let fd: Int32 = 3
+        _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+        for extra in 1..<max(count, 1) { close(fd + Int32(extra)) }
+        guard option(fd, SO_DOMAIN) == AF_UNIX, option(fd, SO_TYPE) == Int32(SOCK_STREAM.rawValue),
+              option(fd, SO_ACCEPTCONN) == 1 else {
+            throw KeychainError(.param, "the socket passed by systemd (fd 3) is not a listening Unix stream socket")
+        }
+        return Listener(fd: fd, boundPath: nil, activated: true)
+    }
+
+    private static func option(_ fd: Int32, _ name: Int32) -> Int32 {
+        var value: Int32 = -1
+        var len = socklen_t(MemoryLayout<Int32>.size)
+        guard getsockopt(fd, SOL_SOCKET, name, &value, &len) == 0 else { return -1 }
+        return value
+    }
+
+    /// Binds `path` (socket 0600; its directory created 0700 when missing). A leftover socket from a
+    /// crashed run is replaced only if it really is a socket and nobody answers on it.
+    public static func bind(path: String) throws(KeychainError) -> Listener {
+        var address = try SocketAddress(path: path)
+        let directory = parentDirectory(of: path)
+        try makeDirectory(directory)
+        var st = stat()
+        if lstat(path, &st) == 0 {
+            guard (st.st_mode & S_IFMT) == S_IFSOCK else {
+                throw KeychainError(.param, "\(path) exists and is not a socket; refusing to replace it")
+            }
+            if let probe = try? UnixSocket.connect(to: path) {
+                probe.close()
+                throw KeychainError(.param, "another keychaind is already serving \(path)")
+            }
+            unlink(path)
+        }
+        let sock = try UnixSocket.stream()
+        let fd = sock.fd
+        let rc = address.withSockaddr { Glibc.bind(fd, $0, $1) }
+        guard rc == 0 else { throw UnixSocket.errnoError("bind \(path)") }
+        guard chmod(path, 0o600) == 0 else { throw UnixSocket.errnoError("chmod \(path)") }
+        guard listen(fd, 1024) == 0 else { throw UnixSocket.errnoError("listen") }
+        let owned = dup(fd)
+        _ = fcntl(owned, F_SETFD, FD_CLOEXEC)
+        return Listener(fd: owned, boundPath: path, activated: false)
+    }
+
+    static func parentDirectory(of path: String) -> String {
+        guard let slash = path.lastIndex(of: "/") else { return "." }
+        return slash == path.startIndex ? "/" : String(path[..<slash])
+    }
+
+    /// `mkdir -p` with 0700 for every directory it creates.
+    static func makeDirectory(_ path: String) throws(KeychainError) {
+        var st = stat()
+        if stat(path, &st) == 0 {
+            guard (st.st_mode & S_IFMT) == S_IFDIR else { throw KeychainError(.param, "\(path) is not a directory") }
+            return
+        }
+        let parent = parentDirectory(of: path)
+        if parent != path && parent != "." { try makeDirectory(parent) }
+        if mkdir(path, 0o700) != 0 && errno != EEXIST { throw UnixSocket.errnoError("mkdir \(path)") }
+    }
+
+    /// Waits for the next connection; nil once the listener was shut down.
+    public func accept() -> Int32? {
+        while true {
+            let c = kc_accept_cloexec(fd)
+            if c >= 0 { return c }
+            switch errno {
+            case EINTR, ECONNABORTED, EPROTO: continue
+            case EMFILE, ENFILE, ENOBUFS, ENOMEM:
+                Log.warning("accept is out of resources; pausing", [("errno", String(errno))])
+                usleep(50_000)
+                continue
+            default:
+                return nil
+            }
+        }
+    }
+
+    /// Wakes a blocked `accept` (close alone would not) and stops new connections.
+    public func shutdown() {
+        _ = Glibc.shutdown(fd, Int32(SHUT_RDWR))
+    }
+
+    public func removeSocketFile() {
+        if let boundPath { unlink(boundPath) }
+    }
+}

@@ -1,0 +1,83 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Command-line flags of `keychaind`.
+public struct Options: Sendable {
+    public var socketPath: String?
+    public var dataDirectory: String?
+    public var configFile: String?
+    public var logLevel: String?
+    public var checkConfig = false
+
+    public static let help = """
+    keychaind — Apple's Keychain Services for Linux: the per-user daemon that owns the encrypted item
+    database and serves SecItemAdd / CopyMatching / Update / Delete on a Unix socket.
+
+    Usage: keychaind [--socket PATH] [--data-dir DIR] [--config FILE] [--log-level LEVEL] [--check-config]
+
+      --socket PATH      socket to serve (default $XDG_RUNTIME_DIR/keychaind/keychaind.sock; directory
+                         0700, socket 0600). Ignored when systemd passes a socket (LISTEN_FDS).
+      --data-dir DIR     database and key files (default $XDG_DATA_HOME/keychaind, i.e.
+                         ~/.local/share/keychaind; directory 0700, files 0600)
+      --config FILE      settings (default $XDG_CONFIG_HOME/keychaind/keychaind.json); registered apps are
+                         read from apps.d/*.json beside it. A missing or empty file means defaults.
+      --log-level LEVEL  error, warning, notice, info (default) or debug; logs go to stderr with
+                         journald priority prefixes and never contain secrets or attribute values
+      --check-config     validate the configuration and apps.d, print the apps, and exit
+      --version          print the version and exit
+      -h, --help         this text
+
+    Settings in keychaind.json: socket, dataDirectory, maxFrameBytes (1048576), maxConnections (4096),
+    idleTimeoutSeconds (900; 0 = never), autoLockSeconds (0 = never), logLevel.
+
+    Signals: SIGTERM/SIGINT stop accepting, finish in-flight requests and exit 0; SIGHUP re-reads apps.d.
+    With NOTIFY_SOCKET set it sends READY=1, STATUS=… and STOPPING=1 (systemd Type=notify).
+    """
+
+    public enum Parsed: Sendable {
+        case run(Options)
+        case help
+        case version
+    }
+
+    public static func parse(_ args: [String]) throws(OptionError) -> Parsed {
+        var o = Options()
+        var i = 0
+        func value(_ flag: String) throws(OptionError) -> String {
+            i += 1
+            guard i < args.count, !args[i].isEmpty else { throw OptionError("\(flag) needs a value") }
+            return args[i]
+        }
+        while i < args.count {
+            let a = args[i]
+            var flag = a
+            var inline: String?
+            if a.hasPrefix("--"), let eq = a.firstIndex(of: "=") {
+                flag = String(a[..<eq])
+                inline = String(a[a.index(after: eq)...])
+            }
+            func next() throws(OptionError) -> String {
+                if let inline { return inline }
+                return try value(flag)
+            }
+            switch flag {
+            case "--socket": o.socketPath = try next()
+            case "--data-dir": o.dataDirectory = try next()
+            case "--config": o.configFile = try next()
+            case "--log-level": o.logLevel = try next()
+            case "--check-config": o.checkConfig = true
+            case "-h", "--help": return .help
+            case "--version": return .version
+            default: throw OptionError("unknown argument \(a) (see keychaind --help)")
+            }
+            i += 1
+        }
+        return .run(o)
+    }
+}
+
+public struct OptionError: Error, CustomStringConvertible {
+    public let description: String
+    init(_ d: String) { description = d }
+}

@@ -1,0 +1,338 @@
+// keychaind-bench: measures a running keychaind side by side with a bare socket-echo floor that uses
+// the same framing and message sizes, alternating the two over several rounds and reporting medians.
+//
+//   keychaind-bench --socket PATH [--rounds 5] [--ops 20000] [--cli PATH] [--daemon-pid PID] [--json]
+//   keychaind-bench --fill N --socket PATH          (adds N items, pipelined, then exits)
+//   keychaind-bench --echo-server PATH --reply-bytes N   (internal: the floor)
+#if canImport(Glibc)
+import Glibc
+#endif
+import KeychainCore
+import KeychainWire
+
+func now() -> Double {
+    var ts = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
+}
+
+func die(_ message: String) -> Never {
+    var line = Array("keychaind-bench: \(message)\n".utf8)
+    line.withUnsafeMutableBytes { _ = write(2, $0.baseAddress, $0.count) }
+    exit(2)
+}
+
+func percentile(_ sorted: [Double], _ p: Double) -> Double {
+    guard !sorted.isEmpty else { return .nan }
+    return sorted[min(sorted.count - 1, Int(Double(sorted.count) * p))]
+}
+
+func median(_ xs: [Double]) -> Double { percentile(xs.sorted(), 0.5) }
+
+struct Args {
+    var socket = SocketLocation.fromProcessEnvironment()
+    var rounds = 5
+    var ops = 20_000
+    var cli: String?
+    var daemonPID: Int32?
+    var json = false
+    var fill: Int?
+    var echoServer: String?
+    var replyBytes = 16
+    var label = "run"
+
+    init(_ argv: [String]) {
+        var i = 0
+        func value() -> String {
+            i += 1
+            guard i < argv.count else { die("\(argv[i - 1]) needs a value") }
+            return argv[i]
+        }
+        while i < argv.count {
+            switch argv[i] {
+            case "--socket": socket = value()
+            case "--rounds": rounds = Int(value()) ?? rounds
+            case "--ops": ops = Int(value()) ?? ops
+            case "--cli": cli = value()
+            case "--daemon-pid": daemonPID = Int32(value())
+            case "--json": json = true
+            case "--fill": fill = Int(value())
+            case "--echo-server": echoServer = value()
+            case "--reply-bytes": replyBytes = Int(value()) ?? replyBytes
+            case "--label": label = value()
+            case "-h", "--help":
+                print("""
+                keychaind-bench — keychaind beside a bare socket-echo floor (same framing, same sizes)
+                  --socket PATH       the daemon's socket (default: as clients resolve it)
+                  --rounds N          alternating daemon/echo rounds (default 5); medians are reported
+                  --ops N             round trips per round (default 20000)
+                  --cli PATH          keychainctl to time `find -w` per process (50 runs)
+                  --daemon-pid PID    read the daemon's RSS from /proc
+                  --fill N            add N items (service bench.fill) pipelined, then exit
+                  --json              one JSON object instead of the table
+                """)
+                exit(0)
+            default: die("unknown argument \(argv[i])")
+            }
+            i += 1
+        }
+    }
+}
+
+// MARK: The floor: an echo server with the same framing and reply size.
+
+final class EchoServer: @unchecked Sendable {
+    static func run(path: String, replyBytes: Int) -> Never {
+        unlink(path)
+        let listener: UnixSocket
+        do {
+            listener = try UnixSocket.stream()
+            var address = try SocketAddress(path: path)
+            let fd = listener.fd
+            guard address.withSockaddr({ bind(fd, $0, $1) }) == 0, listen(fd, 128) == 0 else { die("echo bind failed") }
+        } catch { die("echo server: \(error)") }
+        var header = [UInt8](repeating: 0, count: 4)
+        let n = UInt32(max(replyBytes - 4, 1))
+        header = [UInt8(n >> 24), UInt8(truncatingIfNeeded: n >> 16), UInt8(truncatingIfNeeded: n >> 8), UInt8(truncatingIfNeeded: n)]
+        let reply = header + [UInt8](repeating: 0xA0, count: Int(n))
+        while true {
+            let c = accept(listener.fd, nil, nil)
+            if c < 0 { continue }
+            let conn = UnixSocket(adopting: c)
+            let thread = ThreadBox { 
+                var frames = FrameBuffer(maxBytes: 1 << 20)
+                while let _ = try? conn.readFrame(&frames) {
+                    if (try? conn.writeAll(reply)) == nil { break }
+                }
+                conn.close()
+            }
+            thread.start()
+        }
+    }
+}
+
+/// A detached pthread running a closure (no Foundation in this tool).
+final class ThreadBox: @unchecked Sendable {
+    let body: @Sendable () -> Void
+    init(_ body: @escaping @Sendable () -> Void) { self.body = body }
+    func start() {
+        var tid = pthread_t()
+        let ctx = Unmanaged.passRetained(self).toOpaque()
+        let rc = pthread_create(&tid, nil, { raw in
+            let box = Unmanaged<ThreadBox>.fromOpaque(raw!).takeRetainedValue()
+            box.body()
+            return nil
+        }, ctx)
+        if rc != 0 { die("pthread_create failed") }
+        pthread_detach(tid)
+    }
+}
+
+func join(_ bodies: [@Sendable () -> Void]) {
+    var tids: [pthread_t] = []
+    for b in bodies {
+        var tid = pthread_t()
+        let box = ThreadBox(b)
+        let ctx = Unmanaged.passRetained(box).toOpaque()
+        pthread_create(&tid, nil, { raw in
+            let box = Unmanaged<ThreadBox>.fromOpaque(raw!).takeRetainedValue()
+            box.body()
+            return nil
+        }, ctx)
+        tids.append(tid)
+    }
+    for t in tids { pthread_join(t, nil) }
+}
+
+// MARK: Measurements
+
+struct Client {
+    let socket: UnixSocket
+    var frames = FrameBuffer(maxBytes: 64 << 20)
+    init(_ path: String) {
+        do { socket = try UnixSocket.connect(to: path) } catch { die("\(error)") }
+    }
+    mutating func roundTrip(_ frame: [UInt8]) -> Response? {
+        do {
+            try socket.writeAll(frame)
+            guard let body = try socket.readFrame(&frames) else { return nil }
+            return try Response(CBOR.decode(body))
+        } catch { return nil }
+    }
+    /// Round trip without decoding (both the daemon and the echo are timed the same way).
+    mutating func rawRoundTrip(_ frame: [UInt8]) -> Int {
+        do {
+            try socket.writeAll(frame)
+            return try socket.readFrame(&frames)?.count ?? -1
+        } catch { return -1 }
+    }
+}
+
+func request(_ id: Int64, _ op: String, _ query: [String: Value]) -> [UInt8] {
+    Frame.encode(Request(id: id, op: op, query: query).value)
+}
+
+let copyQuery: [String: Value] = ["class": .text("genp"), "svce": .text("bench.copy"), "acct": .text("alice"), "r_Data": .bool(true)]
+
+/// Latencies (seconds) of `ops` round trips of `frame` on one warm connection.
+func latencies(path: String, frame: [UInt8], ops: Int) -> [Double] {
+    var c = Client(path)
+    for _ in 0..<min(1000, ops) { _ = c.rawRoundTrip(frame) }
+    var out = [Double](repeating: 0, count: ops)
+    for i in 0..<ops {
+        let t0 = now()
+        guard c.rawRoundTrip(frame) > 0 else { die("connection to \(path) failed") }
+        out[i] = now() - t0
+    }
+    return out.sorted()
+}
+
+/// Aggregate round trips per second with `clients` threads, each on its own connection.
+func throughput(path: String, clients: Int, opsPerClient: Int, frame: @escaping @Sendable (Int, Int) -> [UInt8]) -> Double {
+    let t0 = now()
+    join((0..<clients).map { k in { @Sendable in
+        var c = Client(path)
+        for i in 0..<opsPerClient { guard c.rawRoundTrip(frame(k, i)) > 0 else { die("connection failed") } }
+    } })
+    return Double(clients * opsPerClient) / (now() - t0)
+}
+
+func rssMiB(_ pid: Int32) -> Double? {
+    guard let f = fopen("/proc/\(pid)/status", "r") else { return nil }
+    defer { fclose(f) }
+    var line = [UInt8](repeating: 0, count: 256)
+    while line.withUnsafeMutableBufferPointer({ p in p.withMemoryRebound(to: CChar.self) { fgets($0.baseAddress, 256, f) } }) != nil {
+        let s = String(decoding: line.prefix { $0 != 0 }, as: UTF8.self)
+        if s.hasPrefix("VmRSS:") {
+            let kb = s.split(separator: " ").compactMap { Double($0) }.first ?? 0
+            return kb / 1024
+        }
+    }
+    return nil
+}
+
+func spawnWait(_ argv: [String], env: [String]) -> Int32 {
+    var pid = pid_t()
+    var cargs = argv.map { strdup($0) } + [nil]
+    var cenv = env.map { strdup($0) } + [nil]
+    defer { cargs.forEach { free($0) }; cenv.forEach { free($0) } }
+    var actions = posix_spawn_file_actions_t()
+    posix_spawn_file_actions_init(&actions)
+    posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
+    defer { posix_spawn_file_actions_destroy(&actions) }
+    guard posix_spawn(&pid, argv[0], &actions, nil, &cargs, &cenv) == 0 else { return -1 }
+    var status: Int32 = 0
+    waitpid(pid, &status, 0)
+    return status
+}
+
+// MARK: Main
+
+let args = Args(Array(CommandLine.arguments.dropFirst()))
+signal(SIGPIPE, SIG_IGN)
+
+if let path = args.echoServer { EchoServer.run(path: path, replyBytes: args.replyBytes) }
+
+if let n = args.fill {
+    let c = Client(args.socket)
+    let batch = 500
+    var done = 0
+    var frames = FrameBuffer(maxBytes: 64 << 20)
+    let t0 = now()
+    while done < n {
+        let k = min(batch, n - done)
+        var out: [UInt8] = []
+        for i in 0..<k {
+            out += request(Int64(done + i), "add", ["class": .text("genp"), "svce": .text("bench.fill"),
+                                                    "acct": .text("user\(done + i)"), "v_Data": .bytes(Array(repeating: 7, count: 32))])
+        }
+        do { try c.socket.writeAll(out) } catch { die("\(error)") }
+        for _ in 0..<k {
+            guard let body = try? c.socket.readFrame(&frames), let r = try? Response(CBOR.decode(body)) else { die("fill failed") }
+            if r.status != .success && r.status != .duplicateItem { die("fill: \(r.status) \(r.message ?? "")") }
+        }
+        done += k
+    }
+    print("filled \(n) items in \(Int(now() - t0)) s")
+    exit(0)
+}
+
+// One real item to copy; the echo replies with the same number of bytes as the daemon's answer.
+var setup = Client(args.socket)
+_ = setup.roundTrip(request(1, "add", ["class": .text("genp"), "svce": .text("bench.copy"), "acct": .text("alice"),
+                                       "v_Data": .bytes(Array("correct horse battery staple".utf8))]))
+let copyFrame = request(2, "copy", copyQuery)
+guard let first = setup.roundTrip(copyFrame), first.status == .success else { die("copy of the bench item failed") }
+let replyBytes = Frame.encode(first.value).count
+
+let echoPath = "/tmp/keychaind-bench-echo-\(getpid()).sock"
+let echoPID: pid_t = {
+    var pid = pid_t()
+    let argv = [CommandLine.arguments[0], "--echo-server", echoPath, "--reply-bytes", String(replyBytes)]
+    var cargs = argv.map { strdup($0) } + [nil]
+    defer { cargs.forEach { free($0) } }
+    guard posix_spawn(&pid, "/proc/self/exe", nil, nil, &cargs, environ) == 0 else { die("cannot start the echo server") }
+    return pid
+}()
+defer { kill(echoPID, SIGTERM); unlink(echoPath) }
+for _ in 0..<200 where (try? UnixSocket.connect(to: echoPath)) == nil { usleep(10_000) }
+
+var echoP50: [Double] = [], echoP99: [Double] = [], copyP50: [Double] = [], copyP99: [Double] = []
+var echoOps8: [Double] = [], copyOps8: [Double] = [], addOps1: [Double] = [], addOps8: [Double] = []
+let addOps = max(200, args.ops / 40)
+let socketPath = args.socket
+for round in 0..<args.rounds {
+    let e = latencies(path: echoPath, frame: copyFrame, ops: args.ops)
+    let d = latencies(path: socketPath, frame: copyFrame, ops: args.ops)
+    echoP50.append(percentile(e, 0.5)); echoP99.append(percentile(e, 0.99))
+    copyP50.append(percentile(d, 0.5)); copyP99.append(percentile(d, 0.99))
+    echoOps8.append(throughput(path: echoPath, clients: 8, opsPerClient: args.ops / 8) { _, _ in copyFrame })
+    copyOps8.append(throughput(path: socketPath, clients: 8, opsPerClient: args.ops / 8) { _, _ in copyFrame })
+    let tag = "r\(round)-\(getpid())"
+    addOps1.append(throughput(path: socketPath, clients: 1, opsPerClient: addOps) { k, i in
+        request(Int64(i), "add", ["class": .text("genp"), "svce": .text("bench.add"), "acct": .text("\(tag)-1-\(k)-\(i)"), "v_Data": .bytes([1, 2, 3])])
+    })
+    addOps8.append(throughput(path: socketPath, clients: 8, opsPerClient: addOps / 8) { k, i in
+        request(Int64(i), "add", ["class": .text("genp"), "svce": .text("bench.add"), "acct": .text("\(tag)-8-\(k)-\(i)"), "v_Data": .bytes([1, 2, 3])])
+    })
+}
+
+var cliP50: Double?
+if let cli = args.cli {
+    var times: [Double] = []
+    let env = ["KEYCHAIND_SOCKET=\(socketPath)", "PATH=/usr/bin:/bin", "SWIFT_BACKTRACE=enable=no"]
+    for _ in 0..<50 {
+        let t0 = now()
+        let st = spawnWait([cli, "find", "-s", "bench.copy", "-a", "alice", "-w"], env: env)
+        if st != 0 { die("\(cli) find failed with status \(st)") }
+        times.append(now() - t0)
+    }
+    cliP50 = median(times) * 1000
+}
+let rss = args.daemonPID.flatMap(rssMiB)
+
+let r: [(String, Double?)] = [
+    ("echo_p50_us", median(echoP50) * 1e6), ("echo_p99_us", median(echoP99) * 1e6),
+    ("copy_p50_us", median(copyP50) * 1e6), ("copy_p99_us", median(copyP99) * 1e6),
+    ("echo_ops_s_8", median(echoOps8)), ("copy_ops_s_8", median(copyOps8)),
+    ("add_ops_s_1", median(addOps1)), ("add_ops_s_8", median(addOps8)),
+    ("cli_find_ms_p50", cliP50), ("rss_mib", rss),
+    ("copy_p50_ratio_to_echo", median(copyP50) / median(echoP50)),
+    ("copy_ops_8_share_of_echo", median(copyOps8) / median(echoOps8)),
+]
+func fmt(_ v: Double?) -> String {
+    guard let v, v.isFinite else { return "null" }
+    let scaled = (v * 100).rounded() / 100
+    return "\(scaled)"
+}
+if args.json {
+    print("{\"label\": \"\(args.label)\", \"rounds\": \(args.rounds), \"ops\": \(args.ops), " +
+          r.map { "\"\($0.0)\": \(fmt($0.1))" }.joined(separator: ", ") + "}")
+} else {
+    print("keychaind-bench (\(args.label)): \(args.rounds) rounds × \(args.ops) round trips, medians of per-round figures")
+    for (k, v) in r { print(k.padding(28) + fmt(v)) }
+}
+
+extension String {
+    func padding(_ n: Int) -> String { count >= n ? self + " " : self + String(repeating: " ", count: n - count) }
+}

@@ -1,0 +1,69 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Foundation
+import CSupport
+import KeychainDaemon
+
+// Swift's crash reporter prints memory next to registers; a secrets daemon must not. The setting is
+// read at process start, so when it is missing we set it and exec ourselves once.
+if getenv("SWIFT_BACKTRACE").map({ String(cString: $0) }) != "enable=no" {
+    setenv("SWIFT_BACKTRACE", "enable=no", 1)
+    execv("/proc/self/exe", CommandLine.unsafeArgv)
+    // exec failed: carry on; the unit file sets the variable anyway.
+}
+
+Daemon.blockSignals()
+_ = kc_umask_private()
+// One descriptor per client: take the hard limit so a thousand clients fit.
+var files = rlimit()
+if getrlimit(Int32(RLIMIT_NOFILE.rawValue), &files) == 0, files.rlim_cur < files.rlim_max {
+    files.rlim_cur = files.rlim_max
+    _ = setrlimit(Int32(RLIMIT_NOFILE.rawValue), &files)
+}
+if kc_make_undumpable() != 0 {
+    Log.warning("could not make the process non-dumpable")
+}
+
+func fail(_ message: String) -> Never {
+    var line = Array("keychaind: \(message)\n".utf8)
+    line.withUnsafeMutableBytes { _ = write(2, $0.baseAddress, $0.count) }
+    exit(1)
+}
+
+let parsed: Options.Parsed
+do { parsed = try Options.parse(Array(CommandLine.arguments.dropFirst())) } catch { fail(error.description) }
+
+switch parsed {
+case .help:
+    print(Options.help)
+    exit(0)
+case .version:
+    print("keychaind \(RequestHandler.version)")
+    exit(0)
+case .run(let options):
+    let settings: Settings
+    do {
+        settings = try Daemon.settings(for: options, environment: ProcessInfo.processInfo.environment)
+    } catch {
+        fail("configuration error: \(error)")
+    }
+    Log.threshold = settings.logLevel
+    if options.checkConfig {
+        do {
+            let apps = try AppFiles.load(directory: settings.appsDirectory)
+            print("configuration ok: \(settings.configFile)")
+            for app in apps {
+                print("app \(app.applicationIdentifier) groups=\(app.accessGroups.joined(separator: ",")) admin=\(app.admin) executables=\(app.executables.joined(separator: ","))")
+            }
+            exit(0)
+        } catch {
+            fail("configuration error: \(error)")
+        }
+    }
+    let daemon: Daemon
+    do { daemon = try Daemon(settings: settings) } catch {
+        fail("cannot start: \(error)")
+    }
+    exit(daemon.run())
+}

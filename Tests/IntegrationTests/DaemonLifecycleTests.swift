@@ -1,0 +1,240 @@
+import Foundation
+import XCTest
+import KeychainCore
+import KeychainWire
+
+/// Start, stop, crash, activation, configuration and identity of the real daemon process.
+final class DaemonLifecycleTests: XCTestCase {
+    func add(_ c: RawClient, _ service: String, _ account: String, id: Int64) -> Request {
+        Request(id: id, op: "add", query: ["class": .text("genp"), "svce": .text(service), "acct": .text(account),
+                                           "v_Data": .bytes(Array(account.utf8))])
+    }
+
+    func countItems(_ d: DaemonHarness, service: String) throws -> Int {
+        let c = try d.connect()
+        let r = try c.call("copy", query: ["class": .text("genp"), "svce": .text(service),
+                                           "m_Limit": .text("m_LimitAll"), "r_Attributes": .bool(true)])
+        if r.status == .itemNotFound { return 0 }
+        XCTAssertEqual(r.status, .success, r.message ?? "")
+        return r.result?.array?.count ?? 0
+    }
+
+    func testSIGTERMFinishesInFlightRequestsAndExitsZero() throws {
+        let d = try DaemonHarness()
+        let c = try d.connect()
+        var batch: [UInt8] = []
+        for i in 0..<300 { batch += Frame.encode(add(c, "com.example.term", "u\(i)", id: Int64(i)).value) }
+        try c.sendRaw(batch)
+        usleep(2_000)
+        kill(d.process!.processIdentifier, SIGTERM)
+        var acknowledged = 0
+        while let r = try? c.receive() {
+            if r.status == .success { acknowledged += 1 }
+        }
+        XCTAssertGreaterThan(acknowledged, 0, "requests already being served were answered")
+        XCTAssertEqual(d.stop(), 0, d.log)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: d.socketPath), "socket removed at exit")
+        try d.start()
+        XCTAssertEqual(try countItems(d, service: "com.example.term"), acknowledged, "every acknowledged add survived, nothing else")
+    }
+
+    func testKill9MidWriteLosesNoAcknowledgedItem() throws {
+        let d = try DaemonHarness()
+        let c = try d.connect()
+        var batch: [UInt8] = []
+        for i in 0..<2000 { batch += Frame.encode(add(c, "com.example.crash", "u\(i)", id: Int64(i)).value) }
+        try c.sendRaw(batch)
+        var acknowledged: [Int64] = []
+        for _ in 0..<40 {
+            if let r = try? c.receive(), r.status == .success { acknowledged.append(r.id) }
+        }
+        d.kill9()
+        while let r = try? c.receive() { if r.status == .success { acknowledged.append(r.id) } }
+        try d.start()
+        let stored = try countItems(d, service: "com.example.crash")
+        XCTAssertGreaterThanOrEqual(stored, acknowledged.count, "an acknowledged add was lost")
+        let check = try d.connect()
+        for id in acknowledged {
+            let r = try check.call("copy", query: ["class": .text("genp"), "svce": .text("com.example.crash"),
+                                                   "acct": .text("u\(id)"), "r_Data": .bool(true)])
+            XCTAssertEqual(r.result, .bytes(Array("u\(id)".utf8)))
+        }
+    }
+
+    func testSocketAndDirectoryArePrivate() throws {
+        let d = try DaemonHarness()
+        var st = stat()
+        XCTAssertEqual(lstat(d.socketPath, &st), 0)
+        XCTAssertEqual(st.st_mode & 0o777, 0o600)
+        XCTAssertEqual(stat((d.socketPath as NSString).deletingLastPathComponent, &st), 0)
+        XCTAssertEqual(st.st_mode & 0o777, 0o700)
+        for name in try FileManager.default.contentsOfDirectory(atPath: d.dataDirectory) {
+            XCTAssertEqual(stat(d.dataDirectory + "/" + name, &st), 0)
+            XCTAssertEqual(st.st_mode & 0o077, 0, "\(name) is readable by others")
+        }
+    }
+
+    func testAStaleSocketIsReplacedButAnotherFileIsNot() throws {
+        let d = try DaemonHarness()
+        d.kill9()
+        XCTAssertTrue(FileManager.default.fileExists(atPath: d.socketPath), "kill -9 leaves the socket behind")
+        try d.start()
+        XCTAssertEqual(try d.connect().call("status").status, .success)
+        d.stop()
+        try "not a socket".write(toFile: d.socketPath, atomically: true, encoding: .utf8)
+        XCTAssertThrowsError(try d.start())
+        XCTAssertTrue(d.log.contains("is not a socket"), d.log)
+    }
+
+    func testASecondDaemonOnTheSameSocketRefusesToStart() throws {
+        let d = try DaemonHarness()
+        let out = try d.run(DaemonHarness.daemonPath, d.arguments)
+        XCTAssertNotEqual(out.status, 0)
+        XCTAssertTrue(out.stderr.contains("already serving"), out.stderr)
+        XCTAssertEqual(try d.connect().call("status").status, .success)
+    }
+
+    func testMalformedConfigurationIsReportedWithFileAndReason() throws {
+        let d = try DaemonHarness(config: #"{"maxConections": 10}"#, start: false)
+        let out = try d.run(DaemonHarness.daemonPath, d.arguments)
+        XCTAssertEqual(out.status, 1)
+        XCTAssertTrue(out.stderr.contains(d.configFile) && out.stderr.contains("unknown key \"maxConections\""), out.stderr)
+
+        try "{ not json".write(toFile: d.configFile, atomically: true, encoding: .utf8)
+        let bad = try d.run(DaemonHarness.daemonPath, d.arguments)
+        XCTAssertEqual(bad.status, 1)
+        XCTAssertTrue(bad.stderr.contains("is not valid JSON"), bad.stderr)
+
+        try "".write(toFile: d.configFile, atomically: true, encoding: .utf8)
+        try #"{"application-identifier": "A.x", "keychain-access-groups": ["A.x"], "executables": ["/bin/x"], "colour": 1}"#
+            .write(toFile: d.appsDirectory + "/bad.json", atomically: true, encoding: .utf8)
+        let app = try d.run(DaemonHarness.daemonPath, d.arguments)
+        XCTAssertEqual(app.status, 1)
+        XCTAssertTrue(app.stderr.contains("bad.json") && app.stderr.contains("colour"), app.stderr)
+    }
+
+    func testHelpListsEveryFlag() throws {
+        let d = try DaemonHarness(start: false)
+        let out = try d.run(DaemonHarness.daemonPath, ["--help"])
+        XCTAssertEqual(out.status, 0)
+        for flag in ["--socket", "--data-dir", "--config", "--log-level", "--version"] {
+            XCTAssertTrue(out.stdout.contains(flag), flag)
+        }
+    }
+
+    func testAnUnregisteredExecutableGetsMissingEntitlementSayingHowToRegister() throws {
+        let d = try DaemonHarness(apps: [])
+        let r = try d.connect().call("copy", query: ["class": .text("genp"), "svce": .text("x")])
+        XCTAssertEqual(r.status, .missingEntitlement)
+        XCTAssertTrue(r.message?.contains("apps.d") ?? false, r.message ?? "")
+    }
+
+    func testSIGHUPReloadsAppsWithoutDroppingConnections() throws {
+        let d = try DaemonHarness(apps: [])
+        let c = try d.connect()
+        XCTAssertEqual(try c.call("copy", query: ["class": .text("genp")]).status, .missingEntitlement)
+        try d.register(DaemonHarness.defaultApps[0], name: "late")
+        d.reloadApps()
+        var status = Status.missingEntitlement
+        for _ in 0..<100 where status == .missingEntitlement {
+            usleep(20_000)
+            status = try c.call("copy", query: ["class": .text("genp")]).status
+        }
+        XCTAssertEqual(status, .itemNotFound, "the same connection now acts as the registered app")
+    }
+
+    func testAnotherUIDIsRefused() throws {
+        guard getuid() == 0, FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv"),
+              FileManager.default.isExecutableFile(atPath: "/usr/bin/python3") else {
+            XCTFail("needs root, setpriv and /usr/bin/python3 to run a client as another uid (scripts/test installs them)")
+            return
+        }
+        let d = try DaemonHarness()
+        // Open the way for uid 65534 (the daemon's own socket is 0600, which alone would refuse it).
+        chmod(d.root, 0o755)
+        chmod((d.socketPath as NSString).deletingLastPathComponent, 0o755)
+        chmod(d.socketPath, 0o666)
+        let frame = Frame.encode(Request(id: 1, op: "status").value).map { String(format: "%02x", $0) }.joined()
+        let script = """
+        import socket, sys
+        s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])
+        try: s.sendall(bytes.fromhex(sys.argv[2]))
+        except BrokenPipeError: pass  # the daemon may refuse and close before we finish sending
+        data = b''
+        while True:
+            chunk = s.recv(4096)
+            if not chunk: break
+            data += chunk
+        print(data.hex())
+        """
+        let out = try d.run("/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", script, d.socketPath, frame])
+        XCTAssertEqual(out.status, 0, out.stderr)
+        var bytes: [UInt8] = []
+        var hex = Substring(out.stdout.trimmingCharacters(in: .whitespacesAndNewlines))
+        while hex.count >= 2 { bytes.append(UInt8(hex.prefix(2), radix: 16)!); hex = hex.dropFirst(2) }
+        guard bytes.count > 4 else { return XCTFail("no response frame from the daemon") }
+        let response = try Response(CBOR.decode(Array(bytes[4...])))
+        XCTAssertEqual(response.status, .missingEntitlement)
+        XCTAssertTrue(response.message?.contains("uid") ?? false)
+    }
+
+    func testSocketActivationThroughSystemdSocketActivate() throws {
+        let tool = "/usr/bin/systemd-socket-activate"
+        guard FileManager.default.isExecutableFile(atPath: tool) else {
+            XCTFail("systemd-socket-activate is not installed (Debian package systemd; scripts/test installs it)")
+            return
+        }
+        let d = try DaemonHarness(start: false)
+        try FileManager.default.createDirectory(atPath: (d.socketPath as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+        let notify = try NotifyListener(path: d.root + "/notify.sock")
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: tool)
+        p.arguments = ["-l", d.socketPath, "-E", "NOTIFY_SOCKET=\(notify.path)", DaemonHarness.daemonPath,
+                       "--data-dir", d.dataDirectory, "--config", d.configFile]
+        p.standardError = FileHandle(forWritingAtPath: "/dev/null")
+        try p.run()
+        defer { if p.isRunning { kill(p.processIdentifier, SIGKILL); p.waitUntilExit() } }
+        var client: RawClient?
+        for _ in 0..<250 where client == nil {
+            client = try? d.connect()
+            if client == nil { usleep(20_000) }
+        }
+        let c = try XCTUnwrap(client)
+        let r = try c.call("status")
+        XCTAssertEqual(r.status, .success)
+        XCTAssertTrue(notify.waitFor("READY=1"), "READY=1 sent once serving")
+        kill(p.processIdentifier, SIGTERM)
+        p.waitUntilExit()
+        XCTAssertEqual(p.terminationStatus, 0)
+        XCTAssertTrue(notify.waitFor("STOPPING=1"))
+    }
+}
+
+/// A datagram socket standing in for systemd's notify socket.
+final class NotifyListener {
+    let path: String
+    let fd: Int32
+    private var received = ""
+
+    init(path: String) throws {
+        self.path = path
+        fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue), 0)
+        var address = try SocketAddress(path: path)
+        let fd = self.fd
+        guard address.withSockaddr({ bind(fd, $0, $1) }) == 0 else { throw HarnessError("bind notify socket") }
+        var tv = timeval(tv_sec: 0, tv_usec: 100_000)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+    }
+
+    deinit { close(fd); unlink(path) }
+
+    func waitFor(_ text: String, timeout: TimeInterval = 10) -> Bool {
+        let deadline = Date().addingTimeInterval(timeout)
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while !received.contains(text) && Date() < deadline {
+            let n = recv(fd, &buffer, buffer.count, 0)
+            if n > 0 { received += String(decoding: buffer[0..<n], as: UTF8.self) + "\n" }
+        }
+        return received.contains(text)
+    }
+}

@@ -1,0 +1,181 @@
+import Foundation
+import XCTest
+import KeychainCore
+import KeychainWire
+
+/// Starts the real `keychaind` binary on a temporary socket, data dir and config, with registered apps.
+///
+/// By default the test runner's own executable is registered as app `TEAM.tests` with groups
+/// `TEAM.tests` and `TEAM.shared`, so in-process clients are allowed.
+final class DaemonHarness: @unchecked Sendable {
+    struct App {
+        var id: String
+        var groups: [String]
+        var executables: [String]
+        var admin = false
+    }
+
+    /// The folder holding the built products (keychaind, keychainctl, the test bundle).
+    static let productsDirectory: String = {
+        let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+        return (exe as NSString).deletingLastPathComponent
+    }()
+
+    static var daemonPath: String { productsDirectory + "/keychaind" }
+    static var cliPath: String { productsDirectory + "/keychainctl" }
+    static var runnerExecutable: String { (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? "" }
+
+    static let defaultApps = [App(id: "TEAM.tests", groups: ["TEAM.tests", "TEAM.shared"], executables: [runnerExecutable])]
+
+    let root: String
+    let socketPath: String
+    let dataDirectory: String
+    let configFile: String
+    let appsDirectory: String
+    let logFile: String
+    private(set) var process: Process?
+
+    init(apps: [App] = DaemonHarness.defaultApps, config: String = "{}", start: Bool = true) throws {
+        root = NSTemporaryDirectory() + "keychaind-test-" + UUID().uuidString.prefix(8)
+        socketPath = root + "/run/keychaind.sock"
+        dataDirectory = root + "/data"
+        configFile = root + "/config/keychaind.json"
+        appsDirectory = root + "/config/apps.d"
+        logFile = root + "/daemon.log"
+        try FileManager.default.createDirectory(atPath: appsDirectory, withIntermediateDirectories: true)
+        try config.write(toFile: configFile, atomically: true, encoding: .utf8)
+        for (i, app) in apps.enumerated() { try register(app, name: "app\(i)") }
+        if start { try self.start() }
+    }
+
+    deinit {
+        if let p = process, p.isRunning { kill(p.processIdentifier, SIGKILL); p.waitUntilExit() }
+        try? FileManager.default.removeItem(atPath: root)
+    }
+
+    func register(_ app: App, name: String) throws {
+        var object: [String: Any] = ["application-identifier": app.id, "keychain-access-groups": app.groups,
+                                     "executables": app.executables]
+        if app.admin { object["admin"] = true }
+        let data = try JSONSerialization.data(withJSONObject: object)
+        try data.write(to: URL(fileURLWithPath: appsDirectory + "/\(name).json"))
+    }
+
+    var arguments: [String] { ["--socket", socketPath, "--data-dir", dataDirectory, "--config", configFile, "--log-level", "debug"] }
+
+    /// Launches the daemon and waits until its socket answers.
+    func start(extraEnvironment: [String: String] = [:]) throws {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: Self.daemonPath)
+        p.arguments = arguments
+        var env = ProcessInfo.processInfo.environment
+        for (k, v) in extraEnvironment { env[k] = v }
+        p.environment = env
+        FileManager.default.createFile(atPath: logFile, contents: nil)
+        let log = FileHandle(forWritingAtPath: logFile)!
+        log.seekToEndOfFile()
+        p.standardError = log
+        p.standardOutput = log
+        try p.run()
+        process = p
+        try waitUntilServing()
+    }
+
+    func waitUntilServing(timeout: TimeInterval = 20) throws {
+        let deadline = Date().addingTimeInterval(timeout)
+        while Date() < deadline {
+            if let s = try? UnixSocket.connect(to: socketPath) { s.close(); return }
+            if let p = process, !p.isRunning {
+                throw HarnessError("keychaind exited with \(p.terminationStatus) before serving:\n\(log)")
+            }
+            usleep(20_000)
+        }
+        throw HarnessError("keychaind did not serve within \(timeout) s:\n\(log)")
+    }
+
+    var log: String { (try? String(contentsOfFile: logFile, encoding: .utf8)) ?? "" }
+
+    /// SIGTERM and wait; returns the exit status.
+    @discardableResult
+    func stop() -> Int32 {
+        guard let p = process else { return -1 }
+        if p.isRunning { kill(p.processIdentifier, SIGTERM) }
+        p.waitUntilExit()
+        process = nil
+        return p.terminationStatus
+    }
+
+    func kill9() {
+        guard let p = process else { return }
+        kill(p.processIdentifier, SIGKILL)
+        p.waitUntilExit()
+        process = nil
+    }
+
+    func reloadApps() {
+        if let p = process { kill(p.processIdentifier, SIGHUP) }
+    }
+
+    /// A raw protocol connection (no client library), for wire-level tests.
+    func connect() throws -> RawClient { try RawClient(path: socketPath) }
+
+    /// Runs a program to completion; returns exit status and its output.
+    @discardableResult
+    func run(_ executable: String, _ args: [String], stdin: String? = nil, environment: [String: String] = [:]) throws -> (status: Int32, stdout: String, stderr: String) {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: executable)
+        p.arguments = args
+        var env = ProcessInfo.processInfo.environment
+        env["KEYCHAIND_SOCKET"] = socketPath
+        for (k, v) in environment { env[k] = v }
+        p.environment = env
+        let out = Pipe(), err = Pipe(), input = Pipe()
+        p.standardOutput = out
+        p.standardError = err
+        p.standardInput = input
+        try p.run()
+        if let stdin { input.fileHandleForWriting.write(Data(stdin.utf8)) }
+        try? input.fileHandleForWriting.close()
+        let o = out.fileHandleForReading.readDataToEndOfFile()
+        let e = err.fileHandleForReading.readDataToEndOfFile()
+        p.waitUntilExit()
+        return (p.terminationStatus, String(decoding: o, as: UTF8.self), String(decoding: e, as: UTF8.self))
+    }
+}
+
+struct HarnessError: Error, CustomStringConvertible {
+    let description: String
+    init(_ d: String) { description = d }
+}
+
+/// A minimal protocol client for wire-level tests: send frames, read responses.
+final class RawClient {
+    let socket: UnixSocket
+    var frames = FrameBuffer(maxBytes: 64 << 20)
+    var nextID: Int64 = 1
+
+    init(path: String) throws { socket = try UnixSocket.connect(to: path) }
+
+    func send(_ request: Request) throws { try socket.writeAll(Frame.encode(request.value)) }
+    func sendRaw(_ bytes: [UInt8]) throws { try socket.writeAll(bytes) }
+
+    func receive() throws -> Response {
+        guard let body = try socket.readFrame(&frames) else { throw HarnessError("connection closed") }
+        return try Response(CBOR.decode(body))
+    }
+
+    /// True when the daemon has closed the connection (read returns end of stream).
+    func isClosed() -> Bool {
+        (try? socket.readFrame(&frames)) == nil
+    }
+
+    func call(_ op: String, query: [String: Value]? = nil, attributes: [String: Value]? = nil,
+              arguments: [String: Value] = [:]) throws -> Response {
+        let id = nextID
+        nextID += 1
+        try send(Request(id: id, op: op, query: query, attributes: attributes, arguments: arguments))
+        let r = try receive()
+        XCTAssertEqual(r.id, id)
+        return r
+    }
+}
