@@ -13,6 +13,13 @@ public struct PeerIdentity: Sendable {
     /// Why `executable` is nil, for the error message the client gets.
     public let problem: String?
 
+    public init(pid: Int32, uid: UInt32, executable: String?, problem: String?) {
+        self.pid = pid
+        self.uid = uid
+        self.executable = executable
+        self.problem = problem
+    }
+
     /// Reads SO_PEERCRED, then the executable through a pidfd: the pidfd pins the process, so after
     /// reading `/proc/<pid>/exe` we check that the pidfd still names a live process with that pid —
     /// a pid recycled in between cannot lend its executable to an impostor.

@@ -4,6 +4,7 @@
  * Each returns what the system call returns (-1 with errno set on failure); Swift wraps them once. */
 #include <sys/types.h>
 #include <stdint.h>
+#include <stddef.h>
 
 typedef struct {
     int32_t pid;
@@ -31,5 +32,8 @@ int kc_is_dumpable(void);
 unsigned kc_umask_private(void);
 /* getrandom() into buf; returns bytes written or -1. */
 long kc_getrandom(void *buf, unsigned long len);
+
+/* libFuzzer's driver, linked only in -sanitize=fuzzer builds (the fuzz target calls it under FUZZING). */
+int LLVMFuzzerRunDriver(int *argc, char ***argv, int (*callback)(const uint8_t *data, size_t size));
 
 #endif

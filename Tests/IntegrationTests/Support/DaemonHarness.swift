@@ -71,7 +71,7 @@ final class DaemonHarness: @unchecked Sendable {
         var env = ProcessInfo.processInfo.environment
         for (k, v) in extraEnvironment { env[k] = v }
         p.environment = env
-        FileManager.default.createFile(atPath: logFile, contents: nil)
+        _ = FileManager.default.createFile(atPath: logFile, contents: nil)
         let log = FileHandle(forWritingAtPath: logFile)!
         log.seekToEndOfFile()
         p.standardError = log

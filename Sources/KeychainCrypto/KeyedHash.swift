@@ -1,0 +1,77 @@
+import CSodium
+
+/// Keyed BLAKE2b (`crypto_generichash` with a key): blind indexes and key derivation.
+///
+/// Inputs are framed unambiguously: a domain byte, then each part as an 8-byte little-endian length
+/// followed by its bytes, so ("ab","c") and ("a","bc") never collide.
+public enum KeyedHash {
+    public static func hash(key: UnsafeRawBufferPointer, domain: UInt8, parts: [[UInt8]], length: Int) -> [UInt8] {
+        precondition(length >= Int(crypto_generichash_BYTES_MIN) && length <= Int(crypto_generichash_BYTES_MAX))
+        precondition(key.count >= Int(crypto_generichash_KEYBYTES_MIN) && key.count <= Int(crypto_generichash_KEYBYTES_MAX))
+        Sodium.ensureInitialized()
+        // The BLAKE2b state is 64-byte aligned, so Swift sees it as opaque: keep it on the stack.
+        return withUnsafeTemporaryAllocation(byteCount: crypto_generichash_statebytes(), alignment: 64) { raw in
+            defer { Sodium.zero(raw) }
+            let state = OpaquePointer(raw.baseAddress!)
+            _ = crypto_generichash_init(state, key.baseAddress!.assumingMemoryBound(to: UInt8.self), key.count, length)
+            var d = domain
+            _ = crypto_generichash_update(state, &d, 1)
+            for part in parts {
+                var n = UInt64(part.count).littleEndian
+                withUnsafeBytes(of: &n) { _ = crypto_generichash_update(state, $0.baseAddress!.assumingMemoryBound(to: UInt8.self), 8) }
+                part.withUnsafeBufferPointer { p in
+                    if let base = p.baseAddress, p.count > 0 { _ = crypto_generichash_update(state, base, UInt64(p.count)) }
+                }
+            }
+            return [UInt8](unsafeUninitializedCapacity: length) { out, initialized in
+                _ = crypto_generichash_final(state, out.baseAddress!, length)
+                initialized = length
+            }
+        }
+    }
+
+    /// Derives a 32-byte subkey into guarded memory: BLAKE2b keyed with `key` over a label (and extra
+    /// key material, such as a second key a derived key must depend on).
+    public static func deriveKey(from key: SecureBytes, label: String, mixing other: SecureBytes? = nil) -> SecureBytes {
+        key.withUnsafeBytes { k in
+            var parts: [[UInt8]] = [Array(label.utf8)]
+            if let other { parts.append(other.withUnsafeBytes { Array($0) }) }
+            var out = hash(key: k, domain: 0xD0, parts: parts, length: AEAD.keyBytes)
+            defer {
+                Sodium.zero(&out)
+                for i in parts.indices { Sodium.zero(&parts[i]) }
+            }
+            return out.withUnsafeBytes { SecureBytes(copying: $0) }
+        }
+    }
+}
+
+/// The blind index: keyed BLAKE2b of attribute values, so the database can find and de-duplicate items
+/// by service/account/group without holding them. The key lives in guarded memory.
+public struct BlindIndexer: Sendable {
+    /// Length of a search column's digest; the uniqueness digest is longer (collisions there would be
+    /// false duplicates).
+    public static let columnLength = 16
+    public static let keyLength = 32
+
+    public enum Column: UInt8, Sendable {
+        case accessGroup = 1, service = 2, account = 3, uniqueKey = 4
+    }
+
+    private let key: SecureBytes
+
+    public init(key: SecureBytes) { self.key = key }
+
+    /// Digest of one attribute value for its search column.
+    public func column(_ column: Column, _ value: [UInt8]) -> [UInt8] {
+        key.withUnsafeBytes { KeyedHash.hash(key: $0, domain: column.rawValue, parts: [value], length: Self.columnLength) }
+    }
+
+    /// Digest of Apple's uniqueness key (agrp, svce, acct, sync) for the UNIQUE column.
+    public func uniqueKey(accessGroup: [UInt8], service: [UInt8], account: [UInt8], synchronizable: Bool) -> [UInt8] {
+        key.withUnsafeBytes {
+            KeyedHash.hash(key: $0, domain: Column.uniqueKey.rawValue,
+                           parts: [accessGroup, service, account, [synchronizable ? 1 : 0]], length: Self.keyLength)
+        }
+    }
+}

@@ -1,0 +1,59 @@
+/// Apple's data-protection classes (`kSecAttrAccessible`, wire key `pdmn`), numbered as Apple's keybag
+/// numbers them. Stored in the row as a small integer and bound into every ciphertext of the row.
+public enum ProtectionClass: UInt8, CaseIterable, Sendable, CustomStringConvertible {
+    case whenUnlocked = 6                    // ak
+    case afterFirstUnlock = 7                // ck
+    case always = 8                          // dk
+    case whenUnlockedThisDeviceOnly = 9      // aku
+    case afterFirstUnlockThisDeviceOnly = 10 // cku
+    case alwaysThisDeviceOnly = 11           // dku
+    case whenPasscodeSetThisDeviceOnly = 12  // akpu
+
+    /// Apple's default when an add names none.
+    public static let `default` = ProtectionClass.whenUnlocked
+
+    public init?(code: String) {
+        switch code {
+        case "ak": self = .whenUnlocked
+        case "ck": self = .afterFirstUnlock
+        case "dk": self = .always
+        case "aku": self = .whenUnlockedThisDeviceOnly
+        case "cku": self = .afterFirstUnlockThisDeviceOnly
+        case "dku": self = .alwaysThisDeviceOnly
+        case "akpu": self = .whenPasscodeSetThisDeviceOnly
+        default: return nil
+        }
+    }
+
+    /// The wire string (`ak`, `cku`, …).
+    public var code: String {
+        switch self {
+        case .whenUnlocked: return "ak"
+        case .afterFirstUnlock: return "ck"
+        case .always: return "dk"
+        case .whenUnlockedThisDeviceOnly: return "aku"
+        case .afterFirstUnlockThisDeviceOnly: return "cku"
+        case .alwaysThisDeviceOnly: return "dku"
+        case .whenPasscodeSetThisDeviceOnly: return "akpu"
+        }
+    }
+
+    /// Bound to this device's key file: never readable from a copy of the database elsewhere.
+    public var isThisDeviceOnly: Bool {
+        switch self {
+        case .whenUnlockedThisDeviceOnly, .afterFirstUnlockThisDeviceOnly, .alwaysThisDeviceOnly,
+             .whenPasscodeSetThisDeviceOnly: return true
+        default: return false
+        }
+    }
+
+    /// Readable whenever the daemon runs (Apple's "D" classes), even while locked.
+    public var isAlways: Bool { self == .always || self == .alwaysThisDeviceOnly }
+
+    /// Readable only while unlocked (Apple's "A" classes): dropped on lock.
+    public var needsUnlocked: Bool {
+        self == .whenUnlocked || self == .whenUnlockedThisDeviceOnly || self == .whenPasscodeSetThisDeviceOnly
+    }
+
+    public var description: String { code }
+}

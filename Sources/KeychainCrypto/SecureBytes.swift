@@ -1,0 +1,47 @@
+import CSodium
+
+/// Long-lived key material in libsodium guarded memory: `sodium_malloc` (guard pages, `mlock`ed when the
+/// limit allows), read-only once filled, zeroed and unmapped by `sodium_free` on deinit.
+///
+/// `description` shows only the length. Allocation costs a few system calls (≈15 µs), so this type is
+/// for keys that live as long as the daemon; per-request material uses plain buffers + `Sodium.zero`.
+public final class SecureBytes: @unchecked Sendable, CustomStringConvertible, CustomDebugStringConvertible {
+    // Safety: the memory is written only inside the initialiser and read-only afterwards.
+    @usableFromInline let pointer: UnsafeMutableRawPointer
+    public let count: Int
+
+    /// Guarded memory of `count` bytes, filled by `fill` and then made read-only.
+    public init(count: Int, fill: (UnsafeMutableRawBufferPointer) -> Void) {
+        precondition(count > 0, "SecureBytes must not be empty")
+        Sodium.ensureInitialized()
+        guard let p = sodium_malloc(count) else { fatalError("sodium_malloc(\(count)) failed: out of memory") }
+        pointer = p
+        self.count = count
+        let buffer = UnsafeMutableRawBufferPointer(start: p, count: count)
+        Sodium.zero(buffer)
+        fill(buffer)
+        _ = sodium_mprotect_readonly(p)
+    }
+
+    /// `count` random bytes.
+    public convenience init(random count: Int) {
+        self.init(count: count) { Sodium.randomFill($0) }
+    }
+
+    /// A guarded copy of `bytes` (the caller zeroes its own copy).
+    public convenience init(copying bytes: UnsafeRawBufferPointer) {
+        self.init(count: bytes.count) { $0.copyMemory(from: bytes) }
+    }
+
+    @inlinable
+    public func withUnsafeBytes<R, E: Error>(_ body: (UnsafeRawBufferPointer) throws(E) -> R) throws(E) -> R {
+        try body(UnsafeRawBufferPointer(start: pointer, count: count))
+    }
+
+    deinit {
+        sodium_free(pointer)   // makes the region writable, zeroes it, unmaps it
+    }
+
+    public var description: String { "SecureBytes(\(count) bytes)" }
+    public var debugDescription: String { description }
+}

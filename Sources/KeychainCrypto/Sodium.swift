@@ -1,0 +1,43 @@
+import CSodium
+
+/// libsodium's one-time initialisation. `sodium_malloc` before `sodium_init` aborts the process, so every
+/// entry point of this module that touches libsodium calls `Sodium.ensureInitialized()` first.
+public enum Sodium {
+    /// A lazily initialised global: Swift runs the initialiser exactly once, thread-safely.
+    private static let initialized: Bool = sodium_init() >= 0
+
+    public static func ensureInitialized() {
+        precondition(initialized, "libsodium could not be initialised")
+    }
+
+    /// Overwrites `buffer` with zeros in a way the compiler cannot optimise away.
+    public static func zero(_ buffer: UnsafeMutableRawBufferPointer) {
+        guard let base = buffer.baseAddress, buffer.count > 0 else { return }
+        sodium_memzero(base, buffer.count)
+    }
+
+    /// Overwrites an array's bytes with zeros (for per-request plaintext buffers).
+    public static func zero(_ bytes: inout [UInt8]) {
+        bytes.withUnsafeMutableBytes { zero($0) }
+    }
+
+    /// Fills `buffer` with cryptographically secure random bytes.
+    public static func randomFill(_ buffer: UnsafeMutableRawBufferPointer) {
+        ensureInitialized()
+        guard let base = buffer.baseAddress, buffer.count > 0 else { return }
+        randombytes_buf(base, buffer.count)
+    }
+
+    public static func randomBytes(_ count: Int) -> [UInt8] {
+        var out = [UInt8](repeating: 0, count: count)
+        out.withUnsafeMutableBytes { randomFill($0) }
+        return out
+    }
+
+    /// Constant-time comparison of two equally long buffers.
+    public static func equal(_ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer) -> Bool {
+        guard a.count == b.count else { return false }
+        guard a.count > 0 else { return true }
+        return sodium_memcmp(a.baseAddress!, b.baseAddress!, a.count) == 0
+    }
+}

@@ -1,0 +1,130 @@
+import KeychainCore
+import KeychainCrypto
+
+/// The generic-password attributes (SPEC §3), their wire keys, and Apple's input coercions.
+///
+/// Each input value is normalised once into the form it is stored and returned in:
+/// strings stay text or bytes as written (Apple returns "the type it was written with"), numbers become
+/// `.int`, flags become `.bool`, dates stay `.date`.
+enum Attribute: String, CaseIterable, Sendable {
+    case service = "svce"
+    case account = "acct"
+    case accessGroup = "agrp"
+    case accessible = "pdmn"
+    case label = "labl"
+    case description = "desc"
+    case comment = "icmt"
+    case generic = "gena"
+    case creator = "crtr"
+    case type = "type"
+    case isInvisible = "invi"
+    case isNegative = "nega"
+    case synchronizable = "sync"
+    case creationDate = "cdat"
+    case modificationDate = "mdat"
+
+    enum Kind {
+        /// text or bytes, kept as written; compared by bytes (UTF-8 for text), as Apple's SHA-1 columns do
+        case stringOrData
+        /// text only
+        case text
+        /// one of the accessibility codes
+        case accessibility
+        /// bytes (text tolerated), kept as written
+        case data
+        /// unsigned 32-bit integer (FourCC); bools → 0/1, decimal strings parsed
+        case uint32
+        /// boolean; integers and "0"/"1" accepted
+        case flag
+        /// date (CBOR tag 1)
+        case date
+    }
+
+    var kind: Kind {
+        switch self {
+        case .service, .account, .label, .description, .comment: return .stringOrData
+        case .accessGroup: return .text
+        case .accessible: return .accessibility
+        case .generic: return .data
+        case .creator, .type: return .uint32
+        case .isInvisible, .isNegative, .synchronizable: return .flag
+        case .creationDate, .modificationDate: return .date
+        }
+    }
+
+    /// Part of Apple's uniqueness key (class, acct, svce, agrp, sync).
+    var isKey: Bool { self == .service || self == .account || self == .accessGroup || self == .synchronizable }
+
+    /// The stored form of an input value, or errSecParam naming the key (never the value).
+    func normalize(_ value: Value) throws(KeychainError) -> Value {
+        let key = rawValue
+        switch kind {
+        case .stringOrData:
+            switch value {
+            case .text, .bytes: return value
+            default: throw .param("\(key) must be a string or data, not \(value.kindName)")
+            }
+        case .text:
+            guard case .text = value else { throw .param("\(key) must be a string, not \(value.kindName)") }
+            return value
+        case .accessibility:
+            guard case .text(let code) = value else { throw .param("\(key) must be a string, not \(value.kindName)") }
+            guard ProtectionClass(code: code) != nil else {
+                throw .param("\(key) must be one of ak, ck, dk, aku, cku, dku, akpu")
+            }
+            return value
+        case .data:
+            switch value {
+            case .bytes, .text: return value
+            default: throw .param("\(key) must be data, not \(value.kindName)")
+            }
+        case .uint32:
+            switch value {
+            case .int(let n) where n >= 0 && n <= Int64(UInt32.max): return .int(n)
+            case .bool(let b): return .int(b ? 1 : 0)
+            case .text(let s):
+                if let n = UInt32(s) { return .int(Int64(n)) }
+                throw .param("\(key) must be an unsigned 32-bit number")
+            default: throw .param("\(key) must be an unsigned 32-bit number, not \(value.kindName)")
+            }
+        case .flag:
+            switch value {
+            case .bool: return value
+            case .int(let n): return .bool(n != 0)
+            case .text("0"): return .bool(false)
+            case .text("1"): return .bool(true)
+            default: throw .param("\(key) must be a boolean, not \(value.kindName)")
+            }
+        case .date:
+            guard case .date = value else { throw .param("\(key) must be a date, not \(value.kindName)") }
+            return value
+        }
+    }
+
+    /// Whether a stored value matches a (normalised) query value: byte-exact, case-sensitive.
+    func matches(stored: Value?, query: Value) -> Bool {
+        guard let stored else { return false }
+        switch kind {
+        case .stringOrData, .data:
+            guard let a = Self.bytes(of: stored), let b = Self.bytes(of: query) else { return false }
+            return a == b
+        default:
+            return stored == query
+        }
+    }
+
+    /// The bytes a blind index is computed over: UTF-8 for text, raw for data.
+    static func bytes(of value: Value) -> [UInt8]? {
+        switch value {
+        case .text(let s): return Array(s.utf8)
+        case .bytes(let b): return b
+        default: return nil
+        }
+    }
+}
+
+/// A key as it may appear in an error message: printable ASCII, bounded length.
+func printableKey(_ key: String) -> String {
+    let clean = key.unicodeScalars.prefix(32).map { $0.isASCII && $0.value >= 0x20 && $0.value < 0x7F ? Character($0) : "?" }
+    return String(clean) + (key.unicodeScalars.count > 32 ? "…" : "")
+}

@@ -1,0 +1,22 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Synchronization
+
+/// Timestamps for cdat/mdat: wall-clock seconds, strictly increasing across the writes of this process,
+/// and an update's mdat at least 1 ms past the item's previous one (as Apple does).
+final class Clock: Sendable {
+    private let last = Mutex<Double>(0)
+
+    func next(after previous: Double? = nil) -> Double {
+        var ts = timespec()
+        clock_gettime(CLOCK_REALTIME, &ts)
+        let wall = Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
+        return last.withLock { last in
+            var t = max(wall, last + 1e-6)
+            if let previous { t = max(t, previous + 1e-3) }
+            last = t
+            return t
+        }
+    }
+}

@@ -1,0 +1,146 @@
+import KeychainCore
+import KeychainCrypto
+import KeychainStore
+
+/// An item after opening its row: the decrypted attributes (and the secret when it was asked for).
+struct OpenedItem {
+    var row: StoredItem
+    var protection: ProtectionClass
+    /// Wire key → stored value: every attribute set, plus agrp, pdmn, sync, svce, acct, cdat, mdat.
+    var attributes: [String: Value]
+    var secret: [UInt8]?
+}
+
+/// Seals items into rows and opens rows into items.
+///
+/// Each row has its own random 32-byte item key, sealed by its class key; the attributes (CBOR map)
+/// and the secret are sealed separately by the item key, so attribute-only reads never open the
+/// secret. Every ciphertext's associated data is the row's identity — its persistent-ref id, its class
+/// and which part it is — so a part moved into another row, or a changed class column, fails to open
+/// (errSecDecode) instead of yielding another item's data.
+struct ItemCodec: Sendable {
+    let vault: Vault
+
+    enum Part: UInt8 { case itemKey = 0x4B, attributes = 0x41, secret = 0x53 }   // 'K' 'A' 'S'
+
+    /// The associated data of one part of a row. The item key's also covers the uniqueness digest
+    /// (`key_ix`), so unwrapping it proves the row's (agrp, svce, acct, sync) digest is the one sealed:
+    /// point lookups that ask for no attributes can then skip opening them.
+    static func associatedData(ref: [UInt8], protection: ProtectionClass, part: Part, uniqueIndex: [UInt8] = []) -> [UInt8] {
+        var ad: [UInt8] = [0x6B, 0x63, 0x31]        // "kc1": format version
+        ad.reserveCapacity(3 + ref.count + 2 + uniqueIndex.count)
+        ad.append(contentsOf: ref)
+        ad.append(protection.rawValue)
+        ad.append(part.rawValue)
+        if part == .itemKey { ad.append(contentsOf: uniqueIndex) }
+        return ad
+    }
+
+    // MARK: Opening
+
+    /// Opens a row: the attributes always, the secret when `withSecret`. A locked class is
+    /// errSecInteractionNotAllowed; anything damaged or moved is errSecDecode.
+    func open(_ row: StoredItem, withSecret: Bool, withAttributes: Bool = true) throws(KeychainError) -> OpenedItem {
+        guard let protection = ProtectionClass(rawValue: row.protectionClass), row.ref.count == PersistentRef.idLength else {
+            throw KeychainError(.decode, "an item in the database is damaged (unknown class or id)")
+        }
+        let classKey = try vault.classKey(protection)
+        var secret: [UInt8]?
+        let attributes = try classKey.withUnsafeBytes { (ck) throws(KeychainError) -> [String: Value] in
+            let keyAD = Self.associatedData(ref: row.ref, protection: protection, part: .itemKey, uniqueIndex: row.uniqueIndex)
+            return try withBytes(keyAD) { (kad) throws(KeychainError) -> [String: Value] in
+                try AEAD.withOpenedKey(row.wrappedKey, key: ck, ad: kad, what: "item key") { (ik) throws(KeychainError) -> [String: Value] in
+                    let attributes = withAttributes ? try openAttributes(row, protection: protection, itemKey: ik) : [:]
+                    if withSecret {
+                        secret = try withBytes(Self.associatedData(ref: row.ref, protection: protection, part: .secret)) { (sad) throws(KeychainError) in
+                            try AEAD.open(row.secret, key: ik, ad: sad, what: "item secret")
+                        }
+                    }
+                    return attributes
+                }
+            }
+        }
+        return OpenedItem(row: row, protection: protection, attributes: attributes, secret: secret)
+    }
+
+    private func openAttributes(_ row: StoredItem, protection: ProtectionClass,
+                                itemKey: UnsafeRawBufferPointer) throws(KeychainError) -> [String: Value] {
+        var plain = try withBytes(Self.associatedData(ref: row.ref, protection: protection, part: .attributes)) { (aad) throws(KeychainError) in
+            try AEAD.open(row.attributes, key: itemKey, ad: aad, what: "item attributes")
+        }
+        defer { Sodium.zero(&plain) }
+        let decoded: Value
+        do { decoded = try CBOR.decode(plain) } catch {
+            throw KeychainError(.decode, "an item's attributes are damaged")
+        }
+        guard case .map(let map) = decoded, map["pdmn"] == .text(protection.code),
+              case .text = map["agrp"], case .bool = map["sync"], case .date = map["cdat"], case .date = map["mdat"],
+              map["svce"].flatMap(Attribute.bytes(of:)) != nil, map["acct"].flatMap(Attribute.bytes(of:)) != nil
+        else {
+            throw KeychainError(.decode, "an item's attributes are damaged (required attributes missing)")
+        }
+        return map
+    }
+
+    /// Runs `body` with the row's unwrapped item key (stack memory, zeroed afterwards).
+    func withItemKey<R>(of row: StoredItem, protection: ProtectionClass,
+                        _ body: (UnsafeRawBufferPointer) throws(KeychainError) -> R) throws(KeychainError) -> R {
+        let classKey = try vault.classKey(protection)
+        return try classKey.withUnsafeBytes { (ck) throws(KeychainError) -> R in
+            try withBytes(Self.associatedData(ref: row.ref, protection: protection, part: .itemKey, uniqueIndex: row.uniqueIndex)) { (kad) throws(KeychainError) -> R in
+                try AEAD.withOpenedKey(row.wrappedKey, key: ck, ad: kad, what: "item key", body)
+            }
+        }
+    }
+
+    // MARK: Sealing
+
+    /// A row for `attributes` (and `secret`, when it changes) under `protection`.
+    /// `itemKey` is the existing key when the class stays; nil makes a fresh one.
+    /// `sealedSecret` is reused when the secret does not change.
+    func seal(ref: [UInt8], protection: ProtectionClass, attributes: [String: Value], secret: [UInt8]?,
+              sealedSecret: [UInt8], itemKey existing: UnsafeRawBufferPointer?, rowid: Int64 = 0) throws(KeychainError) -> StoredItem {
+        let classKey = try vault.classKey(protection)
+        var plain = CBOR.encode(.map(attributes))
+        defer { Sodium.zero(&plain) }
+        let index = indexes(for: attributes)
+        let seal = { (ik: UnsafeRawBufferPointer) -> (wrapped: [UInt8], attributes: [UInt8], secret: [UInt8]) in
+            let wrapped = classKey.withUnsafeBytes { ck in
+                Self.associatedData(ref: ref, protection: protection, part: .itemKey, uniqueIndex: index.unique)
+                    .withUnsafeBytes { AEAD.seal(ik, key: ck, ad: $0) }
+            }
+            let sealedAttributes = Self.associatedData(ref: ref, protection: protection, part: .attributes).withUnsafeBytes {
+                AEAD.seal(plain, key: ik, ad: $0)
+            }
+            let newSecret = secret.map { s in
+                Self.associatedData(ref: ref, protection: protection, part: .secret).withUnsafeBytes { AEAD.seal(s, key: ik, ad: $0) }
+            } ?? sealedSecret
+            return (wrapped, sealedAttributes, newSecret)
+        }
+        let parts: (wrapped: [UInt8], attributes: [UInt8], secret: [UInt8])
+        if let existing {
+            parts = seal(existing)
+        } else {
+            parts = withUnsafeTemporaryAllocation(byteCount: AEAD.keyBytes, alignment: 16) { buffer in
+                defer { Sodium.zero(buffer) }
+                Sodium.randomFill(buffer)
+                return seal(UnsafeRawBufferPointer(buffer))
+            }
+        }
+        return StoredItem(rowid: rowid, ref: ref, protectionClass: protection.rawValue,
+                          accessGroupIndex: index.group, serviceIndex: index.service, accountIndex: index.account,
+                          uniqueIndex: index.unique, wrappedKey: parts.wrapped, attributes: parts.attributes,
+                          secret: parts.secret)
+    }
+
+    /// The blind-index columns of an item.
+    func indexes(for attributes: [String: Value]) -> (group: [UInt8], service: [UInt8], account: [UInt8], unique: [UInt8]) {
+        let group = attributes["agrp"].flatMap(Attribute.bytes(of:)) ?? []
+        let service = attributes["svce"].flatMap(Attribute.bytes(of:)) ?? []
+        let account = attributes["acct"].flatMap(Attribute.bytes(of:)) ?? []
+        let sync = attributes["sync"]?.bool ?? false
+        let b = vault.blindIndex
+        return (b.column(.accessGroup, group), b.column(.service, service), b.column(.account, account),
+                b.uniqueKey(accessGroup: group, service: service, account: account, synchronizable: sync))
+    }
+}

@@ -1,0 +1,286 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import KeychainCore
+import KeychainCrypto
+import KeychainStore
+import Synchronization
+
+/// Apple's SecItem calls for generic passwords, on an encrypted item store in `directory`.
+///
+/// Thread-safe: reads run on a pool of reader connections, writes are serialised one transaction each.
+public final class ItemService: Sendable {
+    public static let databaseName = "keychain.db"
+    public static let deviceKeyName = "device.key"
+
+    let store: ItemStore
+    let vault: Vault
+    let codec: ItemCodec
+    private let clock = Clock()
+
+    /// Opens (or creates) the keychain in `directory`: the directory (0700), the device key file and the
+    /// database. A database whose device key file is missing is an error, never a silent reset.
+    public init(directory: String) throws(KeychainError) {
+        try Self.makeDirectory(directory)
+        let keyPath = directory + "/" + Self.deviceKeyName
+        let store = try ItemStore(path: directory + "/" + Self.databaseName)
+        do throws(KeychainError) {
+            if let keyring = try store.meta("keyring") {
+                guard let deviceKey = try DeviceKeyFile.load(path: keyPath) else {
+                    throw KeychainError(.notAvailable, """
+                        the device key file \(keyPath) is missing but the database \(store.path) holds a keychain; \
+                        refusing to create a new key, which would make every item unreadable. Restore \(Self.deviceKeyName) \
+                        from a backup, or move the database away to start an empty keychain
+                        """)
+                }
+                vault = try Vault.open(deviceKey: deviceKey, keyring: keyring)
+            } else {
+                guard try store.itemCount() == 0 else {
+                    throw KeychainError(.decode, "the database \(store.path) holds items but no keyring; it is damaged")
+                }
+                var deviceKey = try DeviceKeyFile.load(path: keyPath)
+                if deviceKey == nil { deviceKey = try DeviceKeyFile.create(path: keyPath) }
+                let created = Vault.create(deviceKey: deviceKey!)
+                try store.write { (w) throws(KeychainError) in try w.insertMeta("keyring", created.keyring) }
+                vault = created.vault
+            }
+        } catch {
+            store.close()
+            throw error
+        }
+        self.store = store
+        codec = ItemCodec(vault: vault)
+    }
+
+    /// Closes the database. Later calls fail with errSecNotAvailable.
+    public func close() { store.close() }
+
+    /// Number of items of every group and class (status and tests).
+    public func itemCount() throws(KeychainError) -> Int { try store.itemCount() }
+
+    // MARK: SecItemAdd
+
+    public func add(_ attributes: [String: Value], caller: Caller) throws(KeychainError) -> Value? {
+        let query = try ParsedQuery(attributes, for: .add)
+        let group: String
+        if let named = query.attributes[.accessGroup]?.text {
+            try Self.checkEntitlement(named, caller)
+            group = named
+        } else {
+            guard let first = caller.accessGroups.first else { throw Self.noGroups }
+            group = first
+        }
+        let protection = try protectionForWrite(query.attributes[.accessible]?.text)
+        let now = clock.next()
+        var stored: [String: Value] = ["svce": .text(""), "acct": .text("")]
+        for (attribute, value) in query.attributes { stored[attribute.rawValue] = value }
+        stored["agrp"] = .text(group)
+        stored["pdmn"] = .text(protection.code)
+        stored["sync"] = .bool(query.sync == .yes)
+        stored["cdat"] = .date(now)       // caller-provided dates are overwritten, as Apple does
+        stored["mdat"] = .date(now)
+        let secret = query.secret ?? []
+        let ref = Sodium.randomBytes(PersistentRef.idLength)
+        let row = try codec.seal(ref: ref, protection: protection, attributes: stored, secret: secret,
+                                 sealedSecret: [], itemKey: nil)
+        do {
+            try store.write { (w) throws(KeychainError) in _ = try w.insert(row) }
+        } catch where error.status == .duplicateItem {
+            throw KeychainError(.duplicateItem, "an item with this service, account, access group and synchronizable value already exists")
+        }
+        guard query.returns.any else { return nil }
+        return ResultShape.value(attributes: stored, secret: secret, ref: ref, returns: query.returns)
+    }
+
+    // MARK: SecItemCopyMatching
+
+    public func copyMatching(_ query: [String: Value], caller: Caller) throws(KeychainError) -> Value? {
+        let parsed = try ParsedQuery(query, for: .copy)
+        let scope = try Self.scope(of: parsed, caller)
+        let filter = rowFilter(parsed, scope: scope, withSecret: parsed.returns.data)
+        let maximum = parsed.limit.maximum
+        // A point lookup by the uniqueness digest that asks for no attributes and filters on nothing
+        // but the key and the class needs no attribute re-check: the item key's associated data
+        // authenticates the row's digest, and the digest was computed from the query and the caller's
+        // groups. That skips opening and decoding the attributes on the hot path.
+        let keyOnly = filter.uniqueIndexes != nil && !parsed.returns.attributes
+            && parsed.attributes.keys.allSatisfy { $0.isKey || $0 == .accessible }
+        var found: [OpenedItem] = []
+        try store.read { (reader) throws(KeychainError) in
+            try reader.forEach(filter) { (row) throws(KeychainError) -> Bool in
+                let item = try codec.open(row, withSecret: parsed.returns.data, withAttributes: !keyOnly)
+                if keyOnly || Self.matches(item, parsed, scope) { found.append(item) }
+                return found.count < maximum
+            }
+        }
+        guard !found.isEmpty else { throw Self.notFound }
+        guard parsed.returns.any else { return nil }
+        let values = found.map {
+            ResultShape.value(attributes: $0.attributes, secret: $0.secret ?? [], ref: $0.row.ref, returns: parsed.returns)
+        }
+        return parsed.limit.returnsArray ? .array(values) : values[0]
+    }
+
+    // MARK: SecItemUpdate
+
+    public func update(_ query: [String: Value], attributes: [String: Value], caller: Caller) throws(KeychainError) {
+        let parsed = try ParsedQuery(query, for: .update)
+        let changes = try ParsedChanges(attributes)
+        let scope = try Self.scope(of: parsed, caller)
+        if let newGroup = changes.attributes[.accessGroup]?.text { try Self.checkEntitlement(newGroup, caller) }
+        let newProtection = try changes.attributes[.accessible].map { (v) throws(KeychainError) in try protectionForWrite(v.text) }
+        let filter = rowFilter(parsed, scope: scope, withSecret: true)
+        do {
+            try store.write { (w) throws(KeychainError) in
+                var matches: [OpenedItem] = []
+                try w.reader.forEach(filter) { (row) throws(KeychainError) -> Bool in
+                    let item = try codec.open(row, withSecret: false)
+                    if Self.matches(item, parsed, scope) { matches.append(item) }
+                    return true
+                }
+                guard !matches.isEmpty else { throw Self.notFound }
+                for item in matches {
+                    var merged = item.attributes
+                    for (attribute, value) in changes.attributes { merged[attribute.rawValue] = value }
+                    if let sync = changes.sync { merged["sync"] = .bool(sync) }
+                    merged["mdat"] = .date(clock.next(after: item.attributes["mdat"]?.date))
+                    let protection = newProtection ?? item.protection
+                    merged["pdmn"] = .text(protection.code)
+                    let row: StoredItem
+                    if protection == item.protection {
+                        row = try codec.withItemKey(of: item.row, protection: protection) { (ik) throws(KeychainError) in
+                            try codec.seal(ref: item.row.ref, protection: protection, attributes: merged,
+                                           secret: changes.secret, sealedSecret: item.row.secret, itemKey: ik,
+                                           rowid: item.row.rowid)
+                        }
+                    } else {
+                        // A new class: a fresh item key under the new class key, both parts re-sealed.
+                        var secret: [UInt8]
+                        if let newSecret = changes.secret { secret = newSecret } else {
+                            secret = try codec.open(item.row, withSecret: true).secret ?? []
+                        }
+                        defer { Sodium.zero(&secret) }
+                        row = try codec.seal(ref: item.row.ref, protection: protection, attributes: merged,
+                                             secret: secret, sealedSecret: [], itemKey: nil, rowid: item.row.rowid)
+                    }
+                    try w.update(row, secretChanged: changes.secret != nil || protection != item.protection)
+                }
+            }
+        } catch where error.status == .duplicateItem {
+            throw KeychainError(.duplicateItem, "the update would make an item collide with another of the same service, account, access group and synchronizable value; nothing was changed")
+        }
+    }
+
+    // MARK: SecItemDelete
+
+    public func delete(_ query: [String: Value], caller: Caller) throws(KeychainError) {
+        let parsed = try ParsedQuery(query, for: .delete)
+        let scope = try Self.scope(of: parsed, caller)
+        let filter = rowFilter(parsed, scope: scope, withSecret: false)
+        try store.write { (w) throws(KeychainError) in
+            var rowids: [Int64] = []
+            try w.reader.forEach(filter) { (row) throws(KeychainError) -> Bool in
+                let item = try codec.open(row, withSecret: false)
+                if Self.matches(item, parsed, scope) { rowids.append(row.rowid) }
+                return true
+            }
+            guard !rowids.isEmpty else { throw Self.notFound }
+            for rowid in rowids { try w.delete(rowid: rowid) }
+        }
+    }
+
+    // MARK: Rules shared by the calls
+
+    static let notFound = KeychainError(.itemNotFound, "no item matches the query")
+    static let noGroups = KeychainError(.missingEntitlement,
+        "the caller has no keychain access groups; register the application with keychain-access-groups")
+
+    /// The groups a query may see: the one it names (if the caller holds it), else all of the caller's
+    /// (nil: every group, for administrators).
+    static func scope(of query: ParsedQuery, _ caller: Caller) throws(KeychainError) -> [String]? {
+        if let named = query.attributes[.accessGroup]?.text {
+            try checkEntitlement(named, caller)
+            return [named]
+        }
+        if caller.isAdmin { return nil }
+        guard !caller.accessGroups.isEmpty else { throw noGroups }
+        var groups: [String] = []
+        groups.reserveCapacity(caller.accessGroups.count)
+        for g in caller.accessGroups where !groups.contains(g) { groups.append(g) }
+        return groups
+    }
+
+    static func checkEntitlement(_ group: String, _ caller: Caller) throws(KeychainError) {
+        if caller.isAdmin { return }
+        guard !caller.accessGroups.isEmpty else { throw noGroups }
+        guard caller.accessGroups.contains(group) else {
+            throw KeychainError(.missingEntitlement, "the caller is not entitled to the access group named in agrp")
+        }
+    }
+
+    /// The class an add or update writes, defaulting to `ak`; `akpu` needs a passphrase (Apple: a
+    /// passcode), errSecAuthFailed otherwise.
+    func protectionForWrite(_ code: String?) throws(KeychainError) -> ProtectionClass {
+        let protection = code.flatMap(ProtectionClass.init(code:)) ?? .default
+        if protection == .whenPasscodeSetThisDeviceOnly && !vault.hasPassphrase {
+            throw KeychainError(.authFailed,
+                "akpu (WhenPasscodeSetThisDeviceOnly) items need a keychain passphrase; none is set")
+        }
+        return protection
+    }
+
+    /// The SQL side of a query: indexed columns only. The hot path — service and account known, one
+    /// synchronizable value — becomes a point lookup on the UNIQUE index, one digest per group.
+    func rowFilter(_ query: ParsedQuery, scope: [String]?, withSecret: Bool) -> RowFilter {
+        var filter = RowFilter(includeSecret: withSecret)
+        if let ref = query.persistentRef {
+            filter.ref = ref
+        } else {
+            let service = query.attributes[.service].flatMap(Attribute.bytes(of:))
+            let account = query.attributes[.account].flatMap(Attribute.bytes(of:))
+            let index = vault.blindIndex
+            if let service, let account, let scope {
+                let syncValues: [Bool] = query.sync == .any ? [false, true] : [query.sync == .yes]
+                filter.uniqueIndexes = scope.flatMap { group in
+                    syncValues.map { index.uniqueKey(accessGroup: Array(group.utf8), service: service, account: account, synchronizable: $0) }
+                }
+            } else {
+                filter.serviceIndex = service.map { index.column(.service, $0) }
+                filter.accountIndex = account.map { index.column(.account, $0) }
+                filter.accessGroupIndexes = scope.map { $0.map { index.column(.accessGroup, Array($0.utf8)) } }
+            }
+            if let code = query.attributes[.accessible]?.text, let protection = ProtectionClass(code: code) {
+                filter.classes = [protection.rawValue]
+            }
+        }
+        return filter
+    }
+
+    /// The decrypted attributes checked against the whole query, whatever the index columns said.
+    static func matches(_ item: OpenedItem, _ query: ParsedQuery, _ scope: [String]?) -> Bool {
+        guard let group = item.attributes["agrp"]?.text else { return false }
+        if let scope, !scope.contains(group) { return false }
+        if let ref = query.persistentRef, ref != item.row.ref { return false }
+        guard query.sync.accepts(item.attributes["sync"]?.bool ?? false) else { return false }
+        for (attribute, value) in query.attributes where !attribute.matches(stored: item.attributes[attribute.rawValue], query: value) {
+            return false
+        }
+        return true
+    }
+
+    private static func makeDirectory(_ path: String) throws(KeychainError) {
+        var st = stat()
+        if stat(path, &st) == 0 {
+            guard (st.st_mode & S_IFMT) == S_IFDIR else { throw KeychainError(.notAvailable, "\(path) is not a directory") }
+            return
+        }
+        // Parents as needed (0700 for the ones created here).
+        var current = path.hasPrefix("/") ? "" : "."
+        for component in path.split(separator: "/") {
+            current += "/" + component
+            if mkdir(current, 0o700) != 0 && errno != EEXIST {
+                throw KeychainError(.notAvailable, "cannot create directory \(current): \(String(cString: strerror(errno)))")
+            }
+        }
+    }
+}

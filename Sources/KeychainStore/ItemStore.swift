@@ -1,0 +1,212 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import KeychainCore
+import Synchronization
+
+/// The item database: one writer connection behind a `Mutex` (every write is one `BEGIN IMMEDIATE`
+/// transaction) and a small pool of reader connections, so reads never wait for a write (WAL).
+public final class ItemStore: Sendable {
+    public let path: String
+
+    private let writer: Mutex<SQLiteConnection?>
+    private let readers: Mutex<ReaderPool>
+    private static let maxIdleReaders = 4
+
+    private struct ReaderPool {
+        var idle: [SQLiteConnection] = []
+        var closed = false
+    }
+
+    /// Opens the database at `path`, creating it (mode 0600, before SQLite touches it, so `-wal` and
+    /// `-shm` inherit 0600) and migrating its schema to the current version.
+    public init(path: String) throws(KeychainError) {
+        self.path = path
+        let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
+        guard fd >= 0 else {
+            throw KeychainError(.notAvailable, "cannot open database \(path): \(String(cString: strerror(errno)))")
+        }
+        Glibc.close(fd)
+        let connection = try SQLiteConnection(path: path, create: false)
+        try Schema.migrate(connection, path: path)
+        writer = Mutex(connection)
+        readers = Mutex(ReaderPool())
+    }
+
+    /// Closes every connection (finalizing their statements). Later calls are errSecNotAvailable;
+    /// readers in use are closed when they are handed back.
+    public func close() {
+        writer.withLock { c in
+            if let c { try? c.execute("PRAGMA wal_checkpoint(TRUNCATE)") }
+            c?.close()
+            c = nil
+        }
+        let idle = readers.withLock { pool -> [SQLiteConnection] in
+            pool.closed = true
+            defer { pool.idle = [] }
+            return pool.idle
+        }
+        for c in idle { c.close() }
+    }
+
+    // MARK: Transactions
+
+    /// Runs `body` in one `BEGIN IMMEDIATE` transaction on the writer connection: committed if it
+    /// returns, rolled back if it throws.
+    public func write<R: Sendable>(_ body: (StoreWriter) throws(KeychainError) -> R) throws(KeychainError) -> R {
+        try writer.withLock { (connection) throws(KeychainError) -> R in
+            guard let db = connection else { throw KeychainError(.notAvailable, "the keychain database is closed") }
+            try db.execute("BEGIN IMMEDIATE")
+            do throws(KeychainError) {
+                let result = try body(StoreWriter(db: db))
+                try db.execute("COMMIT")
+                return result
+            } catch {
+                try? db.execute("ROLLBACK")
+                throw error
+            }
+        }
+    }
+
+    /// Runs `body` on a reader connection (a consistent WAL snapshot per statement), never blocked by
+    /// the writer.
+    public func read<R>(_ body: (StoreReader) throws(KeychainError) -> R) throws(KeychainError) -> R {
+        let db = try takeReader()
+        defer { giveBack(db) }
+        return try body(StoreReader(db: db))
+    }
+
+    private func takeReader() throws(KeychainError) -> SQLiteConnection {
+        let (closed, idle) = readers.withLock { pool -> (Bool, SQLiteConnection?) in
+            pool.closed ? (true, nil) : (false, pool.idle.popLast())
+        }
+        if closed { throw KeychainError(.notAvailable, "the keychain database is closed") }
+        if let idle { return idle }
+        return try SQLiteConnection(path: path, create: false, readOnly: true)
+    }
+
+    private func giveBack(_ db: SQLiteConnection) {
+        let keep = readers.withLock { pool -> Bool in
+            guard !pool.closed, pool.idle.count < Self.maxIdleReaders else { return false }
+            pool.idle.append(db)
+            return true
+        }
+        if !keep { db.close() }
+    }
+
+    // MARK: Convenience
+
+    public func itemCount() throws(KeychainError) -> Int {
+        try read { (r) throws(KeychainError) in try r.itemCount() }
+    }
+
+    public func meta(_ name: String) throws(KeychainError) -> [UInt8]? {
+        try read { (r) throws(KeychainError) in try r.meta(name) }
+    }
+}
+
+/// Read access to the items (on a reader connection, or inside a write transaction).
+public struct StoreReader {
+    let db: SQLiteConnection
+
+    /// Calls `visit` for each row matching `filter`, in rowid order, until it returns false.
+    public func forEach(_ filter: RowFilter, _ visit: (StoredItem) throws(KeychainError) -> Bool) throws(KeychainError) {
+        try db.withStatement(filter.sql) { (s) throws(KeychainError) in
+            try filter.bind(s)
+            while try s.step() {
+                let row = StoredItem(
+                    rowid: s.int64(0), ref: s.blob(1), protectionClass: UInt8(truncatingIfNeeded: s.int64(2)),
+                    accessGroupIndex: s.blob(3), serviceIndex: s.blob(4), accountIndex: s.blob(5),
+                    uniqueIndex: s.blob(6), wrappedKey: s.blob(7), attributes: s.blob(8),
+                    secret: filter.includeSecret ? s.blob(9) : [])
+                if try !visit(row) { break }
+            }
+        }
+    }
+
+    public func itemCount() throws(KeychainError) -> Int {
+        try db.withStatement("SELECT count(*) FROM items") { (s) throws(KeychainError) in
+            _ = try s.step()
+            return Int(s.int64(0))
+        }
+    }
+
+    public func meta(_ name: String) throws(KeychainError) -> [UInt8]? {
+        try db.withStatement("SELECT value FROM meta WHERE name = ?") { (s) throws(KeychainError) in
+            try s.bind(1, text: name)
+            return try s.step() ? s.blob(0) : nil
+        }
+    }
+}
+
+/// Write access inside one transaction (see `ItemStore.write`).
+public struct StoreWriter {
+    let db: SQLiteConnection
+
+    public var reader: StoreReader { StoreReader(db: db) }
+
+    /// Inserts a row; a row with the same uniqueness digest is errSecDuplicateItem (decided by the
+    /// UNIQUE constraint, atomically). Returns the new rowid.
+    @discardableResult
+    public func insert(_ item: StoredItem) throws(KeychainError) -> Int64 {
+        try db.withStatement("""
+            INSERT INTO items (ref, class, agrp_ix, svce_ix, acct_ix, key_ix, item_key, attributes, secret)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+            """) { (s) throws(KeychainError) in
+            try s.bind(1, item.ref)
+            try s.bind(2, Int64(item.protectionClass))
+            try s.bind(3, item.accessGroupIndex)
+            try s.bind(4, item.serviceIndex)
+            try s.bind(5, item.accountIndex)
+            try s.bind(6, item.uniqueIndex)
+            try s.bind(7, item.wrappedKey)
+            try s.bind(8, item.attributes)
+            try s.bind(9, item.secret)
+            try s.run()
+            return try db.withStatement("SELECT last_insert_rowid()") { (r) throws(KeychainError) in
+                _ = try r.step()
+                return r.int64(0)
+            }
+        }
+    }
+
+    /// Rewrites the row `item.rowid`: class, digests, item key, attributes and (when `secretChanged`)
+    /// the secret. A collision of the new uniqueness digest is errSecDuplicateItem.
+    public func update(_ item: StoredItem, secretChanged: Bool) throws(KeychainError) {
+        let sql = secretChanged
+            ? "UPDATE items SET class=?, agrp_ix=?, svce_ix=?, acct_ix=?, key_ix=?, item_key=?, attributes=?, secret=? WHERE rowid=?"
+            : "UPDATE items SET class=?, agrp_ix=?, svce_ix=?, acct_ix=?, key_ix=?, item_key=?, attributes=? WHERE rowid=?"
+        try db.withStatement(sql) { (s) throws(KeychainError) in
+            try s.bind(1, Int64(item.protectionClass))
+            try s.bind(2, item.accessGroupIndex)
+            try s.bind(3, item.serviceIndex)
+            try s.bind(4, item.accountIndex)
+            try s.bind(5, item.uniqueIndex)
+            try s.bind(6, item.wrappedKey)
+            try s.bind(7, item.attributes)
+            if secretChanged {
+                try s.bind(8, item.secret)
+                try s.bind(9, item.rowid)
+            } else {
+                try s.bind(8, item.rowid)
+            }
+            try s.run()
+        }
+    }
+
+    public func delete(rowid: Int64) throws(KeychainError) {
+        try db.withStatement("DELETE FROM items WHERE rowid = ?") { (s) throws(KeychainError) in
+            try s.bind(1, rowid)
+            try s.run()
+        }
+    }
+
+    /// Stores a meta value; fails (errSecDuplicateItem) if the name exists — meta values are written once.
+    public func insertMeta(_ name: String, _ value: [UInt8]) throws(KeychainError) {
+        try db.withStatement("INSERT INTO meta (name, value) VALUES (?, ?)") { (s) throws(KeychainError) in
+            try s.bind(1, text: name)
+            try s.bind(2, value)
+            try s.run()
+        }
+    }
+}

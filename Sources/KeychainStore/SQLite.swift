@@ -1,0 +1,187 @@
+import CSQLite
+import KeychainCore
+
+/// One SQLite connection. Not thread-safe by itself (opened NOMUTEX): the store hands each connection
+/// to one thread at a time (the writer behind a `Mutex`, readers through a pool).
+///
+/// Every SQLite return code becomes a `KeychainError` in exactly one place (`check`). Prepared
+/// statements are cached per SQL text and finalized when the connection closes.
+public final class SQLiteConnection: @unchecked Sendable {
+    private var db: OpaquePointer?
+    private var cache: [String: SQLiteStatement] = [:]
+    private static let cacheLimit = 128
+
+    /// Opens (creating if `create`) the database at `path` with WAL, synchronous=FULL, a busy timeout
+    /// and secure_delete. `readOnly` connections also set `query_only`.
+    public init(path: String, create: Bool = true, readOnly: Bool = false, busyTimeoutMs: Int32 = 5000) throws(KeychainError) {
+        var flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW | SQLITE_OPEN_PRIVATECACHE
+        if create { flags |= SQLITE_OPEN_CREATE }
+        var handle: OpaquePointer?
+        let rc = sqlite3_open_v2(path, &handle, flags, nil)
+        guard rc == SQLITE_OK, let handle else {
+            let message = handle.map { String(cString: sqlite3_errmsg($0)) } ?? "out of memory"
+            sqlite3_close_v2(handle)
+            throw Self.error(rc, "cannot open database \(path): \(message)")
+        }
+        db = handle
+        sqlite3_extended_result_codes(handle, 1)
+        sqlite3_busy_timeout(handle, busyTimeoutMs)
+        do throws(KeychainError) {
+            try execute("PRAGMA journal_mode=WAL")
+            try execute("PRAGMA synchronous=FULL")
+            try execute("PRAGMA secure_delete=ON")
+            try execute("PRAGMA trusted_schema=OFF")
+            if readOnly { try execute("PRAGMA query_only=ON") }
+        } catch {
+            close()
+            throw error
+        }
+    }
+
+    deinit { close() }
+
+    /// Finalizes every statement and closes the connection; later use is errSecNotAvailable.
+    public func close() {
+        cache.removeAll()            // SQLiteStatement.deinit finalizes
+        if let db { sqlite3_close_v2(db) }
+        db = nil
+    }
+
+    var handle: OpaquePointer {
+        get throws(KeychainError) {
+            guard let db else { throw KeychainError(.notAvailable, "the keychain database is closed") }
+            return db
+        }
+    }
+
+    /// Runs SQL without results (pragmas, schema, BEGIN/COMMIT/ROLLBACK).
+    public func execute(_ sql: String) throws(KeychainError) {
+        let h = try handle
+        var errmsg: UnsafeMutablePointer<CChar>?
+        let rc = sqlite3_exec(h, sql, nil, nil, &errmsg)
+        let message = errmsg.map { String(cString: $0) } ?? ""
+        sqlite3_free(errmsg)
+        if rc != SQLITE_OK { throw Self.error(rc, "\(Self.verb(sql)): \(message)") }
+    }
+
+    /// A cached prepared statement for `sql`; `body` runs with it and it is reset (bindings cleared)
+    /// afterwards, whatever happens.
+    public func withStatement<R>(_ sql: String, _ body: (SQLiteStatement) throws(KeychainError) -> R) throws(KeychainError) -> R {
+        let statement: SQLiteStatement
+        if let cached = cache[sql] {
+            statement = cached
+        } else {
+            statement = try SQLiteStatement(connection: self, sql: sql)
+            if cache.count >= Self.cacheLimit { cache.removeAll() }
+            cache[sql] = statement
+        }
+        defer { statement.reset() }
+        return try body(statement)
+    }
+
+    /// Number of rows the last INSERT/UPDATE/DELETE changed.
+    public var changes: Int { (try? handle).map { Int(sqlite3_changes($0)) } ?? 0 }
+
+    /// The one place an SQLite code becomes a KeychainError. SQLite's messages name tables and columns,
+    /// never bound values, so they are safe to pass on.
+    func check(_ rc: Int32, _ what: String) throws(KeychainError) {
+        guard rc != SQLITE_OK && rc != SQLITE_ROW && rc != SQLITE_DONE else { return }
+        let message = db.map { String(cString: sqlite3_errmsg($0)) } ?? ""
+        throw Self.error(rc, "\(what): \(message)")
+    }
+
+    // Extended result codes are macros Swift does not import.
+    private static let constraintUnique: Int32 = SQLITE_CONSTRAINT | (8 << 8)
+    private static let constraintPrimaryKey: Int32 = SQLITE_CONSTRAINT | (6 << 8)
+
+    static func error(_ rc: Int32, _ message: String) -> KeychainError {
+        let primary = rc & 0xFF
+        switch primary {
+        case SQLITE_CONSTRAINT:
+            if rc == constraintUnique || rc == constraintPrimaryKey {
+                return KeychainError(.duplicateItem, "The specified item already exists in the keychain.")
+            }
+            return KeychainError(.internal, "database constraint failed (\(message))")
+        case SQLITE_READONLY: return KeychainError(.readOnly, "database is read-only (\(message))")
+        case SQLITE_MISMATCH: return KeychainError(.noSuchAttr, "database type mismatch (\(message))")
+        case SQLITE_NOMEM: return KeychainError(.allocate, "SQLite is out of memory")
+        case SQLITE_IOERR: return KeychainError(.io, "database I/O error (\(message))")
+        case SQLITE_BUSY, SQLITE_LOCKED: return KeychainError(.notAvailable, "database is busy (\(message))")
+        case SQLITE_CORRUPT, SQLITE_NOTADB: return KeychainError(.notAvailable, "database file is damaged (\(message))")
+        case SQLITE_FULL: return KeychainError(.notAvailable, "disk is full (\(message))")
+        default: return KeychainError(.notAvailable, "database error \(rc) (\(message))")
+        }
+    }
+
+    private static func verb(_ sql: String) -> String {
+        String(sql.prefix { $0 != "(" }.prefix(48))
+    }
+}
+
+/// A prepared statement. Finalized in deinit; the owning connection keeps it alive while cached.
+public final class SQLiteStatement {
+    private let statement: OpaquePointer
+    private unowned let connection: SQLiteConnection
+
+    init(connection: SQLiteConnection, sql: String) throws(KeychainError) {
+        var s: OpaquePointer?
+        let rc = sqlite3_prepare_v3(try connection.handle, sql, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &s, nil)
+        try connection.check(rc, "prepare")
+        guard let s else { throw KeychainError(.internal, "empty SQL statement") }
+        statement = s
+        self.connection = connection
+    }
+
+    deinit { sqlite3_finalize(statement) }
+
+    func reset() {
+        sqlite3_reset(statement)
+        sqlite3_clear_bindings(statement)
+    }
+
+    public func bind(_ index: Int32, _ bytes: [UInt8]) throws(KeychainError) {
+        let rc = bytes.withUnsafeBytes { b in
+            // A non-nil pointer even for empty blobs, so SQLite stores a zero-length blob, not NULL.
+            sqlite3_bind_blob(statement, index, b.baseAddress ?? UnsafeRawPointer(bitPattern: 1), Int32(b.count),
+                              keychaind_sqlite_transient())
+        }
+        try connection.check(rc, "bind")
+    }
+
+    public func bind(_ index: Int32, _ value: Int64) throws(KeychainError) {
+        try connection.check(sqlite3_bind_int64(statement, index, value), "bind")
+    }
+
+    public func bind(_ index: Int32, text: String) throws(KeychainError) {
+        try connection.check(sqlite3_bind_text(statement, index, text, -1, keychaind_sqlite_transient()), "bind")
+    }
+
+    /// Advances; true while a row is available.
+    public func step() throws(KeychainError) -> Bool {
+        let rc = sqlite3_step(statement)
+        if rc == SQLITE_ROW { return true }
+        if rc == SQLITE_DONE { return false }
+        try connection.check(rc, "step")
+        return false
+    }
+
+    /// Runs to completion (statements without results).
+    public func run() throws(KeychainError) {
+        while try step() {}
+    }
+
+    public func int64(_ column: Int32) -> Int64 { sqlite3_column_int64(statement, column) }
+
+    public func blob(_ column: Int32) -> [UInt8] {
+        let n = Int(sqlite3_column_bytes(statement, column))
+        guard n > 0, let p = sqlite3_column_blob(statement, column) else { return [] }
+        return Array(UnsafeRawBufferPointer(start: p, count: n))
+    }
+
+    public func text(_ column: Int32) -> String? {
+        guard let p = sqlite3_column_text(statement, column) else { return nil }
+        return String(cString: p)
+    }
+
+    public func isNull(_ column: Int32) -> Bool { sqlite3_column_type(statement, column) == SQLITE_NULL }
+}

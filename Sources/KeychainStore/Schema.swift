@@ -1,0 +1,77 @@
+import KeychainCore
+
+/// The database schema, its recorded version (`PRAGMA user_version`) and the migrations that lead to it.
+///
+/// Rows hold no plaintext an app stored: the access group, service and account appear only as keyed
+/// BLAKE2b digests (blind indexes); everything else is inside sealed blobs.
+///
+/// ```
+/// meta(name TEXT PRIMARY KEY, value BLOB)            -- 'keyring': the wrapped key hierarchy
+/// items(
+///   rowid      INTEGER PRIMARY KEY,
+///   ref        BLOB NOT NULL UNIQUE,   -- 16 random bytes: the persistent reference's id
+///   class      INTEGER NOT NULL,       -- accessibility class (Apple's keybag number, 6…12)
+///   agrp_ix    BLOB NOT NULL,          -- blind index of the access group
+///   svce_ix    BLOB NOT NULL,          -- blind index of the service
+///   acct_ix    BLOB NOT NULL,          -- blind index of the account
+///   key_ix     BLOB NOT NULL UNIQUE,   -- blind index of (agrp, svce, acct, sync): Apple's uniqueness key
+///   item_key   BLOB NOT NULL,          -- the item's random key, sealed by the class key
+///   attributes BLOB NOT NULL,          -- CBOR map of every attribute, sealed by the item key
+///   secret     BLOB NOT NULL)          -- v_Data, sealed by the item key (opened only when asked for)
+/// ```
+enum Schema {
+    static let currentVersion = 1
+
+    /// migrations[i] takes a database from version i to version i + 1.
+    static let migrations: [[String]] = [
+        [
+            """
+            CREATE TABLE meta (
+                name  TEXT PRIMARY KEY NOT NULL,
+                value BLOB NOT NULL
+            ) STRICT
+            """,
+            """
+            CREATE TABLE items (
+                rowid      INTEGER PRIMARY KEY,
+                ref        BLOB NOT NULL UNIQUE,
+                class      INTEGER NOT NULL,
+                agrp_ix    BLOB NOT NULL,
+                svce_ix    BLOB NOT NULL,
+                acct_ix    BLOB NOT NULL,
+                key_ix     BLOB NOT NULL UNIQUE,
+                item_key   BLOB NOT NULL,
+                attributes BLOB NOT NULL,
+                secret     BLOB NOT NULL
+            ) STRICT
+            """,
+            "CREATE INDEX items_by_service_account ON items(svce_ix, acct_ix)",
+            "CREATE INDEX items_by_account ON items(acct_ix)",
+            "CREATE INDEX items_by_group ON items(agrp_ix)",
+        ],
+    ]
+
+    /// Brings the database to `currentVersion` in one immediate transaction. A database written by a
+    /// newer keychaind is refused rather than guessed at.
+    static func migrate(_ db: SQLiteConnection, path: String) throws(KeychainError) {
+        try db.execute("BEGIN IMMEDIATE")
+        do throws(KeychainError) {
+            let version = try db.withStatement("PRAGMA user_version") { (s) throws(KeychainError) in
+                _ = try s.step()
+                return Int(s.int64(0))
+            }
+            guard version <= currentVersion else {
+                throw KeychainError(.notAvailable,
+                    "database \(path) has schema version \(version), newer than this keychaind understands (\(currentVersion)); upgrade keychaind")
+            }
+            for step in version..<currentVersion {
+                for sql in migrations[step] { try db.execute(sql) }
+            }
+            if version != currentVersion { try db.execute("PRAGMA user_version = \(currentVersion)") }
+            try db.execute("COMMIT")
+        } catch {
+            try? db.execute("ROLLBACK")
+            throw error
+        }
+    }
+}

@@ -1,0 +1,42 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import KeychainCore
+import KeychainItems
+import KeychainDaemon
+
+/// One request handler over a throw-away data directory, as the daemon builds it, with one registered
+/// app so inputs reach the item layer's validation and the store.
+enum FuzzHarness {
+    nonisolated(unsafe) static var handler: RequestHandler?
+    static let peer = PeerIdentity(pid: 1, uid: getuid(), executable: "/fuzz/app", problem: nil)
+
+    static func setUp() {
+        var template = Array("/tmp/keychaind-fuzz-XXXXXX".utf8CString)
+        let made = template.withUnsafeMutableBufferPointer { mkdtemp($0.baseAddress!) != nil }
+        guard made else { exit(2) }
+        let path = String(decoding: template.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        do {
+            let items = try ItemService(directory: path + "/data")
+            let app = AppEntry(applicationIdentifier: "FUZZ.app", accessGroups: ["FUZZ.app", "FUZZ.shared"],
+                               executables: ["/fuzz/app"], admin: false, file: "fuzz")
+            handler = RequestHandler(items: items, registry: AppRegistry(apps: [app], bundledCLI: nil))
+        } catch {
+            print("keychaind-fuzz: cannot create the store: \(error)")
+            exit(2)
+        }
+    }
+
+    /// One input: a frame body as a client would send it. Everything must come back as a response.
+    static func run(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
+        guard let handler, let data else { return 0 }
+        let body = Array(UnsafeBufferPointer(start: data, count: size))
+        _ = handler.handle(frame: body, peer: peer)
+        return 0
+    }
+}
+
+@_cdecl("LLVMFuzzerTestOneInput")
+public func fuzzOne(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
+    FuzzHarness.run(data, size)
+}
