@@ -1,0 +1,192 @@
+"""Framing and the CBOR subset of the keychaind protocol (docs/protocol.md §1–§3).
+
+Nothing here touches a socket except :func:`connect`; everything else is pure and testable.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import socket
+import struct
+
+import cbor2
+
+from .errors import KeychainError
+from . import constants as C
+
+PROTOCOL_VERSION = 1
+#: Default largest request body the daemon accepts (protocol.md §2).
+DEFAULT_MAX_FRAME_BYTES = 1 << 20
+#: Largest response body this client accepts; responses are not bound by maxFrameBytes.
+MAX_RESPONSE_BYTES = 256 << 20
+MAX_DEPTH = 16
+MAX_COUNT = 4096
+_INT_MIN = -(1 << 63)
+_INT_MAX = (1 << 63) - 1
+
+_HEADER = struct.Struct(">I")
+
+
+def socket_path(environ=None) -> str:
+    """The daemon's socket path: ``$KEYCHAIND_SOCKET``, else ``$XDG_RUNTIME_DIR/keychaind/keychaind.sock``,
+    else ``/run/user/<uid>/keychaind/keychaind.sock`` (protocol.md §1)."""
+    env = os.environ if environ is None else environ
+    explicit = env.get("KEYCHAIND_SOCKET")
+    if explicit:
+        return explicit
+    runtime = env.get("XDG_RUNTIME_DIR") or f"/run/user/{os.getuid()}"
+    return os.path.join(runtime, "keychaind", "keychaind.sock")
+
+
+def socket_exists(path: str | None = None) -> bool:
+    """Whether a daemon socket seems to be there (abstract names are assumed to exist)."""
+    path = path or socket_path()
+    if path.startswith("@"):
+        return True
+    try:
+        import stat
+
+        return stat.S_ISSOCK(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
+def connect(path: str, timeout: float | None = None) -> socket.socket:
+    """A connected stream socket; failures are ``errSecNotAvailable``."""
+    address = "\0" + path[1:] if path.startswith("@") else path
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(timeout)
+        sock.connect(address)
+        sock.settimeout(None)
+    except OSError as e:
+        sock.close()
+        reason = e.strerror or str(e)
+        raise KeychainError(C.errSecNotAvailable, f"cannot connect to keychaind at {path}: {reason}") from None
+    return sock
+
+
+def _check(value, depth: int, where: str) -> None:
+    """Refuses, before sending, what the daemon would reject as undecodable (which would close the
+    connection): only the CBOR subset of protocol.md §3 passes."""
+    if value is None or isinstance(value, (bool, float, str, bytes, bytearray, memoryview, _dt.datetime)):
+        return
+    if isinstance(value, int):
+        if not _INT_MIN <= value <= _INT_MAX:
+            raise KeychainError(C.errSecParam, f"{where}: integer does not fit in 64 signed bits")
+        return
+    if isinstance(value, (list, tuple)):
+        if depth >= MAX_DEPTH:
+            raise KeychainError(C.errSecParam, f"{where}: nesting deeper than {MAX_DEPTH}")
+        if len(value) > MAX_COUNT:
+            raise KeychainError(C.errSecParam, f"{where}: array of {len(value)} elements exceeds {MAX_COUNT}")
+        for i, e in enumerate(value):
+            _check(e, depth + 1, f"{where}[{i}]")
+        return
+    if isinstance(value, dict):
+        if depth >= MAX_DEPTH:
+            raise KeychainError(C.errSecParam, f"{where}: nesting deeper than {MAX_DEPTH}")
+        if len(value) > MAX_COUNT:
+            raise KeychainError(C.errSecParam, f"{where}: map of {len(value)} entries exceeds {MAX_COUNT}")
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise KeychainError(C.errSecParam, f"{where}: map keys must be text, not {type(k).__name__}")
+            _check(v, depth + 1, f"{where}.{k}")
+        return
+    raise KeychainError(C.errSecParam, f"{where}: a {type(value).__name__} cannot be sent to keychaind")
+
+
+def encode(value) -> bytes:
+    """CBOR for ``value`` within the protocol's subset: keys sorted length-first then bytewise (as the
+    daemon sends), datetimes as tag 1 (naive ones taken as UTC), bytearray/memoryview as byte strings."""
+    _check(value, 0, "request")
+    return cbor2.dumps(_plain(value), canonical=True, datetime_as_timestamp=True, timezone=_dt.timezone.utc)
+
+
+def _plain(value):
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def decode(body: bytes):
+    """One CBOR data item (a response body). Dates come back as aware ``datetime`` objects in UTC."""
+    try:
+        return cbor2.loads(body, allow_duplicate_keys=False, max_depth=64)
+    except TypeError:  # cbor2 < 5.5 has no allow_duplicate_keys / max_depth
+        return cbor2.loads(body)
+
+
+def frame(body: bytes) -> bytes:
+    """Header + body."""
+    return _HEADER.pack(len(body)) + body
+
+
+def encode_request(request_id: int, op: str, query=None, attributes=None, **arguments) -> bytes:
+    """The frame of one request (protocol.md §4.1)."""
+    message = dict(arguments)
+    message["v"] = PROTOCOL_VERSION
+    message["id"] = request_id
+    message["op"] = op
+    if query is not None:
+        message["query"] = query
+    if attributes is not None:
+        message["attributes"] = attributes
+    return frame(encode(message))
+
+
+class FrameReader:
+    """Cuts a byte stream into frame bodies: ``feed`` bytes, then iterate ``frames()``."""
+
+    def __init__(self, max_bytes: int = MAX_RESPONSE_BYTES):
+        self.max_bytes = max_bytes
+        self._buffer = bytearray()
+
+    @property
+    def pending(self) -> int:
+        return len(self._buffer)
+
+    def feed(self, data: bytes) -> None:
+        self._buffer += data
+
+    def frames(self):
+        while len(self._buffer) >= 4:
+            (n,) = _HEADER.unpack_from(self._buffer)
+            if n > self.max_bytes:
+                raise KeychainError(C.errSecDecode, f"frame of {n} bytes exceeds the limit of {self.max_bytes} bytes")
+            if len(self._buffer) < 4 + n:
+                return
+            body = bytes(self._buffer[4:4 + n])
+            del self._buffer[:4 + n]
+            yield body
+
+
+class Response:
+    """A decoded response map (protocol.md §4.2)."""
+
+    __slots__ = ("id", "status", "message", "result", "has_result")
+
+    def __init__(self, value):
+        if not isinstance(value, dict):
+            raise KeychainError(C.errSecDecode, "response is not a CBOR map")
+        rid, status = value.get("id"), value.get("status")
+        if not isinstance(rid, int) or isinstance(rid, bool):
+            raise KeychainError(C.errSecDecode, 'response lacks an integer "id"')
+        if not isinstance(status, int) or isinstance(status, bool):
+            raise KeychainError(C.errSecDecode, 'response lacks an integer "status"')
+        self.id = rid
+        self.status = status
+        message = value.get("message")
+        self.message = message if isinstance(message, str) else None
+        self.has_result = "result" in value
+        self.result = value.get("result")
+
+    def error(self) -> KeychainError:
+        return KeychainError(self.status, self.message)
