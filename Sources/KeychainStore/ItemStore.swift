@@ -4,12 +4,13 @@ import Glibc
 import KeychainCore
 import Synchronization
 
-/// The item database: one writer connection behind a `Mutex` (every write is one `BEGIN IMMEDIATE`
-/// transaction) and a small pool of reader connections, so reads never wait for a write (WAL).
+/// The item database: one writer connection behind a `WriterGate` (writes run in `BEGIN IMMEDIATE`
+/// transactions, committed in groups) and a small pool of reader connections, so reads never wait
+/// for a write (WAL).
 public final class ItemStore: Sendable {
     public let path: String
 
-    private let writer: Mutex<SQLiteConnection?>
+    private let writer: WriterGate
     private let readers: Mutex<ReaderPool>
     private static let maxIdleReaders = 4
 
@@ -29,18 +30,14 @@ public final class ItemStore: Sendable {
         Glibc.close(fd)
         let connection = try SQLiteConnection(path: path, create: false)
         try Schema.migrate(connection, path: path)
-        writer = Mutex(connection)
+        writer = WriterGate(connection)
         readers = Mutex(ReaderPool())
     }
 
     /// Closes every connection (finalizing their statements). Later calls are errSecNotAvailable;
     /// readers in use are closed when they are handed back.
     public func close() {
-        writer.withLock { c in
-            if let c { try? c.execute("PRAGMA wal_checkpoint(TRUNCATE)") }
-            c?.close()
-            c = nil
-        }
+        writer.close()
         let idle = readers.withLock { pool -> [SQLiteConnection] in
             pool.closed = true
             defer { pool.idle = [] }
@@ -51,21 +48,15 @@ public final class ItemStore: Sendable {
 
     // MARK: Transactions
 
-    /// Runs `body` in one `BEGIN IMMEDIATE` transaction on the writer connection: committed if it
-    /// returns, rolled back if it throws.
+    /// Runs `body` atomically on the writer connection and returns once its changes are durable:
+    /// its effects are kept if it returns and undone if it throws.
+    ///
+    /// Group commit: each body runs in its own savepoint inside a shared `BEGIN IMMEDIATE`
+    /// transaction; a writer that sees others queued behind it leaves the commit (and its fsync) to
+    /// the last of them and waits for it. One writer alone commits at once, so nothing waits for a
+    /// timer; eight concurrent writers share one fsync. A failed commit fails every body of the group.
     public func write<R: Sendable>(_ body: (StoreWriter) throws(KeychainError) -> R) throws(KeychainError) -> R {
-        try writer.withLock { (connection) throws(KeychainError) -> R in
-            guard let db = connection else { throw KeychainError(.notAvailable, "the keychain database is closed") }
-            try db.execute("BEGIN IMMEDIATE")
-            do throws(KeychainError) {
-                let result = try body(StoreWriter(db: db))
-                try db.execute("COMMIT")
-                return result
-            } catch {
-                try? db.execute("ROLLBACK")
-                throw error
-            }
-        }
+        try writer.run(body)
     }
 
     /// Runs `body` on a reader connection (a consistent WAL snapshot per statement), never blocked by

@@ -1,0 +1,116 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import KeychainCore
+import Synchronization
+
+/// Owns the writer connection and commits concurrent writes in groups (see `ItemStore.write`).
+///
+/// A pthread mutex and condition variable (heap-allocated, so they never move) guard the connection
+/// and the group state; `queued` counts writers waiting for the mutex, which is how the writer that
+/// holds it knows whether someone will come after it to commit.
+final class WriterGate: @unchecked Sendable {
+    private let mutex: UnsafeMutablePointer<pthread_mutex_t>
+    private let committedCondition: UnsafeMutablePointer<pthread_cond_t>
+    private let queued = Atomic<Int>(0)
+
+    // Guarded by `mutex`.
+    private var connection: SQLiteConnection?
+    private var inTransaction = false
+    private var openGroup: UInt64 = 0
+    private var groupSize = 0
+    private var finishedGroup: UInt64 = 0
+    private var failures: [UInt64: KeychainError] = [:]
+
+    /// A group is committed at this size even when more writers are queued, to bound latency.
+    static let maxGroupSize = 128
+
+    init(_ connection: SQLiteConnection) {
+        self.connection = connection
+        mutex = .allocate(capacity: 1)
+        mutex.initialize(to: pthread_mutex_t())
+        pthread_mutex_init(mutex, nil)
+        committedCondition = .allocate(capacity: 1)
+        committedCondition.initialize(to: pthread_cond_t())
+        pthread_cond_init(committedCondition, nil)
+    }
+
+    deinit {
+        pthread_cond_destroy(committedCondition)
+        pthread_mutex_destroy(mutex)
+        committedCondition.deallocate()
+        mutex.deallocate()
+    }
+
+    func run<R: Sendable>(_ body: (StoreWriter) throws(KeychainError) -> R) throws(KeychainError) -> R {
+        queued.add(1, ordering: .sequentiallyConsistent)
+        pthread_mutex_lock(mutex)
+        queued.subtract(1, ordering: .sequentiallyConsistent)
+        defer { pthread_mutex_unlock(mutex) }
+
+        guard let db = connection else { throw KeychainError(.notAvailable, "the keychain database is closed") }
+        if !inTransaction {
+            try db.execute("BEGIN IMMEDIATE")
+            inTransaction = true
+            openGroup &+= 1
+            groupSize = 0
+        }
+        let group = openGroup
+        groupSize += 1
+
+        let outcome: Result<R, KeychainError>
+        do throws(KeychainError) {
+            try db.execute("SAVEPOINT item_write")
+            do throws(KeychainError) {
+                let value = try body(StoreWriter(db: db))
+                try db.execute("RELEASE item_write")
+                outcome = .success(value)
+            } catch {
+                try? db.execute("ROLLBACK TO item_write")
+                try? db.execute("RELEASE item_write")
+                outcome = .failure(error)
+            }
+        } catch {
+            // The savepoint itself failed: the transaction is unusable; end the whole group.
+            finish(db, group: group, commit: false, failure: error)
+            throw error
+        }
+
+        if queued.load(ordering: .sequentiallyConsistent) > 0 && groupSize < Self.maxGroupSize {
+            // Someone is queued for the mutex: they continue the group and one of them commits.
+            while finishedGroup < group { pthread_cond_wait(committedCondition, mutex) }
+        } else {
+            finish(db, group: group, commit: true, failure: nil)
+        }
+        if let failure = failures[group] { throw failure }
+        return try outcome.get()
+    }
+
+    /// Commits (or rolls back) the open group and wakes its waiting writers. Called with the mutex held.
+    private func finish(_ db: SQLiteConnection, group: UInt64, commit: Bool, failure: KeychainError?) {
+        var error = failure
+        if commit {
+            do { try db.execute("COMMIT") } catch let e {
+                error = KeychainError(e.status, "the write could not be committed: \(e.message)")
+            }
+        }
+        if error != nil || !commit { try? db.execute("ROLLBACK") }
+        if let error { failures[group] = error }
+        // Every waiter of a group reads its failure right after the broadcast; old entries can go.
+        failures = failures.filter { $0.key + 1024 > group }
+        inTransaction = false
+        finishedGroup = group
+        pthread_cond_broadcast(committedCondition)
+    }
+
+    /// Commits what is open, checkpoints the WAL and closes the connection.
+    func close() {
+        pthread_mutex_lock(mutex)
+        defer { pthread_mutex_unlock(mutex) }
+        guard let db = connection else { return }
+        if inTransaction { finish(db, group: openGroup, commit: true, failure: nil) }
+        try? db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        db.close()
+        connection = nil
+    }
+}
