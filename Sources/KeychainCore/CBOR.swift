@@ -63,6 +63,16 @@ public enum CBOR {
         }
     }
 
+    /// Appends a text string (for encoders that write maps field by field, in canonical key order).
+    public static func appendText(_ t: String, into out: inout [UInt8]) {
+        encode(.text(t), into: &out)
+    }
+
+    /// Appends the head of a map of `count` entries.
+    public static func appendMapHeader(_ count: Int, into out: inout [UInt8]) {
+        writeHead(5, UInt64(count), &out)
+    }
+
     private static func keyOrder(_ a: String, _ b: String) -> Bool {
         let (ca, cb) = (a.utf8.count, b.utf8.count)
         if ca != cb { return ca < cb }
@@ -155,7 +165,14 @@ public enum CBOR {
         mutating func readText(_ info: UInt8) throws(KeychainError) -> String {
             let n = try length(info)
             let slice = bytes[offset..<offset + n]
-            guard let s = String(validating: slice, as: UTF8.self) else { throw fail("text string is not valid UTF-8") }
+            // ASCII (every key, most values) is valid UTF-8 as it is; only other text needs validating.
+            let s: String
+            if slice.allSatisfy({ $0 < 0x80 }) {
+                s = String(decoding: slice, as: UTF8.self)
+            } else {
+                guard let v = String(validating: slice, as: UTF8.self) else { throw fail("text string is not valid UTF-8") }
+                s = v
+            }
             offset += n
             return s
         }
@@ -207,6 +224,11 @@ public enum CBOR {
             case 6:
                 let tag = try argument(info)
                 guard tag == 1 else { throw fail("tag \(tag) is not accepted (only tag 1, epoch date)") }
+                // Only a number may follow (major 0, 1 or 7): checking the head first keeps a chain of
+                // tags from recursing once per byte (a 1 MiB frame of 0xC1 overflowed the stack).
+                guard offset < bytes.count, [0, 1, 7].contains(bytes[offset] >> 5) else {
+                    throw fail("tag 1 must hold an integer or a finite float")
+                }
                 switch try readValue(depth: depth + 1) {
                 case .int(let s): return .date(Double(s))
                 case .float(let d) where d.isFinite: return .date(d)

@@ -84,6 +84,32 @@ public struct Response: Sendable {
         self.init(id: id, status: error.status, message: error.message)
     }
 
+    /// The response as one frame, written field by field in canonical key order (id, result, status,
+    /// message): the same bytes as `Frame.encode(value)`, without building a map on the hot path.
+    public func frame() -> [UInt8] {
+        var out: [UInt8] = [0, 0, 0, 0]
+        out.reserveCapacity(64 + (result.map { if case .bytes(let b) = $0 { return b.count }; return 64 } ?? 0))
+        CBOR.appendMapHeader(2 + (result == nil ? 0 : 1) + (message == nil ? 0 : 1), into: &out)
+        CBOR.appendText("id", into: &out)
+        CBOR.encode(.int(id), into: &out)
+        if let result {
+            CBOR.appendText("result", into: &out)
+            CBOR.encode(result, into: &out)
+        }
+        CBOR.appendText("status", into: &out)
+        CBOR.encode(.int(Int64(status.rawValue)), into: &out)
+        if let message {
+            CBOR.appendText("message", into: &out)
+            CBOR.encode(.text(message), into: &out)
+        }
+        let n = UInt32(out.count - 4)
+        out[0] = UInt8(n >> 24)
+        out[1] = UInt8(truncatingIfNeeded: n >> 16)
+        out[2] = UInt8(truncatingIfNeeded: n >> 8)
+        out[3] = UInt8(truncatingIfNeeded: n)
+        return out
+    }
+
     public var value: Value {
         var m: [String: Value] = ["id": .int(id), "status": .int(Int64(status.rawValue))]
         if let message { m["message"] = .text(message) }

@@ -40,6 +40,7 @@ struct Args {
     var echoServer: String?
     var replyBytes = 16
     var label = "run"
+    var copiesOnly: Int?
 
     init(_ argv: [String]) {
         var i = 0
@@ -60,6 +61,7 @@ struct Args {
             case "--echo-server": echoServer = value()
             case "--reply-bytes": replyBytes = Int(value()) ?? replyBytes
             case "--label": label = value()
+            case "--copies-only": copiesOnly = Int(value())
             case "-h", "--help":
                 print("""
                 keychaind-bench — keychaind beside a bare socket-echo floor (same framing, same sizes)
@@ -69,6 +71,7 @@ struct Args {
                   --cli PATH          keychainctl to time `find -w` per process (50 runs)
                   --daemon-pid PID    read the daemon's RSS from /proc
                   --fill N            add N items (service bench.fill) pipelined, then exit
+                  --copies-only N     N copies on one connection and nothing else (for profilers)
                   --json              one JSON object instead of the table
                 """)
                 exit(0)
@@ -264,6 +267,10 @@ _ = setup.roundTrip(request(1, "add", ["class": .text("genp"), "svce": .text("be
 let copyFrame = request(2, "copy", copyQuery)
 guard let first = setup.roundTrip(copyFrame), first.status == .success else { die("copy of the bench item failed") }
 let replyBytes = Frame.encode(first.value).count
+if let n = args.copiesOnly {
+    for _ in 0..<n { _ = setup.rawRoundTrip(copyFrame) }
+    exit(0)
+}
 
 let echoPath = "/tmp/keychaind-bench-echo-\(getpid()).sock"
 let echoPID: pid_t = {

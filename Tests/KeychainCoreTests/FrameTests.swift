@@ -55,3 +55,25 @@ struct FrameTests {
         #expect(throws: KeychainError.self) { try back.check() }
     }
 }
+
+@Suite("Response frames")
+struct ResponseFrameTests {
+    @Test("the field-by-field response frame is byte-identical to encoding the response map")
+    func frameMatchesCanonicalEncoding() {
+        let cases = [
+            Response(id: 0, status: .success),
+            Response(id: 7, result: .bytes(Array("secret".utf8))),
+            Response(id: 1 << 40, error: KeychainError(.itemNotFound)),
+            Response(id: 3, result: .array([.map(["acct": .text("a"), "cdat": .date(1.5)])])),
+            Response(id: 4, status: .param, message: "ünïcode message", result: .null),
+        ]
+        for r in cases { #expect(r.frame() == Frame.encode(r.value)) }
+    }
+
+    @Test("non-ASCII text still decodes and invalid UTF-8 is still refused")
+    func textPaths() throws {
+        #expect(try CBOR.decode(CBOR.encode(.text("Grüße, 世界"))) == .text("Grüße, 世界"))
+        #expect(throws: KeychainError.self) { try CBOR.decode([0x62, 0xC3, 0x28]) }
+        #expect(throws: KeychainError.self) { try CBOR.decode([0x61, 0xFF]) }
+    }
+}
