@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/random.h>
+#include <signal.h>
 
 #ifndef SO_PEERPIDFD
 #define SO_PEERPIDFD 77
@@ -86,4 +87,27 @@ unsigned kc_umask_private(void) {
 
 long kc_getrandom(void *buf, unsigned long len) {
     return (long)getrandom(buf, len, 0);
+}
+
+static volatile int kc_signal_fd = -1;
+
+static void kc_signal_to_pipe(int sig) {
+    int saved = errno;
+    unsigned char byte = (unsigned char)sig;
+    if (kc_signal_fd >= 0) { ssize_t r = write(kc_signal_fd, &byte, 1); (void)r; }
+    errno = saved;
+}
+
+int kc_install_signal_pipe(int write_fd) {
+    kc_signal_fd = write_fd;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = kc_signal_to_pipe;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    int signals[] = { SIGTERM, SIGINT, SIGHUP };
+    for (unsigned i = 0; i < sizeof signals / sizeof signals[0]; i++) {
+        if (sigaction(signals[i], &sa, NULL) != 0) return -1;
+    }
+    return 0;
 }

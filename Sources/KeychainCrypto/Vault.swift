@@ -5,127 +5,347 @@ import Synchronization
 ///
 /// ```
 /// device.key (32 random bytes, file 0600)
-///  ├─ device KEK      = BLAKE2b(device key, "device-kek")          wraps: dk, dku, blind-index key
-///  └─ master key      = BLAKE2b(device key, "master-from-device")  wraps: ak, ck
-///       (issue 5: Argon2id(passphrase) instead; only the wrapping of the class keys changes)
+///  ├─ device KEK      = BLAKE2b(device key, "device-kek")                 wraps: dk, dku, blind-index key
+///  └─ master key      = no passphrase: BLAKE2b(device key, "master-from-device")
+///                       passphrase:    BLAKE2b(Argon2id(passphrase, salt), "master-from-passphrase" ‖ device KEK)
+///                                                                           wraps: ak, ck
 ///      └─ this-device KEK = BLAKE2b(master, "this-device-only" ‖ device KEK)   wraps: aku, cku, akpu
 /// class key (one per accessibility class) wraps each item's random key; the item key seals the row.
 /// ```
 ///
-/// The wrapped keys form the *keyring*, a CBOR map the store keeps in its `meta` table. Unwrapped class
-/// keys live in guarded memory and can be dropped (`lock`), after which `classKey` throws
-/// `errSecInteractionNotAllowed` — the seam for the passphrase and auto-lock of later issues. The
-/// blind-index key and the "Always" class keys depend on the device key only, so they stay available
-/// whenever the daemon runs.
+/// The wrapped keys form the *keyring*, a CBOR map the store keeps in its `meta` table:
+/// `{"v": 1, "master": "device"|"passphrase", "kdf": {…} (passphrase only), "ak": sealed, …, "index": sealed}`.
+/// Changing the passphrase re-wraps the five master-protected class keys and nothing else.
+///
+/// Unwrapped class keys live in guarded memory. Without a passphrase every class key is unwrapped at
+/// open (always unlocked). With one, only the "Always" keys (dk, dku, wrapped by the device KEK) are
+/// available until `unlock(passphrase:)`; `lock(_:)` drops keys again, after which `classKey` throws
+/// `errSecInteractionNotAllowed`.
 public final class Vault: Sendable {
     /// Where the master key comes from.
     public enum MasterSource: String, Sendable {
         /// Derived from the device key file: no passphrase set (the daemon starts unlocked).
         case deviceKey = "device"
+        /// Argon2id of the user's passphrase, entangled with the device key.
+        case passphrase = "passphrase"
     }
 
     public static let keyringVersion: Int64 = 1
+    /// The classes whose keys the master key (rather than the device KEK) protects.
+    public static let masterProtected: [ProtectionClass] = ProtectionClass.allCases.filter { !$0.isAlways }
 
-    public let masterSource: MasterSource
     /// Keyed BLAKE2b for the database's search and uniqueness columns.
     public let blindIndex: BlindIndexer
 
     private let deviceKey: SecureBytes
-    private let wrappedClassKeys: [ProtectionClass: [UInt8]]
-    private let classKeys: Mutex<[ProtectionClass: SecureBytes]>
+    private let deviceKEK: SecureBytes
+    private let state: Mutex<State>
 
-    private init(deviceKey: SecureBytes, source: MasterSource, wrapped: [ProtectionClass: [UInt8]],
-                 indexKey: SecureBytes) {
+    /// What the keyring in the database says, decoded.
+    struct Keyring {
+        var source: MasterSource
+        var kdf: KDFParameters?
+        var wrapped: [ProtectionClass: [UInt8]]
+        var wrappedIndex: [UInt8]
+
+        var encoded: [UInt8] {
+            var map: [String: Value] = ["v": .int(keyringVersion), "master": .text(source.rawValue), "index": .bytes(wrappedIndex)]
+            for (c, w) in wrapped { map[c.code] = .bytes(w) }
+            if let kdf { map["kdf"] = kdf.value }
+            return CBOR.encode(.map(map))
+        }
+
+        init(source: MasterSource, kdf: KDFParameters?, wrapped: [ProtectionClass: [UInt8]], wrappedIndex: [UInt8]) {
+            self.source = source
+            self.kdf = kdf
+            self.wrapped = wrapped
+            self.wrappedIndex = wrappedIndex
+        }
+
+        init(_ bytes: [UInt8]) throws(KeychainError) {
+            let decoded: Value
+            do { decoded = try CBOR.decode(bytes) } catch {
+                throw KeychainError(.decode, "the keyring in the database is damaged")
+            }
+            guard let map = decoded.map, map["v"]?.int == keyringVersion else {
+                throw KeychainError(.decode, "the keyring in the database has an unknown format (newer keychaind?)")
+            }
+            guard let sourceName = map["master"]?.text, let source = MasterSource(rawValue: sourceName) else {
+                throw KeychainError(.decode, "the keyring in the database names an unknown master-key source")
+            }
+            self.source = source
+            if source == .passphrase {
+                guard let k = map["kdf"] else { throw KeychainError(.decode, "the keyring lacks its key-derivation parameters") }
+                kdf = try KDFParameters(k)
+            } else {
+                kdf = nil
+            }
+            wrapped = [:]
+            for c in ProtectionClass.allCases {
+                guard let w = map[c.code]?.bytes else { throw KeychainError(.decode, "the keyring lacks the \(c.code) class key") }
+                wrapped[c] = w
+            }
+            guard let wi = map["index"]?.bytes else { throw KeychainError(.decode, "the keyring lacks the blind-index key") }
+            wrappedIndex = wi
+        }
+    }
+
+    private struct State {
+        var keyring: Keyring
+        var classKeys: [ProtectionClass: SecureBytes]
+        /// Set while a passphrase removal is being committed: akpu writes are refused from then on.
+        var removingPassphrase = false
+        /// Bumped by every adopted keyring change, so an unlock computed against an older keyring is dropped.
+        var generation = 0
+    }
+
+    private init(deviceKey: SecureBytes, deviceKEK: SecureBytes, keyring: Keyring, indexKey: SecureBytes,
+                 classKeys: [ProtectionClass: SecureBytes]) {
         self.deviceKey = deviceKey
-        self.masterSource = source
-        self.wrappedClassKeys = wrapped
+        self.deviceKEK = deviceKEK
         self.blindIndex = BlindIndexer(key: indexKey)
-        self.classKeys = Mutex([:])
+        self.state = Mutex(State(keyring: keyring, classKeys: classKeys))
     }
 
     /// A new keychain: fresh random class keys and blind-index key, wrapped as described above.
     /// Returns the vault (unlocked) and the keyring to persist.
     public static func create(deviceKey: SecureBytes) -> (vault: Vault, keyring: [UInt8]) {
-        let kek = Keks(deviceKey: deviceKey)
-        var map: [String: Value] = ["v": .int(keyringVersion), "master": .text(MasterSource.deviceKey.rawValue)]
+        let deviceKEK = Self.deviceKEK(deviceKey)
+        let keks = Keks(master: masterFromDevice(deviceKey), deviceKEK: deviceKEK)
         var wrapped: [ProtectionClass: [UInt8]] = [:]
         var plain: [ProtectionClass: SecureBytes] = [:]
         for c in ProtectionClass.allCases {
             let key = SecureBytes(random: AEAD.keyBytes)
-            let w = wrap(key, under: kek.wrappingKey(for: c), name: c.code)
-            wrapped[c] = w
+            wrapped[c] = wrap(key, under: keks.wrappingKey(for: c), name: c.code)
             plain[c] = key
-            map[c.code] = .bytes(w)
         }
         let indexKey = SecureBytes(random: BlindIndexer.keyLength)
-        map["index"] = .bytes(wrap(indexKey, under: kek.device, name: "index"))
-        let vault = Vault(deviceKey: deviceKey, source: .deviceKey, wrapped: wrapped, indexKey: indexKey)
-        vault.classKeys.withLock { $0 = plain }
-        return (vault, CBOR.encode(.map(map)))
+        let keyring = Keyring(source: .deviceKey, kdf: nil, wrapped: wrapped,
+                              wrappedIndex: wrap(indexKey, under: deviceKEK, name: "index"))
+        let vault = Vault(deviceKey: deviceKey, deviceKEK: deviceKEK, keyring: keyring, indexKey: indexKey, classKeys: plain)
+        return (vault, keyring.encoded)
     }
 
     /// Opens an existing keyring with this device's key. A keyring that does not open with this key
     /// (another device's key file, or damage) is `errSecDecode`, with a message that says so.
-    public static func open(deviceKey: SecureBytes, keyring: [UInt8]) throws(KeychainError) -> Vault {
-        let decoded: Value
-        do { decoded = try CBOR.decode(keyring) } catch {
-            throw KeychainError(.decode, "the keyring in the database is damaged")
-        }
-        guard let map = decoded.map, map["v"]?.int == keyringVersion else {
-            throw KeychainError(.decode, "the keyring in the database has an unknown format (newer keychaind?)")
-        }
-        guard let sourceName = map["master"]?.text, let source = MasterSource(rawValue: sourceName) else {
-            throw KeychainError(.decode, "the keyring in the database names an unknown master-key source")
-        }
-        var wrapped: [ProtectionClass: [UInt8]] = [:]
-        for c in ProtectionClass.allCases {
-            guard let w = map[c.code]?.bytes else { throw KeychainError(.decode, "the keyring lacks the \(c.code) class key") }
-            wrapped[c] = w
-        }
-        guard let wrappedIndex = map["index"]?.bytes else { throw KeychainError(.decode, "the keyring lacks the blind-index key") }
-        let kek = Keks(deviceKey: deviceKey)
+    /// Without a passphrase every class is available at once; with one, only dk and dku.
+    public static func open(deviceKey: SecureBytes, keyring bytes: [UInt8]) throws(KeychainError) -> Vault {
+        let keyring = try Keyring(bytes)
+        let deviceKEK = Self.deviceKEK(deviceKey)
         let indexKey: SecureBytes
-        do { indexKey = try unwrap(wrappedIndex, under: kek.device, name: "index", length: BlindIndexer.keyLength) } catch {
+        do { indexKey = try unwrap(keyring.wrappedIndex, under: deviceKEK, name: "index", length: BlindIndexer.keyLength) } catch {
             throw KeychainError(.decode, "the device key file does not belong to this database (the keyring does not open with it)")
         }
-        let vault = Vault(deviceKey: deviceKey, source: source, wrapped: wrapped, indexKey: indexKey)
-        try vault.unlock()
+        var keys: [ProtectionClass: SecureBytes] = [:]
+        for c in ProtectionClass.allCases where c.isAlways {
+            keys[c] = try unwrapClass(c, keyring, under: deviceKEK)
+        }
+        let vault = Vault(deviceKey: deviceKey, deviceKEK: deviceKEK, keyring: keyring, indexKey: indexKey, classKeys: keys)
+        if keyring.source == .deviceKey { try vault.unlock() }
         return vault
     }
 
+    // MARK: State
+
     /// The unwrapped key of a class, or `errSecInteractionNotAllowed` while that class is locked.
     public func classKey(_ c: ProtectionClass) throws(KeychainError) -> SecureBytes {
-        guard let key = classKeys.withLock({ $0[c] }) else {
+        guard let key = state.withLock({ $0.classKeys[c] }) else {
             throw KeychainError(.interactionNotAllowed,
                                 "the keychain is locked: items accessible \(c.code) cannot be used until it is unlocked")
         }
         return key
     }
 
-    public func isAvailable(_ c: ProtectionClass) -> Bool { classKeys.withLock { $0[c] != nil } }
+    /// Whether items of class `c` can be read and written now. `akpu` also needs a passphrase.
+    public func isAvailable(_ c: ProtectionClass) -> Bool {
+        state.withLock { s in
+            s.classKeys[c] != nil && (c != .whenPasscodeSetThisDeviceOnly || (s.keyring.source == .passphrase && !s.removingPassphrase))
+        }
+    }
 
     /// Whether a passphrase protects the master key (Apple's "device has a passcode").
-    public var hasPassphrase: Bool { masterSource != .deviceKey }
+    public var hasPassphrase: Bool { state.withLock { $0.keyring.source == .passphrase } }
+
+    public var masterSource: MasterSource { state.withLock { $0.keyring.source } }
+
+    /// Whether `akpu` items may be written now: a passphrase is set and not being removed.
+    public var acceptsPasscodeItems: Bool {
+        state.withLock { $0.keyring.source == .passphrase && !$0.removingPassphrase }
+    }
+
+    /// Locked in Apple's sense: a passphrase is set and the WhenUnlocked keys are not in memory.
+    public var isLocked: Bool {
+        state.withLock { $0.keyring.source == .passphrase && $0.classKeys[.whenUnlocked] == nil }
+    }
+
+    /// The stored Argon2id parameters (nil without a passphrase).
+    public var kdfParameters: KDFParameters? { state.withLock { $0.keyring.kdf } }
 
     /// Drops the unwrapped keys of `classes` (zeroed when the last user lets go of them).
     public func lock(_ classes: some Sequence<ProtectionClass>) {
-        classKeys.withLock { keys in for c in classes { keys[c] = nil } }
+        state.withLock { s in for c in classes { s.classKeys[c] = nil } }
     }
 
-    /// Unwraps every class key again. With `MasterSource.deviceKey` this needs nothing but the device
-    /// key; issue 5 adds the passphrase variant.
+    /// Apple's lock: drops the WhenUnlocked keys (ak, aku, akpu). Only with a passphrase; without one
+    /// there is nothing to unlock with, so this returns false and changes nothing.
+    @discardableResult
+    public func lockWhenUnlockedClasses() -> Bool {
+        state.withLock { s in
+            guard s.keyring.source == .passphrase else { return false }
+            for c in ProtectionClass.allCases where c.needsUnlocked { s.classKeys[c] = nil }
+            return true
+        }
+    }
+
+    /// Unwraps every class key with the device key alone (no passphrase set). With a passphrase set
+    /// this is errSecAuthFailed: use `unlock(passphrase:)`.
     public func unlock() throws(KeychainError) {
-        let kek = Keks(deviceKey: deviceKey)
-        var keys: [ProtectionClass: SecureBytes] = [:]
-        for c in ProtectionClass.allCases {
-            do { keys[c] = try Self.unwrap(wrappedClassKeys[c]!, under: kek.wrappingKey(for: c), name: c.code, length: AEAD.keyBytes) } catch {
-                throw KeychainError(.decode, "the \(c.code) class key does not open with this device key (wrong device.key or a damaged keyring)")
+        let (keyring, generation) = state.withLock { ($0.keyring, $0.generation) }
+        guard keyring.source == .deviceKey else {
+            throw KeychainError(.authFailed, "the keychain is protected by a passphrase")
+        }
+        let keys = try Self.unwrapAll(keyring, master: Self.masterFromDevice(deviceKey), deviceKEK: deviceKEK)
+        install(keys, generation: generation)
+    }
+
+    /// Derives the master key from `passphrase` with the stored parameters (Argon2id: slow on
+    /// purpose) and unwraps every class key. A wrong passphrase is errSecAuthFailed and changes
+    /// nothing. Without a passphrase set, succeeds without looking at it.
+    public func unlock(passphrase: SecureBytes) throws(KeychainError) {
+        let (keyring, generation) = state.withLock { ($0.keyring, $0.generation) }
+        guard keyring.source == .passphrase else { return }
+        let keys = try unwrapWithPassphrase(keyring, passphrase)
+        install(keys, generation: generation)
+    }
+
+    /// Checks `passphrase` against the keyring without changing any state.
+    public func verify(passphrase: SecureBytes) throws(KeychainError) {
+        let keyring = state.withLock { $0.keyring }
+        guard keyring.source == .passphrase else { return }
+        _ = try unwrapWithPassphrase(keyring, passphrase)
+    }
+
+    // MARK: Changing the passphrase
+
+    /// A keyring re-wrapped for a new passphrase (or none), computed but not yet in force. Persist
+    /// `keyring` first, then `adopt` it; drop it to abandon the change.
+    public struct PendingChange: @unchecked Sendable {
+        // Safety: immutable after creation; SecureBytes are read-only.
+        public let keyring: [UInt8]
+        public let removesPassphrase: Bool
+        fileprivate let decoded: Keyring
+        fileprivate let classKeys: [ProtectionClass: SecureBytes]
+    }
+
+    /// Re-wraps the master-protected class keys (ak, ck, aku, cku, akpu) for `new` (nil: remove the
+    /// passphrase). `old` must be the current passphrase when one is set (errSecAuthFailed
+    /// otherwise); it is ignored when none is set. Removing the passphrase gives `akpu` a fresh
+    /// class key, so items of that class can never be opened again (the caller deletes them).
+    /// Item rows are untouched.
+    public func preparePassphraseChange(old: SecureBytes?, new: SecureBytes?, profile: KDFProfile) throws(KeychainError) -> PendingChange {
+        let current = state.withLock { $0.keyring }
+        var keys: [ProtectionClass: SecureBytes]
+        switch current.source {
+        case .deviceKey:
+            keys = try Self.unwrapAll(current, master: Self.masterFromDevice(deviceKey), deviceKEK: deviceKEK)
+        case .passphrase:
+            guard let old else {
+                throw KeychainError(.authFailed, "a passphrase is set: the current one is needed to change it (\"old\")")
+            }
+            keys = try unwrapWithPassphrase(current, old)
+        }
+        var next = current
+        let master: SecureBytes
+        if let new {
+            let kdf = KDFParameters.fresh(profile)
+            next.source = .passphrase
+            next.kdf = kdf
+            master = masterFromPassphrase(try PasswordHash.derive(new, kdf))
+        } else {
+            next.source = .deviceKey
+            next.kdf = nil
+            master = Self.masterFromDevice(deviceKey)
+            if current.source == .passphrase {
+                keys[.whenPasscodeSetThisDeviceOnly] = SecureBytes(random: AEAD.keyBytes)
             }
         }
-        classKeys.withLock { $0 = keys }
+        let keks = Keks(master: master, deviceKEK: deviceKEK)
+        for c in Self.masterProtected {
+            next.wrapped[c] = Self.wrap(keys[c]!, under: keks.wrappingKey(for: c), name: c.code)
+        }
+        return PendingChange(keyring: next.encoded, removesPassphrase: new == nil && current.source == .passphrase,
+                             decoded: next, classKeys: keys)
     }
 
-    // MARK: Wrapping
+    /// Marks a passphrase removal as under way (akpu writes refused) or no longer (it failed).
+    public func setRemovingPassphrase(_ on: Bool) {
+        state.withLock { $0.removingPassphrase = on }
+    }
+
+    /// Puts a persisted change in force. The lock state is kept: a locked keychain stays locked
+    /// (only keys already in memory are replaced), except that removing the passphrase unlocks every
+    /// class, as nothing could unlock them later.
+    public func adopt(_ change: PendingChange) {
+        state.withLock { s in
+            s.keyring = change.decoded
+            s.generation += 1
+            s.removingPassphrase = false
+            if change.decoded.source == .deviceKey {
+                s.classKeys = s.classKeys.merging(change.classKeys) { $1 }
+            } else {
+                for (c, k) in change.classKeys where s.classKeys[c] != nil { s.classKeys[c] = k }
+            }
+        }
+    }
+
+    // MARK: Derivation and wrapping
+
+    private static func deviceKEK(_ deviceKey: SecureBytes) -> SecureBytes {
+        KeyedHash.deriveKey(from: deviceKey, label: "keychaind device-kek v1")
+    }
+
+    private static func masterFromDevice(_ deviceKey: SecureBytes) -> SecureBytes {
+        KeyedHash.deriveKey(from: deviceKey, label: "keychaind master-from-device v1")
+    }
+
+    /// The passphrase master is entangled with the device key (Apple: UID + passcode), so a copy of
+    /// the database without `device.key` cannot even be attacked by guessing passphrases.
+    private func masterFromPassphrase(_ stretched: SecureBytes) -> SecureBytes {
+        KeyedHash.deriveKey(from: stretched, label: "keychaind master-from-passphrase v1", mixing: deviceKEK)
+    }
+
+    private func unwrapWithPassphrase(_ keyring: Keyring, _ passphrase: SecureBytes) throws(KeychainError) -> [ProtectionClass: SecureBytes] {
+        guard let kdf = keyring.kdf else { throw KeychainError(.decode, "the keyring lacks its key-derivation parameters") }
+        let master = masterFromPassphrase(try PasswordHash.derive(passphrase, kdf))
+        do {
+            return try Self.unwrapAll(keyring, master: master, deviceKEK: deviceKEK)
+        } catch where error.status == .decode {
+            throw KeychainError(.authFailed, "wrong passphrase")
+        }
+    }
+
+    private static func unwrapAll(_ keyring: Keyring, master: SecureBytes, deviceKEK: SecureBytes) throws(KeychainError) -> [ProtectionClass: SecureBytes] {
+        let keks = Keks(master: master, deviceKEK: deviceKEK)
+        var keys: [ProtectionClass: SecureBytes] = [:]
+        for c in ProtectionClass.allCases {
+            keys[c] = try unwrapClass(c, keyring, under: keks.wrappingKey(for: c))
+        }
+        return keys
+    }
+
+    private static func unwrapClass(_ c: ProtectionClass, _ keyring: Keyring, under kek: SecureBytes) throws(KeychainError) -> SecureBytes {
+        do { return try unwrap(keyring.wrapped[c]!, under: kek, name: c.code, length: AEAD.keyBytes) } catch {
+            throw KeychainError(.decode, "the \(c.code) class key does not open (wrong device.key, wrong passphrase or a damaged keyring)")
+        }
+    }
+
+    /// Installs unwrapped keys unless the keyring changed meanwhile (a concurrent passphrase change).
+    private func install(_ keys: [ProtectionClass: SecureBytes], generation: Int) {
+        state.withLock { s in
+            guard s.generation == generation else { return }
+            s.classKeys = keys
+        }
+    }
 
     private static func ad(_ name: String) -> [UInt8] { Array("keychaind keyring v1 \(name)".utf8) }
 
@@ -149,16 +369,16 @@ public final class Vault: Sendable {
         return key
     }
 
-    /// The key-encryption keys derived from the device key (and, later, the passphrase).
+    /// The key-encryption keys under a given master key.
     private struct Keks {
         let device: SecureBytes
         let master: SecureBytes
         let thisDevice: SecureBytes
 
-        init(deviceKey: SecureBytes) {
-            device = KeyedHash.deriveKey(from: deviceKey, label: "keychaind device-kek v1")
-            master = KeyedHash.deriveKey(from: deviceKey, label: "keychaind master-from-device v1")
-            thisDevice = KeyedHash.deriveKey(from: master, label: "keychaind this-device-only v1", mixing: device)
+        init(master: SecureBytes, deviceKEK: SecureBytes) {
+            device = deviceKEK
+            self.master = master
+            thisDevice = KeyedHash.deriveKey(from: master, label: "keychaind this-device-only v1", mixing: deviceKEK)
         }
 
         func wrappingKey(for c: ProtectionClass) -> SecureBytes {

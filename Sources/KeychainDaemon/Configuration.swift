@@ -1,5 +1,6 @@
 import Foundation
 import KeychainCore
+import KeychainCrypto
 
 /// Daemon settings: defaults, overridden by `keychaind.json`, overridden by command-line flags.
 /// Read and validated once at start; `apps` again on SIGHUP.
@@ -11,6 +12,9 @@ public struct Settings: Sendable {
     public var maxConnections = 4096
     public var idleTimeoutSeconds = 900
     public var autoLockSeconds = 0
+    /// Argon2id costs for new passphrases and backups: `moderate` (default: 3 passes over 256 MiB,
+    /// ≈0.35 s per unlock on the 2-core VM) or `interactive` (2 over 64 MiB, ≈65 ms; tests, small machines).
+    public var kdfProfile: KDFProfile = .moderate
     public var logLevel: Log.Level = .info
 
     /// The folder of app drop-ins: `apps.d/` beside the configuration file in use.
@@ -97,7 +101,7 @@ enum JSONFile {
 
 extension Settings {
     static let knownKeys = ["socket", "dataDirectory", "maxFrameBytes", "maxConnections",
-                            "idleTimeoutSeconds", "autoLockSeconds", "logLevel"]
+                            "idleTimeoutSeconds", "autoLockSeconds", "kdfProfile", "logLevel"]
 
     /// Applies `keychaind.json` when it exists. Unknown keys and wrong types are errors.
     mutating func apply(configFile path: String) throws(ConfigurationError) {
@@ -111,6 +115,12 @@ extension Settings {
             case "maxConnections": maxConnections = try JSONFile.int(value, key: key, file: path, range: 1...65536)
             case "idleTimeoutSeconds": idleTimeoutSeconds = try JSONFile.int(value, key: key, file: path, range: 0...86400 * 7)
             case "autoLockSeconds": autoLockSeconds = try JSONFile.int(value, key: key, file: path, range: 0...86400 * 365)
+            case "kdfProfile":
+                let name = try JSONFile.string(value, key: key, file: path)
+                guard let profile = KDFProfile(rawValue: name) else {
+                    throw ConfigurationError(file: path, reason: "\"kdfProfile\" must be interactive or moderate")
+                }
+                kdfProfile = profile
             case "logLevel":
                 let name = try JSONFile.string(value, key: key, file: path)
                 guard let level = Log.Level(name: name) else {

@@ -43,7 +43,7 @@ final class Connection: @unchecked Sendable {
                 if frames.pendingCount > 0 {
                     Log.info("connection closed: truncated frame", [("pid", String(peer.pid))])
                     let r = Response(id: 0, error: .param("connection closed in the middle of a frame (\(frames.pendingCount) bytes pending)"))
-                    try? socket.writeAll(Frame.encode(r.value))
+                    try? socket.writeAll(r.frame())
                 }
                 return
             }
@@ -60,14 +60,14 @@ final class Connection: @unchecked Sendable {
                 let body: [UInt8]?
                 do { body = try frames.next() } catch {
                     Log.info("connection closed: oversized frame", [("pid", String(peer.pid))])
-                    output.append(contentsOf: Frame.encode(Response(id: 0, error: error).value))
+                    output.append(contentsOf: Response(id: 0, error: error).frame())
                     close = true
                     break
                 }
                 guard var body else { break }
                 let outcome = handler.handle(frame: body, peer: peer)
                 zero(&body)
-                output.append(contentsOf: Frame.encode(outcome.response.value))
+                output.append(contentsOf: outcome.response.frame())
                 if outcome.closeAfter {
                     Log.info("connection closed: malformed request", [("pid", String(peer.pid))])
                     close = true

@@ -7,6 +7,7 @@ import CSupport
 import KeychainCore
 import KeychainWire
 import KeychainItems
+import KeychainCrypto
 
 /// The daemon's lifecycle: configuration, the item service, the listener, one thread per
 /// connection, signals (SIGTERM/SIGINT graceful stop, SIGHUP reload of apps.d), sd_notify.
@@ -55,8 +56,15 @@ public final class Daemon: @unchecked Sendable {
         self.bundledCLI = Self.bundledCLIPath()
         let apps = try AppFiles.load(directory: settings.appsDirectory)
         let registry = AppRegistry(apps: apps, bundledCLI: bundledCLI)
-        items = try ItemService(directory: settings.dataDirectory)
+        items = try ItemService(directory: settings.dataDirectory, kdfProfile: settings.kdfProfile)
         handler = RequestHandler(items: items, registry: registry)
+        Self.checkLockedMemory()
+        if items.hasPassphrase {
+            Log.info("keychain locked: a passphrase is set", [("kdfProfile", settings.kdfProfile.rawValue)])
+            Self.unlockFromCredential(items)
+        } else {
+            Log.write(.notice, "no passphrase set: keys are protected by the device key file alone")
+        }
         if let inherited = try Listener.inherited() {
             listener = inherited
         } else {
@@ -69,6 +77,7 @@ public final class Daemon: @unchecked Sendable {
     /// Accepts until stopped, then drains in-flight requests. Returns the exit status.
     public func run() -> Int32 {
         startSignalThread()
+        startAutoLockThread()
         ServiceNotifier.send("READY=1\nSTATUS=serving\nMAINPID=\(getpid())")
         while let fd = listener.accept() {
             if stopping.load(ordering: .acquiring) {
@@ -158,15 +167,96 @@ public final class Daemon: @unchecked Sendable {
         }
     }
 
-    /// Signals are blocked in every thread (see `blockSignals`) and taken here with sigwait, so no
-    /// handler runs at an arbitrary point and no Dispatch closure is involved.
-    private func startSignalThread() {
+    // MARK: Protection
+
+    /// Locks after `autoLockSeconds` without a request (status requests do not count), when a
+    /// passphrase is set and the keychain is unlocked. Checks four times a second at most.
+    private func startAutoLockThread() {
+        let seconds = settings.autoLockSeconds
+        guard seconds > 0 else { return }
         let thread = Thread { [self] in
-            var set = Daemon.signalSet()
+            let limit = Int64(seconds) * 1000
+            let period = min(250_000, UInt32(max(1, seconds)) * 250_000)
+            while !self.stopping.load(ordering: .relaxed) {
+                usleep(period)
+                let idle = MonotonicClock.milliseconds() - self.handler.lastActivity.load(ordering: .relaxed)
+                if idle >= limit, self.items.lockIfUnlocked() {
+                    Log.info("keychain locked", [("by", "auto-lock"), ("idleSeconds", String(idle / 1000))])
+                }
+            }
+        }
+        thread.stackSize = 128 * 1024
+        thread.start()
+    }
+
+    /// systemd credentials (`LoadCredentialEncrypted=keychaind.passphrase:…` or
+    /// `ImportCredential=keychaind.passphrase`): when `$CREDENTIALS_DIRECTORY/keychaind.passphrase`
+    /// exists, its first line is the passphrase and the daemon unlocks itself before serving. A wrong
+    /// one counts as a failed unlock like any other and leaves the keychain locked.
+    static let credentialName = "keychaind.passphrase"
+
+    static func unlockFromCredential(_ items: ItemService) {
+        guard let dir = getenv("CREDENTIALS_DIRECTORY").map({ String(cString: $0) }), !dir.isEmpty else { return }
+        let path = dir + "/" + credentialName
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        if fd < 0 {
+            if errno != ENOENT { Log.warning("credential not readable", [("name", credentialName), ("errno", String(errno))]) }
+            return
+        }
+        defer { close(fd) }
+        let capacity = PasswordHash.maxPassphraseBytes + 2
+        var buffer = [UInt8](repeating: 0, count: capacity)
+        defer { Sodium.zero(&buffer) }
+        var length = 0
+        while length < capacity {
+            let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress! + length, capacity - length) }
+            if n < 0 && errno == EINTR { continue }
+            if n <= 0 { break }
+            length += n
+        }
+        // The first line: a file written with `echo … | systemd-creds encrypt` ends in a newline.
+        var end = buffer[0..<length].firstIndex(of: 10) ?? length
+        if end > 0 && buffer[end - 1] == 13 { end -= 1 }
+        do throws(KeychainError) {
+            let passphrase = try withBytes(buffer) { (b) throws(KeychainError) in
+                try PasswordHash.passphrase(UnsafeRawBufferPointer(rebasing: b[0..<end]))
+            }
+            guard let passphrase else {
+                Log.warning("credential passphrase is empty; staying locked", [("name", credentialName)])
+                return
+            }
+            try items.unlock(passphrase: passphrase)
+            Log.info("keychain unlocked", [("by", "credential")])
+        } catch {
+            Log.warning("credential did not unlock the keychain; staying locked",
+                        [("name", credentialName), ("status", String(error.status.rawValue))])
+        }
+    }
+
+    /// Key pages are `sodium_malloc`ed, which `mlock`s them when RLIMIT_MEMLOCK allows and silently
+    /// does not otherwise; `VmLck` tells which.
+    static func checkLockedMemory() {
+        guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
+              let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmLck:") }) else { return }
+        let kB = line.split(separator: " ").dropFirst().first.flatMap { Int($0) } ?? 0
+        if kB == 0 {
+            Log.warning("no memory is locked: key pages may be written to swap; raise LimitMEMLOCK (ulimit -l)")
+        } else {
+            Log.debug("key memory locked", [("VmLck_kB", String(kB))])
+        }
+    }
+
+    /// Signals arrive through a self-pipe: a C handler (any thread may take the signal) writes the
+    /// signal number to a pipe, and this thread acts on it — no work in signal context, no Dispatch.
+    private func startSignalThread() {
+        let fd = Daemon.signalPipeRead
+        let thread = Thread { [self] in
+            var byte: UInt8 = 0
             while true {
-                var sig: Int32 = 0
-                guard sigwait(&set, &sig) == 0 else { continue }
-                switch sig {
+                let n = read(fd, &byte, 1)
+                if n < 0 && errno == EINTR { continue }
+                guard n == 1 else { return }
+                switch Int32(byte) {
                 case SIGHUP: self.reloadApps()
                 case SIGTERM, SIGINT: self.stop()
                 default: break
@@ -177,19 +267,17 @@ public final class Daemon: @unchecked Sendable {
         thread.start()
     }
 
-    static func signalSet() -> sigset_t {
-        var set = sigset_t()
-        sigemptyset(&set)
-        sigaddset(&set, SIGTERM)
-        sigaddset(&set, SIGINT)
-        sigaddset(&set, SIGHUP)
-        return set
-    }
+    nonisolated(unsafe) static var signalPipeRead: Int32 = -1
 
-    /// Call first thing in main, before any thread exists, so every thread inherits the mask.
-    public static func blockSignals() {
-        var set = signalSet()
-        pthread_sigmask(SIG_BLOCK, &set, nil)
+    /// Call first thing in main: from here on SIGTERM/SIGINT/SIGHUP only write to the signal pipe
+    /// (read by the signal thread once the daemon runs), whatever thread they land on.
+    public static func installSignalHandlers() {
+        var fds: [Int32] = [-1, -1]
+        guard pipe(&fds) == 0 else { return }
+        for fd in fds { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+        _ = fcntl(fds[1], F_SETFL, O_NONBLOCK)
+        signalPipeRead = fds[0]
+        _ = kc_install_signal_pipe(fds[1])
         signal(SIGPIPE, SIG_IGN)
     }
 }

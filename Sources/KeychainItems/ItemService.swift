@@ -17,10 +17,20 @@ public final class ItemService: Sendable {
     let vault: Vault
     let codec: ItemCodec
     private let clock = Clock()
+    /// Argon2id costs of the next passphrase or backup (existing ones keep theirs).
+    public let kdfProfile: KDFProfile
+    /// Wall-clock seconds (the unlock delays survive restarts, so they use real time).
+    let wallClock: @Sendable () -> Double
+    /// Serialises unlock, passphrase change and the failure counter (see ItemService+Protection).
+    let protectionLock = Mutex<Int>(0)
 
     /// Opens (or creates) the keychain in `directory`: the directory (0700), the device key file and the
     /// database. A database whose device key file is missing is an error, never a silent reset.
-    public init(directory: String) throws(KeychainError) {
+    /// With a passphrase set the keychain opens locked (only the Always classes available).
+    public init(directory: String, kdfProfile: KDFProfile = .moderate,
+                wallClock: @escaping @Sendable () -> Double = ItemService.systemTime) throws(KeychainError) {
+        self.kdfProfile = kdfProfile
+        self.wallClock = wallClock
         try Self.makeDirectory(directory)
         let keyPath = directory + "/" + Self.deviceKeyName
         let store = try ItemStore(path: directory + "/" + Self.databaseName)
@@ -84,7 +94,12 @@ public final class ItemService: Sendable {
         let row = try codec.seal(ref: ref, protection: protection, attributes: stored, secret: secret,
                                  sealedSecret: [], itemKey: nil)
         do {
-            try store.write { (w) throws(KeychainError) in _ = try w.insert(row) }
+            try store.write { (w) throws(KeychainError) in
+                // Checked again inside the transaction: a passphrase removal deletes akpu rows in its
+                // own transaction and refuses akpu writes from before it starts.
+                if protection == .whenPasscodeSetThisDeviceOnly { try checkPasscodeItemsAccepted() }
+                _ = try w.insert(row)
+            }
         } catch where error.status == .duplicateItem {
             throw KeychainError(.duplicateItem, "an item with this service, account, access group and synchronizable value already exists")
         }
@@ -132,6 +147,7 @@ public final class ItemService: Sendable {
         let filter = rowFilter(parsed, scope: scope, withSecret: true)
         do {
             try store.write { (w) throws(KeychainError) in
+                if newProtection == .whenPasscodeSetThisDeviceOnly { try checkPasscodeItemsAccepted() }
                 var matches: [OpenedItem] = []
                 try w.reader.forEach(filter) { (row) throws(KeychainError) -> Bool in
                     let item = try codec.open(row, withSecret: false)
@@ -222,11 +238,15 @@ public final class ItemService: Sendable {
     /// passcode), errSecAuthFailed otherwise.
     func protectionForWrite(_ code: String?) throws(KeychainError) -> ProtectionClass {
         let protection = code.flatMap(ProtectionClass.init(code:)) ?? .default
-        if protection == .whenPasscodeSetThisDeviceOnly && !vault.hasPassphrase {
+        if protection == .whenPasscodeSetThisDeviceOnly { try checkPasscodeItemsAccepted() }
+        return protection
+    }
+
+    func checkPasscodeItemsAccepted() throws(KeychainError) {
+        guard vault.acceptsPasscodeItems else {
             throw KeychainError(.authFailed,
                 "akpu (WhenPasscodeSetThisDeviceOnly) items need a keychain passphrase; none is set")
         }
-        return protection
     }
 
     /// The SQL side of a query: indexed columns only. The hot path — service and account known, one

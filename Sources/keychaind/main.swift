@@ -13,7 +13,7 @@ if getenv("SWIFT_BACKTRACE").map({ String(cString: $0) }) != "enable=no" {
     // exec failed: carry on; the unit file sets the variable anyway.
 }
 
-Daemon.blockSignals()
+Daemon.installSignalHandlers()
 _ = kc_umask_private()
 // One descriptor per client: take the hard limit so a thousand clients fit.
 var files = rlimit()

@@ -33,6 +33,10 @@ unsigned kc_umask_private(void);
 /* getrandom() into buf; returns bytes written or -1. */
 long kc_getrandom(void *buf, unsigned long len);
 
+/* Installs handlers for SIGTERM, SIGINT and SIGHUP that write the signal number as one byte to
+ * `write_fd` (a non-blocking pipe): the self-pipe pattern, async-signal-safe in any thread. */
+int kc_install_signal_pipe(int write_fd);
+
 /* libFuzzer's driver, linked only in -sanitize=fuzzer builds (the fuzz target calls it under FUZZING). */
 int LLVMFuzzerRunDriver(int *argc, char ***argv, int (*callback)(const uint8_t *data, size_t size));
 

@@ -1,0 +1,295 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import KeychainCore
+import KeychainCrypto
+import KeychainStore
+
+/// The keychain's protection state, as `status` reports it.
+public struct ProtectionStatus: Sendable, Equatable {
+    /// A passphrase is set and the WhenUnlocked classes are not available.
+    public var locked: Bool
+    public var passphraseSet: Bool
+    /// `pdmn` code → whether items of that class can be used now.
+    public var classes: [String: Bool]
+    /// Wrong passphrases since the last right one (kept across restarts).
+    public var failedUnlocks: Int
+    /// Seconds until the next unlock attempt is accepted (0: now).
+    public var unlockDelay: Double
+}
+
+/// Passphrase, lock states, the wrong-passphrase delay, backup and restore.
+///
+/// Unlock, passphrase changes and the failure counter run one at a time (`protectionLock`); the
+/// Argon2id derivations inside them are also one at a time process-wide (`PasswordHash`).
+extension ItemService {
+    static let failuresMeta = "unlock-failures"
+
+    @Sendable public static func systemTime() -> Double {
+        var ts = timespec()
+        clock_gettime(CLOCK_REALTIME, &ts)
+        return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
+    }
+
+    // MARK: State
+
+    public var protectionStatus: ProtectionStatus {
+        var classes: [String: Bool] = [:]
+        for c in ProtectionClass.allCases { classes[c.code] = vault.isAvailable(c) }
+        let failures = (try? loadFailures()) ?? Failures(count: 0, last: 0)
+        return ProtectionStatus(locked: vault.isLocked, passphraseSet: vault.hasPassphrase, classes: classes,
+                                failedUnlocks: failures.count, unlockDelay: failures.remaining(now: wallClock()))
+    }
+
+    public var isLocked: Bool { vault.isLocked }
+    public var hasPassphrase: Bool { vault.hasPassphrase }
+
+    // MARK: Lock and unlock
+
+    /// Apple's lock: the WhenUnlocked class keys (ak, aku, akpu) are dropped from memory (zeroed);
+    /// AfterFirstUnlock and Always stay. Without a passphrase there is nothing to unlock with later:
+    /// errSecParam, nothing changes.
+    public func lock() throws(KeychainError) {
+        guard vault.lockWhenUnlockedClasses() else {
+            throw KeychainError(.param, "no passphrase is set, so the keychain cannot be locked; set one with `keychainctl passwd`")
+        }
+    }
+
+    /// Lock if a passphrase is set and the keychain is unlocked (auto-lock). Returns whether it locked.
+    @discardableResult
+    public func lockIfUnlocked() -> Bool {
+        guard vault.hasPassphrase, !vault.isLocked else { return false }
+        return vault.lockWhenUnlockedClasses()
+    }
+
+    /// Unlocks with the passphrase (Argon2id, so this takes the profile's time). A wrong passphrase is
+    /// errSecAuthFailed and counts towards the escalating delay; while a delay is in force the
+    /// passphrase is not even tried (errSecAuthFailed at once, saying how long to wait). Without a
+    /// passphrase set this succeeds: the keychain is always unlocked then.
+    public func unlock(passphrase: SecureBytes) throws(KeychainError) {
+        try protectionLock.withLock { (_) throws(KeychainError) in
+            guard vault.hasPassphrase else { return }
+            try checkNoDelay()
+            do throws(KeychainError) {
+                try vault.unlock(passphrase: passphrase)
+            } catch where error.status == .authFailed {
+                throw try recordFailure()
+            }
+            try clearFailures()
+        }
+    }
+
+    // MARK: Passphrase
+
+    /// Sets, changes (`new`) or removes (`new == nil`) the passphrase. `old` must be the current one
+    /// when one is set (it counts as an unlock attempt: delays apply); ignored when none is set.
+    ///
+    /// Only the keyring changes — the class keys re-wrapped under the new master key — in one SQLite
+    /// transaction, so a crash leaves the old or the new passphrase in force, never neither. Removing
+    /// the passphrase deletes every `akpu` item in that same transaction (Apple: they exist only
+    /// while a passcode is set) and returns how many went. The lock state is kept (removing the
+    /// passphrase unlocks, since nothing could unlock later).
+    @discardableResult
+    public func changePassphrase(old: SecureBytes?, new: SecureBytes?) throws(KeychainError) -> Int {
+        try protectionLock.withLock { (_) throws(KeychainError) -> Int in
+            let hadPassphrase = vault.hasPassphrase
+            if hadPassphrase {
+                guard old != nil else {
+                    throw KeychainError(.authFailed, "a passphrase is set: the current one (\"old\") is needed to change it")
+                }
+                try checkNoDelay()
+            }
+            if !hadPassphrase && new == nil { return 0 }
+            let pending: Vault.PendingChange
+            do throws(KeychainError) {
+                pending = try vault.preparePassphraseChange(old: old, new: new, profile: kdfProfile)
+            } catch where error.status == .authFailed && hadPassphrase {
+                throw try recordFailure()
+            }
+            if pending.removesPassphrase { vault.setRemovingPassphrase(true) }
+            let removed: Int
+            do throws(KeychainError) {
+                removed = try store.write { (w) throws(KeychainError) -> Int in
+                    try w.setMeta("keyring", pending.keyring)
+                    try w.deleteMeta(Self.failuresMeta)
+                    return pending.removesPassphrase
+                        ? try w.deleteItems(protectionClass: ProtectionClass.whenPasscodeSetThisDeviceOnly.rawValue) : 0
+                }
+            } catch {
+                vault.setRemovingPassphrase(false)
+                throw error
+            }
+            vault.adopt(pending)
+            return removed
+        }
+    }
+
+    // MARK: Wrong-passphrase delays
+
+    /// Seconds to wait before the next attempt after `failures` wrong passphrases in a row: none for
+    /// the first four, then 1 s, 5 s, 15 s, 1 min, 5 min, and 15 min from the tenth on (the shape of
+    /// Apple's escalation, shorter because each guess already costs an Argon2id derivation).
+    public static func unlockDelay(afterFailures failures: Int) -> Double {
+        switch failures {
+        case ..<5: return 0
+        case 5: return 1
+        case 6: return 5
+        case 7: return 15
+        case 8: return 60
+        case 9: return 300
+        default: return 900
+        }
+    }
+
+    struct Failures {
+        var count: Int
+        /// Wall-clock time of the last failure.
+        var last: Double
+
+        func remaining(now: Double) -> Double {
+            let delay = ItemService.unlockDelay(afterFailures: count)
+            guard delay > 0 else { return 0 }
+            // A clock set back must not stretch the wait beyond the delay itself.
+            let elapsed = max(0, now - last)
+            return max(0, delay - elapsed)
+        }
+    }
+
+    func loadFailures() throws(KeychainError) -> Failures {
+        guard let bytes = try store.meta(Self.failuresMeta),
+              let map = (try? CBOR.decode(bytes))?.map, let count = map["count"]?.int else {
+            return Failures(count: 0, last: 0)
+        }
+        let last: Double
+        switch map["last"] {
+        case .date(let d)?: last = d
+        case .float(let d)?: last = d
+        case .int(let i)?: last = Double(i)
+        default: last = 0
+        }
+        return Failures(count: Int(clamping: max(0, count)), last: last)
+    }
+
+    private func checkNoDelay() throws(KeychainError) {
+        let remaining = try loadFailures().remaining(now: wallClock())
+        if remaining > 0 {
+            throw KeychainError(.authFailed,
+                "too many wrong passphrases: try again in \(Self.seconds(remaining)) (the passphrase was not checked)")
+        }
+    }
+
+    /// Counts one wrong passphrase (persisted before answering) and returns the error to throw.
+    private func recordFailure() throws(KeychainError) -> KeychainError {
+        var failures = try loadFailures()
+        failures.count += 1
+        failures.last = wallClock()
+        let encoded = CBOR.encode(.map(["count": .int(Int64(failures.count)), "last": .date(failures.last)]))
+        try store.write { (w) throws(KeychainError) in try w.setMeta(Self.failuresMeta, encoded) }
+        let delay = Self.unlockDelay(afterFailures: failures.count)
+        let plural = failures.count == 1 ? "" : "s"
+        return KeychainError(.authFailed, delay > 0
+            ? "wrong passphrase (\(failures.count) failed attempt\(plural) in a row); the next attempt is accepted in \(Self.seconds(delay))"
+            : "wrong passphrase (\(failures.count) failed attempt\(plural) in a row)")
+    }
+
+    private func clearFailures() throws(KeychainError) {
+        guard try store.meta(Self.failuresMeta) != nil else { return }
+        try store.write { (w) throws(KeychainError) in try w.deleteMeta(Self.failuresMeta) }
+    }
+
+    static func seconds(_ s: Double) -> String {
+        let whole = Int(s.rounded(.up))
+        return whole == 1 ? "1 second" : "\(whole) seconds"
+    }
+
+    // MARK: Backup and restore
+
+    /// The classes a backup carries: every class but the ThisDeviceOnly ones (aku, cku, dku, akpu).
+    public static let backedUpClasses = ProtectionClass.allCases.filter { !$0.isThisDeviceOnly }
+
+    /// Every item of the backed-up classes, of every access group, with attributes (dates included),
+    /// secret and persistent-reference id, encrypted under `passphrase` (docs/backup.md). Needs those
+    /// classes unlocked (errSecInteractionNotAllowed otherwise). Rows that fail to decrypt are left out
+    /// and counted in the metadata (`damaged`).
+    public func backup(passphrase: SecureBytes) throws(KeychainError) -> [UInt8] {
+        for c in Self.backedUpClasses where !vault.isAvailable(c) {
+            throw KeychainError(.interactionNotAllowed, "the keychain is locked: unlock it before making a backup")
+        }
+        var items: [OpenedItem] = []
+        var damaged = 0
+        defer { for i in items.indices { if items[i].secret != nil { Sodium.zero(&items[i].secret!) } } }
+        let filter = RowFilter(classes: Self.backedUpClasses.map(\.rawValue), includeSecret: true)
+        try store.read { (r) throws(KeychainError) in
+            try r.forEach(filter) { (row) throws(KeychainError) -> Bool in
+                do throws(KeychainError) { items.append(try codec.open(row, withSecret: true)) } catch where error.status == .decode {
+                    damaged += 1
+                }
+                return true
+            }
+        }
+        let writer = try BackupFile.Writer(passphrase: passphrase, parameters: .fresh(kdfProfile), metadata: [
+            "format": .text("keychaind-backup"), "created": .date(wallClock()),
+            "items": .int(Int64(items.count)), "damaged": .int(Int64(damaged)),
+            "classes": .array(Self.backedUpClasses.map { .text($0.code) }),
+        ])
+        for item in items {
+            writer.append(ref: item.row.ref, attributes: item.attributes, secret: item.secret ?? [])
+        }
+        return writer.finish()
+    }
+
+    /// Restores a backup's items. The whole file is decrypted and checked before anything is written,
+    /// then every item goes in one transaction, with its attributes, dates and (when no other item
+    /// holds it) persistent reference. **Rule for items that already exist** (same class, service,
+    /// account, access group and synchronizable value): the existing item is kept unchanged and the
+    /// backup's copy is counted as skipped. Returns the counts.
+    public func restore(passphrase: SecureBytes, data: [UInt8]) throws(KeychainError) -> (restored: Int, skipped: Int) {
+        for c in Self.backedUpClasses where !vault.isAvailable(c) {
+            throw KeychainError(.interactionNotAllowed, "the keychain is locked: unlock it before restoring a backup")
+        }
+        var contents = try BackupFile.open(data, passphrase: passphrase)
+        defer { for item in contents.items { Sodium.wipeShared(item.secret) } }
+        for i in contents.items.indices {
+            contents.items[i].attributes = try Self.validatedBackupAttributes(contents.items[i].attributes, index: i)
+            guard contents.items[i].ref.count == PersistentRef.idLength else {
+                throw KeychainError(.decode, "backup item \(i + 1) has a malformed persistent reference")
+            }
+        }
+        return try store.write { (w) throws(KeychainError) -> (restored: Int, skipped: Int) in
+            var restored = 0, skipped = 0
+            for item in contents.items {
+                let protection = ProtectionClass(code: item.attributes["pdmn"]!.text!)!
+                var ref = item.ref
+                var taken = false
+                try w.reader.forEach(RowFilter(ref: ref)) { (_) throws(KeychainError) -> Bool in taken = true; return false }
+                if taken { ref = Sodium.randomBytes(PersistentRef.idLength) }
+                let row = try codec.seal(ref: ref, protection: protection, attributes: item.attributes, secret: item.secret,
+                                         sealedSecret: [], itemKey: nil)
+                do throws(KeychainError) {
+                    try w.insert(row)
+                    restored += 1
+                } catch where error.status == .duplicateItem {
+                    skipped += 1
+                }
+            }
+            return (restored, skipped)
+        }
+    }
+
+    /// A backup's attribute map must look exactly like what this daemon stores: known attributes in
+    /// their stored form, the required ones present, and a class that backups may carry.
+    static func validatedBackupAttributes(_ attributes: [String: Value], index: Int) throws(KeychainError) -> [String: Value] {
+        let bad = KeychainError(.decode, "backup item \(index + 1) has malformed attributes")
+        for (key, value) in attributes {
+            guard let attribute = Attribute(rawValue: key) else { throw bad }
+            guard let normalized = try? attribute.normalize(value), normalized == value else { throw bad }
+        }
+        guard case .text(let group)? = attributes["agrp"], !group.isEmpty,
+              case .text(let code)? = attributes["pdmn"], let protection = ProtectionClass(code: code),
+              backedUpClasses.contains(protection),
+              case .bool? = attributes["sync"], case .date? = attributes["cdat"], case .date? = attributes["mdat"],
+              attributes["svce"].flatMap(Attribute.bytes(of:)) != nil, attributes["acct"].flatMap(Attribute.bytes(of:)) != nil
+        else { throw bad }
+        return attributes
+    }
+}

@@ -1,0 +1,275 @@
+import Foundation
+import Synchronization
+import Testing
+import KeychainCore
+import KeychainCrypto
+import KeychainStore
+@testable import KeychainItems
+
+/// A settable wall clock for the wrong-passphrase delays.
+final class TestClock: Sendable {
+    let now = Mutex<Double>(1_700_000_000)
+    func advance(_ s: Double) { now.withLock { $0 += s } }
+    var read: @Sendable () -> Double { { [self] in now.withLock { $0 } } }
+}
+
+/// A keychain with cheap Argon2id (interactive) and a test clock.
+final class ProtectedFixture {
+    let root: String
+    let directory: String
+    let clock = TestClock()
+    var service: ItemService
+
+    init(profile: KDFProfile = .interactive) throws {
+        var template = Array((NSTemporaryDirectory() + "/kc-protect-XXXXXX").utf8CString)
+        guard let p = mkdtemp(&template) else { throw KeychainError(.io, "mkdtemp") }
+        root = String(cString: p)
+        directory = root + "/data"
+        service = try ItemService(directory: directory, kdfProfile: profile, wallClock: clock.read)
+    }
+
+    func reopen() throws {
+        service.close()
+        service = try ItemService(directory: directory, kdfProfile: service.kdfProfile, wallClock: clock.read)
+    }
+
+    func cleanup() {
+        service.close()
+        try? FileManager.default.removeItem(atPath: root)
+    }
+
+    @discardableResult
+    func add(_ svce: String, _ acct: String, secret: String = "pw", pdmn: String, group: String = "TEAM.app") throws -> Value? {
+        try service.add(item(svce, acct, secret: secret, ["pdmn": .text(pdmn), "agrp": .text(group)]), caller: Fixture.app)
+    }
+
+    func secret(_ svce: String, _ acct: String) throws -> String? {
+        var q = query(svce, acct)
+        q["r_Data"] = .bool(true)
+        guard case .bytes(let b)? = try service.copyMatching(q, caller: Fixture.app) else { return nil }
+        return String(decoding: b, as: UTF8.self)
+    }
+
+    /// Every row of the items table, as raw bytes (to prove a passphrase change leaves them alone).
+    func rawRows() throws -> [[UInt8]] {
+        let db = try SQLiteConnection(path: directory + "/" + ItemService.databaseName, create: false)
+        defer { db.close() }
+        var rows: [[UInt8]] = []
+        try db.withStatement("SELECT ref, class, key_ix, item_key, attributes, secret FROM items ORDER BY rowid") { (s) throws(KeychainError) in
+            while try s.step() {
+                rows.append(s.blob(0) + [UInt8(s.int64(1))] + s.blob(2) + s.blob(3) + s.blob(4) + s.blob(5))
+            }
+        }
+        return rows
+    }
+}
+
+func withProtectedKeychain(profile: KDFProfile = .interactive, _ body: (ProtectedFixture) throws -> Void) throws {
+    let fx = try ProtectedFixture(profile: profile)
+    defer { fx.cleanup() }
+    try body(fx)
+}
+
+func pass(_ s: String) -> SecureBytes { try! PasswordHash.passphrase(Array(s.utf8))! }
+
+let allCodes = ["ak", "ck", "dk", "aku", "cku", "dku", "akpu"]
+
+@Suite struct PassphraseTests {
+    func available(_ fx: ProtectedFixture) -> Set<String> {
+        Set(fx.service.protectionStatus.classes.filter { $0.value }.keys)
+    }
+
+    @Test func withoutAPassphraseEveryClassButAkpuIsAvailableAndLockIsRefused() throws {
+        try withProtectedKeychain { fx in
+            #expect(available(fx) == ["ak", "ck", "dk", "aku", "cku", "dku"])
+            #expect(!fx.service.protectionStatus.locked && !fx.service.protectionStatus.passphraseSet)
+            #expect(failure { try fx.add("s", "a", pdmn: "akpu") }?.status == .authFailed)
+            #expect(failure { try fx.service.lock() }?.status == .param)
+            // Unlock without a passphrase set: nothing to check, success.
+            try fx.service.unlock(passphrase: pass("anything"))
+        }
+    }
+
+    @Test func aPassphraseMakesTheKeychainStartLockedAndOnlyTheRightOneUnlocksIt() throws {
+        try withProtectedKeychain { fx in
+            for code in allCodes.filter({ $0 != "akpu" }) { try fx.add("svc", code, secret: "s-" + code, pdmn: code) }
+            try fx.service.changePassphrase(old: nil, new: pass("correct horse"))
+            #expect(!fx.service.isLocked, "setting a passphrase keeps the keychain unlocked")
+            try fx.add("svc", "akpu", secret: "s-akpu", pdmn: "akpu")
+            try fx.reopen()
+            let status = fx.service.protectionStatus
+            #expect(status.locked && status.passphraseSet)
+            #expect(available(fx) == ["dk", "dku"])
+            for code in ["dk", "dku"] { #expect(try fx.secret("svc", code) == "s-" + code) }
+            for code in ["ak", "ck", "aku", "cku", "akpu"] {
+                #expect(failure { try fx.secret("svc", code) }?.status == .interactionNotAllowed, "\(code)")
+                #expect(failure { try fx.add("new", code, pdmn: code) }?.status == .interactionNotAllowed, "\(code)")
+            }
+            #expect(failure { try fx.service.unlock(passphrase: pass("Correct horse")) }?.status == .authFailed)
+            #expect(fx.service.isLocked)
+            try fx.service.unlock(passphrase: pass("correct horse"))
+            #expect(Set(allCodes) == available(fx))
+            for code in allCodes { #expect(try fx.secret("svc", code) == "s-" + code) }
+        }
+    }
+
+    @Test func lockDropsTheWhenUnlockedClassesOnly() throws {
+        try withProtectedKeychain { fx in
+            try fx.service.changePassphrase(old: nil, new: pass("pw1"))
+            for code in allCodes { try fx.add("svc", code, pdmn: code) }
+            try fx.service.lock()
+            #expect(fx.service.isLocked)
+            #expect(available(fx) == ["ck", "cku", "dk", "dku"])
+            for code in ["ak", "aku", "akpu"] { #expect(failure { try fx.secret("svc", code) }?.status == .interactionNotAllowed) }
+            for code in ["ck", "cku", "dk", "dku"] { #expect(try fx.secret("svc", code) == "pw") }
+            // A locked row aborts a copy of everything; update and delete too.
+            let all: [String: Value] = ["class": .text("genp"), "m_Limit": .text("m_LimitAll"), "r_Attributes": .bool(true)]
+            #expect(failure { try fx.service.copyMatching(all, caller: Fixture.app) }?.status == .interactionNotAllowed)
+            #expect(failure { try fx.service.update(query("svc", "ak"), attributes: ["labl": .text("x")], caller: Fixture.app) }?.status == .interactionNotAllowed)
+            #expect(failure { try fx.service.delete(query("svc", "ak"), caller: Fixture.app) }?.status == .interactionNotAllowed)
+            try fx.service.unlock(passphrase: pass("pw1"))
+            #expect(try fx.service.copyMatching(all, caller: Fixture.app)?.array?.count == 7)
+        }
+    }
+
+    @Test func changingThePassphraseRewrapsClassKeysButNeverTouchesItems() throws {
+        try withProtectedKeychain { fx in
+            try fx.service.changePassphrase(old: nil, new: pass("old"))
+            for code in allCodes { try fx.add("svc", code, secret: code, pdmn: code) }
+            let before = try fx.rawRows()
+            #expect(failure { try fx.service.changePassphrase(old: nil, new: pass("new")) }?.status == .authFailed)
+            #expect(failure { try fx.service.changePassphrase(old: pass("wrong"), new: pass("new")) }?.status == .authFailed)
+            try fx.service.changePassphrase(old: pass("old"), new: pass("new"))
+            #expect(try fx.rawRows() == before, "item rows are byte-for-byte unchanged")
+            try fx.reopen()
+            #expect(failure { try fx.service.unlock(passphrase: pass("old")) }?.status == .authFailed)
+            try fx.service.unlock(passphrase: pass("new"))
+            for code in allCodes { #expect(try fx.secret("svc", code) == code) }
+            #expect(fx.service.protectionStatus.failedUnlocks == 0, "a right passphrase clears the counter")
+        }
+    }
+
+    @Test func changingThePassphraseWhileLockedKeepsItLocked() throws {
+        try withProtectedKeychain { fx in
+            try fx.service.changePassphrase(old: nil, new: pass("one"))
+            try fx.add("svc", "a", pdmn: "ak")
+            try fx.reopen()
+            try fx.service.changePassphrase(old: pass("one"), new: pass("two"))
+            #expect(fx.service.isLocked)
+            try fx.service.unlock(passphrase: pass("two"))
+            #expect(try fx.secret("svc", "a") == "pw")
+        }
+    }
+
+    @Test func removingThePassphraseDestroysAkpuItemsAndUnlocksForGood() throws {
+        try withProtectedKeychain { fx in
+            try fx.service.changePassphrase(old: nil, new: pass("pw"))
+            try fx.add("svc", "passcode", pdmn: "akpu")
+            try fx.add("svc", "plain", pdmn: "ak")
+            try fx.add("svc", "device", pdmn: "aku")
+            try fx.service.lock()
+            #expect(try fx.service.changePassphrase(old: pass("pw"), new: nil) == 1)
+            #expect(!fx.service.hasPassphrase && !fx.service.isLocked)
+            #expect(failure { try fx.secret("svc", "passcode") }?.status == .itemNotFound)
+            #expect(try fx.secret("svc", "plain") == "pw" && fx.secret("svc", "device") == "pw")
+            #expect(failure { try fx.add("svc", "again", pdmn: "akpu") }?.status == .authFailed)
+            try fx.reopen()
+            #expect(!fx.service.isLocked)
+            #expect(try fx.secret("svc", "plain") == "pw")
+            #expect(try fx.service.itemCount() == 2)
+        }
+    }
+
+    @Test func akpuUpdateWithoutAPassphraseIsAuthFailed() throws {
+        try withProtectedKeychain { fx in
+            try fx.add("svc", "a", pdmn: "ak")
+            #expect(failure { try fx.service.update(query("svc", "a"), attributes: ["pdmn": .text("akpu")], caller: Fixture.app) }?.status == .authFailed)
+        }
+    }
+
+    // MARK: Wrong-passphrase delays
+
+    @Test func delayScheduleEscalatesLikeApples() {
+        let delays = (1...12).map { ItemService.unlockDelay(afterFailures: $0) }
+        #expect(delays == [0, 0, 0, 0, 1, 5, 15, 60, 300, 900, 900, 900])
+    }
+
+    @Test func wrongPassphrasesEscalateAndTheCountSurvivesAReopen() throws {
+        try withProtectedKeychain { fx in
+            try fx.service.changePassphrase(old: nil, new: pass("right"))
+            try fx.reopen()
+            for n in 1...4 {
+                let e = failure { try fx.service.unlock(passphrase: pass("wrong")) }
+                #expect(e?.status == .authFailed)
+                #expect(e?.message.contains("\(n) failed attempt") == true, "\(e?.message ?? "")")
+            }
+            let fifth = failure { try fx.service.unlock(passphrase: pass("wrong")) }
+            #expect(fifth?.message.contains("next attempt is accepted in 1 second") == true, "\(fifth?.message ?? "")")
+            // While the delay runs even the right passphrase is refused, unchecked and uncounted.
+            let refused = failure { try fx.service.unlock(passphrase: pass("right")) }
+            #expect(refused?.status == .authFailed && refused?.message.contains("try again in 1 second") == true)
+            #expect(fx.service.protectionStatus.failedUnlocks == 5)
+            #expect(fx.service.isLocked)
+            fx.clock.advance(1.01)
+            #expect(failure { try fx.service.unlock(passphrase: pass("wrong")) }?.message.contains("5 seconds") == true)
+            try fx.reopen()
+            let afterRestart = fx.service.protectionStatus
+            #expect(afterRestart.failedUnlocks == 6 && afterRestart.unlockDelay > 4.9)
+            #expect(failure { try fx.service.unlock(passphrase: pass("right")) }?.message.contains("try again in 5 seconds") == true)
+            // A wrong old passphrase in passwd is refused by the same delay.
+            #expect(failure { try fx.service.changePassphrase(old: pass("right"), new: pass("x")) }?.message.contains("try again") == true)
+            fx.clock.advance(5)
+            try fx.service.unlock(passphrase: pass("right"))
+            #expect(fx.service.protectionStatus.failedUnlocks == 0 && fx.service.protectionStatus.unlockDelay == 0)
+        }
+    }
+
+    @Test func aClockSetBackDoesNotStretchTheDelay() {
+        let f = ItemService.Failures(count: 6, last: 1000)
+        #expect(f.remaining(now: 1002) == 3)
+        #expect(f.remaining(now: 10) == 5)
+        #expect(f.remaining(now: 2000) == 0)
+    }
+
+    // MARK: Keyring
+
+    @Test func storedKDFParametersAreBoundedAndTheKeyringRecordsThem() throws {
+        try withProtectedKeychain { fx in
+            try fx.service.changePassphrase(old: nil, new: pass("pw"))
+            let params = try #require(fx.service.vault.kdfParameters)
+            #expect(params.opsLimit == KDFProfile.interactive.opsLimit && params.memLimit == KDFProfile.interactive.memLimit)
+            #expect(params.salt.count == 16)
+            #expect(throws: KeychainError.self) { try KDFParameters(opsLimit: 3, memLimit: 8 << 30, salt: params.salt) }
+            #expect(throws: KeychainError.self) { try KDFParameters(opsLimit: 1000, memLimit: 1 << 20, salt: params.salt) }
+            // Each change draws a fresh salt.
+            try fx.service.changePassphrase(old: pass("pw"), new: pass("pw"))
+            #expect(fx.service.vault.kdfParameters?.salt != params.salt)
+        }
+    }
+
+    @Test func theKeyringNeedsTheDeviceKeyEvenWithTheRightPassphrase() throws {
+        try withProtectedKeychain { fx in
+            try fx.service.changePassphrase(old: nil, new: pass("pw"))
+            try fx.add("svc", "a", pdmn: "ak")
+            fx.service.close()
+            // Another device's key file: the keyring's index key no longer opens.
+            let keyPath = fx.directory + "/" + ItemService.deviceKeyName
+            try FileManager.default.removeItem(atPath: keyPath)
+            _ = try DeviceKeyFile.create(path: keyPath)
+            #expect(failure { try ItemService(directory: fx.directory, kdfProfile: .interactive) }?.status == .decode)
+        }
+    }
+
+    @Test func moderateProfileUnlockTakesUnderASecondAndAHalf() throws {
+        try withProtectedKeychain(profile: .moderate) { fx in
+            try fx.service.changePassphrase(old: nil, new: pass("a fairly long passphrase"))
+            try fx.reopen()
+            let start = Date()
+            try fx.service.unlock(passphrase: pass("a fairly long passphrase"))
+            let elapsed = Date().timeIntervalSince(start)
+            print("moderate-profile unlock took \(String(format: "%.3f", elapsed)) s")
+            #expect(elapsed < 1.5)
+            #expect(elapsed > 0.2, "Argon2id moderate should cost real time")
+        }
+    }
+}
