@@ -44,25 +44,30 @@ public struct Request: Sendable {
     }
 
     /// Validates the envelope; operation-specific checks happen where the operation is served.
+    /// The envelope keys; anything else in a request map is an argument of the operation.
+    static let envelopeKeys: Set<String> = ["v", "id", "op", "query", "attributes"]
+
     public init(_ value: Value) throws(KeychainError) {
-        guard case .map(var m) = value else { throw .param("request is not a CBOR map") }
-        guard case .int(let v)? = m.removeValue(forKey: "v") else { throw .param("request lacks \"v\" (protocol version)") }
+        // Lookups only: mutating a copy of the map would copy the whole dictionary on every request.
+        guard case .map(let m) = value else { throw .param("request is not a CBOR map") }
+        guard case .int(let v)? = m["v"] else { throw .param("request lacks \"v\" (protocol version)") }
         guard v == protocolVersion else { throw .param("protocol version \(v) is not supported (this daemon speaks \(protocolVersion))") }
-        guard case .int(let id)? = m.removeValue(forKey: "id"), id >= 0 else { throw .param("request lacks a non-negative integer \"id\"") }
-        guard case .text(let op)? = m.removeValue(forKey: "op") else { throw .param("request lacks a text \"op\"") }
+        guard case .int(let id)? = m["id"], id >= 0 else { throw .param("request lacks a non-negative integer \"id\"") }
+        guard case .text(let op)? = m["op"] else { throw .param("request lacks a text \"op\"") }
         self.id = id
         self.op = op
-        switch m.removeValue(forKey: "query") {
+        var present = 3
+        switch m["query"] {
         case nil: query = nil
-        case .map(let q)?: query = q
+        case .map(let q)?: query = q; present += 1
         case let other?: throw .param("\"query\" must be a map, not \(other.kindName)")
         }
-        switch m.removeValue(forKey: "attributes") {
+        switch m["attributes"] {
         case nil: attributes = nil
-        case .map(let a)?: attributes = a
+        case .map(let a)?: attributes = a; present += 1
         case let other?: throw .param("\"attributes\" must be a map, not \(other.kindName)")
         }
-        arguments = m
+        arguments = m.count == present ? [:] : m.filter { !Self.envelopeKeys.contains($0.key) }
     }
 }
 
