@@ -1,0 +1,198 @@
+import Foundation
+
+/// Between SecItem dictionaries (`[String: Any]` bridged to `NSDictionary`) and the wire's `Value`s.
+///
+/// Inbound, known keys are converted to their wire type the way Apple's client coerces them
+/// (a boolean key takes `Bool`, `kCFBooleanTrue`, or a number; `crtr`/`type` take any integer or
+/// `NSNumber`; `v_Data` takes only `Data`); unknown keys are converted by their Swift type and left
+/// for the daemon to judge. Anything that has no wire form is `errSecParam`, naming the key.
+///
+/// Outbound, results take the types Apple's client hands back: `Data` for bytes, `String` for text,
+/// `Date` for dates, and `NSNumber` for booleans (0/1) and integers — an `NSNumber` answers both
+/// `as? Bool` and `as? Int`, as a CFNumber does on Apple platforms.
+enum Conversion {
+    private static let boolKeys: Set<String> = [
+        "invi", "nega", "sync", "m_CaseInsensitive", "r_Data", "r_Attributes", "r_PersistentRef", "r_Ref",
+    ]
+    private static let textKeys: Set<String> = ["class", "svce", "acct", "agrp", "pdmn", "labl", "desc", "icmt"]
+    private static let integerKeys: Set<String> = ["crtr", "type"]
+    private static let dateKeys: Set<String> = ["cdat", "mdat"]
+
+    /// A SecItem dictionary as a wire map. `what` names the argument in error messages.
+    static func map(_ dictionary: NSDictionary, what: String) throws(KeychainError) -> [String: Value] {
+        var out: [String: Value] = [:]
+        for (k, v) in dictionary {
+            guard let key = k as? String else {
+                throw .param("\(what) has a key of type \(typeName(k)); keys must be strings such as kSecAttrService")
+            }
+            // Apple's client strips the UI/LocalAuthentication keys; `nleg` is a no-op; generic passwords
+            // have no reference type, so kSecReturnRef returns nothing.
+            if key.hasPrefix("u_") || key == "nleg" || key == "r_Ref" { continue }
+            out[key] = try value(v, forKey: key)
+        }
+        return out
+    }
+
+    /// One dictionary value as a wire value.
+    static func value(_ v: Any, forKey key: String) throws(KeychainError) -> Value {
+        func wrong(_ expected: String) -> KeychainError {
+            .param("\(displayName(key)) must be \(expected), not \(typeName(v))")
+        }
+        switch key {
+        case "v_Data", "v_PersistentRef":
+            guard let b = bytes(v) else { throw wrong("Data") }
+            return .bytes(b)
+        case "gena":
+            if let b = bytes(v) { return .bytes(b) }
+            if let s = text(v) { return .bytes(Array(s.utf8)) }  // Apple tolerates strings here
+            throw wrong("Data")
+        case "sync":
+            if let s = text(v), s == "syna" { return .text(s) }
+            guard let b = bool(v) else { throw wrong("a Bool or kSecAttrSynchronizableAny") }
+            return .bool(b)
+        case "m_Limit":
+            if let s = text(v) { return .text(s) }
+            guard let i = integer(v) else { throw wrong("kSecMatchLimitOne, kSecMatchLimitAll or a number") }
+            return .int(i)
+        case _ where boolKeys.contains(key):
+            guard let b = bool(v) else { throw wrong("a Bool (kCFBooleanTrue / kCFBooleanFalse)") }
+            return .bool(b)
+        case _ where textKeys.contains(key):
+            guard let s = text(v) else { throw wrong("a String") }
+            return .text(s)
+        case _ where integerKeys.contains(key):
+            guard let i = integer(v) else { throw wrong("an integer") }
+            return .int(i)
+        case _ where dateKeys.contains(key):
+            guard let d = v as? Date else { throw wrong("a Date") }
+            return .date(d.timeIntervalSince1970)
+        default:
+            return try generic(v, key: key)
+        }
+    }
+
+    /// An unknown key's value, by its type (the daemon decides whether the key is acceptable).
+    private static func generic(_ v: Any, key: String) throws(KeychainError) -> Value {
+        if type(of: v) == Bool.self { return .bool(v as! Bool) }
+        if let n = number(v) {
+            let t = n.objCType.pointee
+            if t == CChar(UInt8(ascii: "c")) || t == CChar(UInt8(ascii: "B")) { return .bool(n.boolValue) }
+            if t == CChar(UInt8(ascii: "d")) || t == CChar(UInt8(ascii: "f")) { return .float(n.doubleValue) }
+            return .int(n.int64Value)
+        }
+        if let s = text(v) { return .text(s) }
+        if let b = bytes(v) { return .bytes(b) }
+        if let d = v as? Date { return .date(d.timeIntervalSince1970) }
+        if let i = v as? any BinaryInteger, let i64 = Int64(exactly: i) { return .int(i64) }
+        if let d = v as? Double { return .float(d) }
+        if let f = v as? Float { return .float(Double(f)) }
+        throw .param("\(displayName(key)) has a value of type \(typeName(v)), which keychaind cannot store")
+    }
+
+    // MARK: Coercions
+
+    private static func number(_ v: Any) -> NSNumber? {
+        guard type(of: v) is NSNumber.Type else { return nil }
+        return v as? NSNumber
+    }
+
+    static func text(_ v: Any) -> String? {
+        if number(v) != nil || type(of: v) == Bool.self { return nil }
+        if let s = v as? String { return s }
+        if let s = v as? Substring { return String(s) }
+        return nil
+    }
+
+    static func bytes(_ v: Any) -> [UInt8]? {
+        if let d = v as? Data { return [UInt8](d) }
+        if let b = v as? [UInt8] { return b }
+        return nil
+    }
+
+    static func bool(_ v: Any) -> Bool? {
+        if type(of: v) == Bool.self { return (v as! Bool) }
+        if let n = number(v) { return n.int64Value != 0 || n.doubleValue != 0 }
+        if let i = v as? any BinaryInteger { return i.words.contains { $0 != 0 } }
+        if let s = text(v) {
+            switch s {
+            case "1", "true", "YES", "yes": return true
+            case "0", "false", "NO", "no": return false
+            default: return nil
+            }
+        }
+        return nil
+    }
+
+    static func integer(_ v: Any) -> Int64? {
+        if type(of: v) == Bool.self { return (v as! Bool) ? 1 : 0 }
+        if let n = number(v) {
+            let d = n.doubleValue
+            guard d.rounded() == d else { return nil }
+            return n.int64Value
+        }
+        if let i = v as? any BinaryInteger { return Int64(exactly: i) }
+        if let s = text(v) { return Int64(s) }
+        return nil
+    }
+
+    // MARK: Results
+
+    /// A result as Apple hands it back in `CFTypeRef`: `NSData`, `NSDictionary`, `NSArray`, …
+    static func object(_ v: Value) -> AnyObject {
+        switch v {
+        case .bytes(let b): return NSData(bytes: b, length: b.count)
+        case .map(let m): return dictionary(m) as NSDictionary
+        case .array(let a): return a.map(swiftValue) as NSArray
+        case .text(let s): return s as NSString
+        default: return swiftValue(v) as AnyObject
+        }
+    }
+
+    /// An attributes map as `[String: Any]`.
+    static func dictionary(_ m: [String: Value]) -> [String: Any] {
+        var out: [String: Any] = [:]
+        for (k, v) in m { out[k] = swiftValue(v) }
+        return out
+    }
+
+    static func swiftValue(_ v: Value) -> Any {
+        switch v {
+        case .int(let i): return NSNumber(value: Int(truncatingIfNeeded: i))
+        case .bytes(let b): return Data(b)
+        case .text(let s): return s
+        case .array(let a): return a.map(swiftValue)
+        case .map(let m): return dictionary(m)
+        case .bool(let b): return NSNumber(value: b ? 1 : 0)
+        case .float(let d): return d
+        case .date(let d): return Date(timeIntervalSince1970: d)
+        case .null: return NSNull()
+        }
+    }
+
+    // MARK: Messages
+
+    private static let constantNames: [String: String] = [
+        "class": "kSecClass", "svce": "kSecAttrService", "acct": "kSecAttrAccount", "agrp": "kSecAttrAccessGroup",
+        "pdmn": "kSecAttrAccessible", "labl": "kSecAttrLabel", "desc": "kSecAttrDescription",
+        "icmt": "kSecAttrComment", "gena": "kSecAttrGeneric", "crtr": "kSecAttrCreator", "type": "kSecAttrType",
+        "invi": "kSecAttrIsInvisible", "nega": "kSecAttrIsNegative", "sync": "kSecAttrSynchronizable",
+        "cdat": "kSecAttrCreationDate", "mdat": "kSecAttrModificationDate", "v_Data": "kSecValueData",
+        "v_PersistentRef": "kSecValuePersistentRef", "m_Limit": "kSecMatchLimit",
+        "m_CaseInsensitive": "kSecMatchCaseInsensitive", "r_Data": "kSecReturnData",
+        "r_Attributes": "kSecReturnAttributes", "r_PersistentRef": "kSecReturnPersistentRef",
+    ]
+
+    /// `kSecValueData ("v_Data")`, or the quoted key when it has no constant.
+    static func displayName(_ key: String) -> String {
+        if let c = constantNames[key] { return "\(c) (\"\(key)\")" }
+        return "key \"\(key)\""
+    }
+
+    static func typeName(_ v: Any) -> String {
+        let t = type(of: v)
+        if t is NSNumber.Type { return "NSNumber" }
+        if t is NSString.Type { return "String" }
+        if t is NSData.Type { return "Data" }
+        return String(describing: t)
+    }
+}

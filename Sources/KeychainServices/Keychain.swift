@@ -1,0 +1,320 @@
+import Foundation
+
+/// The error every Swift-native call throws: the `OSStatus` (as `status`, a `Status`) and the
+/// daemon's one-line message. Its description never contains a secret or an attribute value.
+public typealias KeychainServicesError = KeychainError
+
+extension KeychainError {
+    /// The status as Apple's `OSStatus`, to compare with `errSecItemNotFound` and friends.
+    public var osStatus: OSStatus { status.rawValue }
+}
+
+/// A keychain bound to one service (and optionally one access group), with typed access to its
+/// generic-password items, keyed by account.
+///
+/// ```swift
+/// let keychain = Keychain(service: "com.example.app").accessibility(.afterFirstUnlock)
+/// try keychain.set("s3cret", forKey: "alice")
+/// let secret = try keychain.string(forKey: "alice")     // nil when absent
+/// ```
+///
+/// A `Keychain` is an immutable value: `accessGroup(_:)`, `accessibility(_:)` and `label(_:)` return
+/// a modified copy. Lookups, updates and removals use only the item's key attributes (service,
+/// account, and the access group when one is set), so an item written with another accessibility
+/// or label is still found — Apple's "not found, then duplicate" pitfall cannot happen. Accessibility
+/// and label are applied when writing. Without an access group, `set` writes to the app's default
+/// (first) group (and updates only there), while reads and removals cover all of the app's groups,
+/// as SecItem does.
+///
+/// `set` adds, and on `errSecDuplicateItem` updates: no check-then-act race between processes.
+public struct Keychain: Sendable, Equatable {
+    /// Apple's accessibility classes, with their wire values.
+    public enum Accessibility: String, Sendable, CaseIterable {
+        case whenUnlocked = "ak"
+        case afterFirstUnlock = "ck"
+        case always = "dk"
+        case whenPasscodeSetThisDeviceOnly = "akpu"
+        case whenUnlockedThisDeviceOnly = "aku"
+        case afterFirstUnlockThisDeviceOnly = "cku"
+        case alwaysThisDeviceOnly = "dku"
+    }
+
+    public let service: String
+    public let accessGroup: String?
+    public let accessibility: Accessibility
+    public let label: String?
+    public let connection: KeychainConnection
+
+    public init(service: String, accessGroup: String? = nil, accessibility: Accessibility = .whenUnlocked,
+                connection: KeychainConnection = .shared) {
+        self.init(service: service, accessGroup: accessGroup, accessibility: accessibility, label: nil,
+                  connection: connection)
+    }
+
+    private init(service: String, accessGroup: String?, accessibility: Accessibility, label: String?,
+                 connection: KeychainConnection) {
+        self.service = service
+        self.accessGroup = accessGroup
+        self.accessibility = accessibility
+        self.label = label
+        self.connection = connection
+    }
+
+    public static func == (a: Keychain, b: Keychain) -> Bool {
+        a.service == b.service && a.accessGroup == b.accessGroup && a.accessibility == b.accessibility
+            && a.label == b.label && a.connection === b.connection
+    }
+
+    /// A copy bound to `group` (nil: the app's groups, with the first as default for writes).
+    public func accessGroup(_ group: String?) -> Keychain {
+        Keychain(service: service, accessGroup: group, accessibility: accessibility, label: label, connection: connection)
+    }
+
+    /// A copy that writes items with `accessibility`.
+    public func accessibility(_ accessibility: Accessibility) -> Keychain {
+        Keychain(service: service, accessGroup: accessGroup, accessibility: accessibility, label: label, connection: connection)
+    }
+
+    /// A copy that writes items with this user-visible label.
+    public func label(_ label: String?) -> Keychain {
+        Keychain(service: service, accessGroup: accessGroup, accessibility: accessibility, label: label, connection: connection)
+    }
+
+    // MARK: Requests
+
+    private func base() throws(KeychainError) -> [String: Value] {
+        guard !service.isEmpty else { throw .param("the keychain's service must not be empty") }
+        var q: [String: Value] = ["class": .text("genp"), "svce": .text(service)]
+        if let accessGroup { q["agrp"] = .text(accessGroup) }
+        return q
+    }
+
+    private func key(_ account: String) throws(KeychainError) -> [String: Value] {
+        guard !account.isEmpty else { throw .param("the key (account) must not be empty") }
+        var q = try base()
+        q["acct"] = .text(account)
+        return q
+    }
+
+    private func readQuery(_ account: String) throws(KeychainError) -> [String: Value] {
+        var q = try key(account)
+        q["r_Data"] = .bool(true)
+        q["m_Limit"] = .text("m_LimitOne")
+        return q
+    }
+
+    private func written(_ data: Data) -> [String: Value] {
+        var a: [String: Value] = ["v_Data": .bytes([UInt8](data)), "pdmn": .text(accessibility.rawValue)]
+        if let label { a["labl"] = .text(label) }
+        return a
+    }
+
+    private func addQuery(_ account: String, _ data: Data) throws(KeychainError) -> [String: Value] {
+        try key(account).merging(written(data)) { _, new in new }
+    }
+
+    /// The item `set` collided with: without an access group the add went to the app's default group,
+    /// so the update is confined to that group rather than touching same-named items in shared groups.
+    private func updateQuery(_ account: String, defaultGroup: String?) throws(KeychainError) -> [String: Value] {
+        var q = try key(account)
+        if accessGroup == nil, let defaultGroup { q["agrp"] = .text(defaultGroup) }
+        return q
+    }
+
+    private func defaultGroup() throws(KeychainError) -> String? {
+        accessGroup == nil ? try KeychainAdmin(connection: connection).status().groups.first : nil
+    }
+
+    private func defaultGroup() async throws(KeychainError) -> String? {
+        accessGroup == nil ? try await KeychainAdmin(connection: connection).status().groups.first : nil
+    }
+
+    private func keysQuery() throws(KeychainError) -> [String: Value] {
+        var q = try base()
+        q["r_Attributes"] = .bool(true)
+        q["m_Limit"] = .text("m_LimitAll")
+        return q
+    }
+
+    private static func accounts(_ v: Value?) -> [String] {
+        let items: [Value]
+        switch v {
+        case .array(let a)?: items = a
+        case .map?: items = [v!]
+        default: items = []
+        }
+        return items.compactMap { $0.map?["acct"]?.text }.sorted()
+    }
+
+    private static func data(_ v: Value?) throws(KeychainError) -> Data {
+        guard case .bytes(let b)? = v else { throw KeychainError(.decode, "keychaind returned no data for the item") }
+        return Data(b)
+    }
+
+    private static func string(_ d: Data?) throws(KeychainError) -> String? {
+        guard let d else { return nil }
+        guard let s = String(data: d, encoding: .utf8) else {
+            throw KeychainError(.decode, "the item's data is not UTF-8 text; read it with data(forKey:)")
+        }
+        return s
+    }
+
+    // MARK: Blocking API
+
+    /// The item's data, or nil when there is no such item.
+    public func data(forKey key: String) throws(KeychainError) -> Data? {
+        do throws(KeychainError) {
+            return try Self.data(connection.call(.copy, query: readQuery(key)))
+        } catch where error.status == .itemNotFound {
+            return nil
+        }
+    }
+
+    /// The item's data as UTF-8 text, or nil when there is no such item.
+    public func string(forKey key: String) throws(KeychainError) -> String? {
+        try Self.string(data(forKey: key))
+    }
+
+    /// Whether an item exists for `key` (its data is not read).
+    public func contains(_ key: String) throws(KeychainError) -> Bool {
+        do throws(KeychainError) {
+            _ = try connection.call(.copy, query: self.key(key))
+            return true
+        } catch where error.status == .itemNotFound {
+            return false
+        }
+    }
+
+    /// Stores `data` for `key`: adds the item, or updates it (data, accessibility, label) if it exists.
+    public func set(_ data: Data, forKey key: String) throws(KeychainError) {
+        let add = try addQuery(key, data)
+        for _ in 0..<3 {
+            do throws(KeychainError) {
+                _ = try connection.call(.add, query: add)
+                return
+            } catch where error.status == .duplicateItem {}
+            do throws(KeychainError) {
+                _ = try connection.call(.update, query: updateQuery(key, defaultGroup: try defaultGroup()), attributes: written(data))
+                return
+            } catch where error.status == .itemNotFound {}  // removed in between: add again
+        }
+        throw KeychainError(.duplicateItem, "the item kept being added and removed concurrently")
+    }
+
+    /// Stores `string` as UTF-8 for `key`.
+    public func set(_ string: String, forKey key: String) throws(KeychainError) {
+        try set(Data(string.utf8), forKey: key)
+    }
+
+    /// Removes the item for `key`; removing an absent item is not an error.
+    public func removeValue(forKey key: String) throws(KeychainError) {
+        do throws(KeychainError) {
+            _ = try connection.call(.delete, query: self.key(key))
+        } catch where error.status == .itemNotFound {}
+    }
+
+    /// The keys (accounts) of this service's items, sorted.
+    public func allKeys() throws(KeychainError) -> [String] {
+        do throws(KeychainError) {
+            return Self.accounts(try connection.call(.copy, query: keysQuery()))
+        } catch where error.status == .itemNotFound {
+            return []
+        }
+    }
+
+    /// Removes every item of this service (in its access group, or all of the app's groups).
+    public func removeAll() throws(KeychainError) {
+        do throws(KeychainError) {
+            _ = try connection.call(.delete, query: base())
+        } catch where error.status == .itemNotFound {}
+    }
+
+    // MARK: async API (suspends; never blocks a cooperative thread while waiting for the daemon)
+
+    public func data(forKey key: String) async throws(KeychainError) -> Data? {
+        do throws(KeychainError) {
+            return try Self.data(await connection.call(.copy, query: readQuery(key)))
+        } catch where error.status == .itemNotFound {
+            return nil
+        }
+    }
+
+    public func string(forKey key: String) async throws(KeychainError) -> String? {
+        try Self.string(await data(forKey: key))
+    }
+
+    public func contains(_ key: String) async throws(KeychainError) -> Bool {
+        do throws(KeychainError) {
+            _ = try await connection.call(.copy, query: self.key(key))
+            return true
+        } catch where error.status == .itemNotFound {
+            return false
+        }
+    }
+
+    public func set(_ data: Data, forKey key: String) async throws(KeychainError) {
+        let add = try addQuery(key, data)
+        for _ in 0..<3 {
+            do throws(KeychainError) {
+                _ = try await connection.call(.add, query: add)
+                return
+            } catch where error.status == .duplicateItem {}
+            do throws(KeychainError) {
+                _ = try await connection.call(.update, query: updateQuery(key, defaultGroup: try await defaultGroup()), attributes: written(data))
+                return
+            } catch where error.status == .itemNotFound {}
+        }
+        throw KeychainError(.duplicateItem, "the item kept being added and removed concurrently")
+    }
+
+    public func set(_ string: String, forKey key: String) async throws(KeychainError) {
+        try await set(Data(string.utf8), forKey: key)
+    }
+
+    public func removeValue(forKey key: String) async throws(KeychainError) {
+        do throws(KeychainError) {
+            _ = try await connection.call(.delete, query: self.key(key))
+        } catch where error.status == .itemNotFound {}
+    }
+
+    public func allKeys() async throws(KeychainError) -> [String] {
+        do throws(KeychainError) {
+            return Self.accounts(try await connection.call(.copy, query: keysQuery()))
+        } catch where error.status == .itemNotFound {
+            return []
+        }
+    }
+
+    public func removeAll() async throws(KeychainError) {
+        do throws(KeychainError) {
+            _ = try await connection.call(.delete, query: base())
+        } catch where error.status == .itemNotFound {}
+    }
+}
+
+extension Keychain: CustomStringConvertible {
+    /// Names the configuration only; never reads or prints items.
+    public var description: String {
+        "Keychain(service: \(service), accessGroup: \(accessGroup ?? "default"), accessibility: \(accessibility))"
+    }
+}
+
+/// This device's identifier for an access group: one random UUID, created on first use and then
+/// the same for every app of the group, across restarts and reinstalls, and when many processes
+/// ask at once (the daemon lets exactly one add win; the others read the winner's value).
+public enum DeviceIdentifier {
+    /// The UUID of `accessGroup` (nil: the app's default, first, access group).
+    public static func current(accessGroup: String? = nil, connection: KeychainConnection = .shared) throws(KeychainError) -> UUID {
+        try uuid(DeviceIdentifierConvention.resolve(accessGroup: accessGroup, connection: connection))
+    }
+
+    /// Same, suspending instead of blocking.
+    public static func current(accessGroup: String? = nil, connection: KeychainConnection = .shared) async throws(KeychainError) -> UUID {
+        try uuid(await DeviceIdentifierConvention.resolve(accessGroup: accessGroup, connection: connection))
+    }
+
+    private static func uuid(_ s: String) throws(KeychainError) -> UUID {
+        guard let u = UUID(uuidString: s) else { throw KeychainError(.decode, "the device identifier is not a UUID") }
+        return u
+    }
+}

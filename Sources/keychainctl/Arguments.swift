@@ -1,0 +1,295 @@
+import KeychainClient
+
+/// The verbs of SPEC §7, with the options each accepts and its help text.
+enum Verb: String, CaseIterable {
+    case add, find, update, delete, list
+    case deviceID = "device-id"
+    case status, lock, unlock, passwd, backup, restore, help
+
+    var options: Set<Opt> {
+        switch self {
+        case .add: return [.service, .account, .group, .secret, .stdin, .accessible, .label, .comment, .description, .updateExisting]
+        case .find: return [.service, .account, .group, .printSecret, .all]
+        case .update: return [.service, .account, .group, .secret, .stdin, .accessible, .label, .comment, .description]
+        case .delete: return [.service, .account, .group, .all]
+        case .list, .deviceID: return [.group]
+        case .status, .lock, .help: return []
+        case .unlock, .backup, .restore: return [.passphraseFile]
+        case .passwd: return [.passphraseFile, .newPassphraseFile]
+        }
+    }
+
+    /// How many positional arguments the verb takes (and their names for messages).
+    var positionals: [String] {
+        switch self {
+        case .backup, .restore: return ["FILE"]
+        case .help: return ["[VERB]"]
+        default: return []
+        }
+    }
+
+    var usage: String {
+        switch self {
+        case .add: return "keychainctl add -s SERVICE -a ACCOUNT [-g GROUP] [-w SECRET | --stdin] [--accessible CLASS] [-l LABEL] [-j COMMENT] [-D DESCRIPTION] [-U]"
+        case .find: return "keychainctl find [-s SERVICE] [-a ACCOUNT] [-g GROUP] [-w] [--all]"
+        case .update: return "keychainctl update -s SERVICE -a ACCOUNT [-g GROUP] [-w NEW_SECRET | --stdin] [--accessible CLASS] [-l LABEL] [-j COMMENT] [-D DESCRIPTION]"
+        case .delete: return "keychainctl delete [-s SERVICE] [-a ACCOUNT] [-g GROUP] [--all]"
+        case .list: return "keychainctl list [-g GROUP]"
+        case .deviceID: return "keychainctl device-id [-g GROUP]"
+        case .status: return "keychainctl status"
+        case .lock: return "keychainctl lock"
+        case .unlock: return "keychainctl unlock [--passphrase-file FILE]"
+        case .passwd: return "keychainctl passwd [--passphrase-file OLD_FILE] [--new-passphrase-file NEW_FILE]"
+        case .backup: return "keychainctl backup FILE [--passphrase-file FILE]"
+        case .restore: return "keychainctl restore FILE [--passphrase-file FILE]"
+        case .help: return "keychainctl help [VERB]"
+        }
+    }
+
+    var summary: String {
+        switch self {
+        case .add: return "add a generic password"
+        case .find: return "show an item's attributes, or with -w only its secret"
+        case .update: return "change an item's secret or attributes"
+        case .delete: return "delete an item (or, with --all, every matching item)"
+        case .list: return "list items (service, account, group, accessibility, modification time)"
+        case .deviceID: return "print the device UUID of an access group, creating it on first use"
+        case .status: return "show the daemon's state (locked, passphrase, items, classes available)"
+        case .lock: return "lock the keychain (drop the class keys)"
+        case .unlock: return "unlock the keychain with the passphrase"
+        case .passwd: return "set or change the keychain passphrase"
+        case .backup: return "write an encrypted backup of the items to FILE"
+        case .restore: return "restore the items of a backup FILE"
+        case .help: return "show help for keychainctl or a verb"
+        }
+    }
+
+    var details: String {
+        switch self {
+        case .add: return """
+            The secret comes from -w SECRET, --stdin (all of standard input, one trailing newline dropped),
+            or is asked for on the terminal without echo. Without -g the item goes to keychainctl's default
+            access group. -U updates the item (secret and given attributes) when it already exists, as
+            macOS `security add-generic-password -U`. CLASS is one of ak (when unlocked, the default),
+            ck (after first unlock), dk (always), akpu, aku, cku, dku (this device only).
+            """
+        case .find: return """
+            Without -w prints the first matching item's attributes; with -w prints only its secret and a
+            newline. --all prints every match. Matching is exact; no filter matches any item. Exit 44 when
+            nothing matches.
+            """
+        case .update: return """
+            Updates every item matching SERVICE and ACCOUNT (and GROUP). The new secret comes from -w,
+            --stdin, or the terminal when no attribute option is given.
+            """
+        case .delete: return """
+            Without --all, deletes the one matching item and fails (errSecParam) when several match;
+            with --all, deletes every matching item (with no filter: every item keychainctl can see).
+            """
+        case .list: return "Lists every item (synchronizable ones too), or those of GROUP, sorted by group, service and account."
+        case .deviceID: return "Every app of the group gets the same UUID, also when many start at once."
+        case .status: return "Also says plainly when no passphrase is set (keys protected by the device key only)."
+        case .lock: return "WhenUnlocked items become unreadable (errSecInteractionNotAllowed) until `unlock`."
+        case .unlock: return "The passphrase is read from the terminal without echo, or from --passphrase-file (never from the command line)."
+        case .passwd: return """
+            Asks for the current passphrase (when one is set) and the new one twice, or reads them from
+            --passphrase-file and --new-passphrase-file. Once a passphrase is set the daemon starts locked.
+            """
+        case .backup: return "The backup is encrypted under a passphrase (asked twice, or --passphrase-file); FILE is written with mode 0600. ThisDeviceOnly items restore only on this device."
+        case .restore: return "The passphrase is the one the backup was made with."
+        case .help: return ""
+        }
+    }
+
+    var helpText: String {
+        var s = "usage: \(usage)\n\n\(summary.prefix(1).uppercased() + summary.dropFirst()).\n"
+        if !details.isEmpty { s += "\n" + details + "\n" }
+        let opts = Opt.allCases.filter { options.contains($0) }
+        if !opts.isEmpty || self != .help {
+            s += "\noptions:\n"
+            for o in opts { s += "  " + o.helpLine(for: self) + "\n" }
+            s += "  " + pad("--json") + "machine-readable output (secrets base64 under \"v_Data\")\n"
+            s += "  " + pad("--socket PATH") + "the daemon's socket (default: $KEYCHAIND_SOCKET, else $XDG_RUNTIME_DIR/keychaind/keychaind.sock)\n"
+            s += "  " + pad("-h, --help") + "this help\n"
+        }
+        return s
+    }
+}
+
+func pad(_ s: String) -> String { s + String(repeating: " ", count: max(1, 30 - s.count)) }
+
+enum Opt: CaseIterable {
+    case service, account, group, secret, printSecret, stdin, accessible, label, comment, description
+    case updateExisting, all, passphraseFile, newPassphraseFile
+
+    var spellings: [String] {
+        switch self {
+        case .service: return ["-s", "--service"]
+        case .account: return ["-a", "--account"]
+        case .group: return ["-g", "--group", "--access-group"]
+        case .secret, .printSecret: return ["-w", "--secret"]
+        case .stdin: return ["--stdin"]
+        case .accessible: return ["--accessible"]
+        case .label: return ["-l", "--label"]
+        case .comment: return ["-j", "--comment"]
+        case .description: return ["-D", "--description"]
+        case .updateExisting: return ["-U", "--update-existing"]
+        case .all: return ["--all"]
+        case .passphraseFile: return ["--passphrase-file"]
+        case .newPassphraseFile: return ["--new-passphrase-file"]
+        }
+    }
+
+    var takesValue: Bool {
+        switch self {
+        case .printSecret, .stdin, .updateExisting, .all: return false
+        default: return true
+        }
+    }
+
+    func helpLine(for verb: Verb) -> String {
+        let names = spellings.prefix(2).joined(separator: ", ")
+        switch self {
+        case .service: return pad(names + " SERVICE") + "the item's service (kSecAttrService)"
+        case .account: return pad(names + " ACCOUNT") + "the item's account (kSecAttrAccount)"
+        case .group: return pad(names + " GROUP") + "the access group (kSecAttrAccessGroup)"
+        case .secret: return pad(names + " SECRET") + (verb == .update ? "the new secret" : "the secret (visible to other users in ps; prefer --stdin or the prompt)")
+        case .printSecret: return pad(names) + "print only the secret, followed by a newline"
+        case .stdin: return pad(names) + "read the secret from standard input"
+        case .accessible: return pad(names + " CLASS") + "ak | ck | dk | akpu | aku | cku | dku (kSecAttrAccessible)"
+        case .label: return pad(names + " LABEL") + "the item's label (kSecAttrLabel)"
+        case .comment: return pad(names + " COMMENT") + "the item's comment (kSecAttrComment)"
+        case .description: return pad(names + " DESCRIPTION") + "the item's description (kSecAttrDescription)"
+        case .updateExisting: return pad(names) + "update the item if it already exists"
+        case .all: return pad(names) + (verb == .find ? "show every matching item" : "delete every matching item")
+        case .passphraseFile: return pad(names + " FILE") + (verb == .passwd ? "read the current passphrase from FILE" : "read the passphrase from FILE (first line)")
+        case .newPassphraseFile: return pad(names + " FILE") + "read the new passphrase from FILE"
+        }
+    }
+}
+
+/// A parsed command line.
+struct Invocation {
+    var verb: Verb?
+    var json = false
+    var help = false
+    var socket: String?
+    var values: [Opt: String] = [:]
+    var flags: Set<Opt> = []
+    var positional: [String] = []
+    /// `-w` given without a value (add/update at the end of the line): ask on the terminal.
+    var promptForSecret = false
+
+    func value(_ o: Opt) -> String? { values[o] }
+    func has(_ o: Opt) -> Bool { flags.contains(o) }
+
+    static let accessibilityClasses: Set<String> = ["ak", "ck", "dk", "akpu", "aku", "cku", "dku"]
+
+    /// Parses `args` (without the program name). Usage errors are `errSecParam` with a one-line reason.
+    static func parse(_ args: [String]) throws(KeychainError) -> Invocation {
+        var inv = Invocation()
+        var i = 0
+        var optionsEnded = false
+        func usageError(_ msg: String) -> KeychainError {
+            let hint = inv.verb.map { "keychainctl \($0.rawValue) --help" } ?? "keychainctl --help"
+            return .param("\(msg) (see \(hint))")
+        }
+        while i < args.count {
+            let arg = args[i]
+            i += 1
+            if optionsEnded || !arg.hasPrefix("-") || arg == "-" {
+                if inv.verb == nil {
+                    guard let v = Verb(rawValue: arg) else { throw usageError("unknown verb \"\(arg)\"") }
+                    inv.verb = v
+                } else {
+                    inv.positional.append(arg)
+                }
+                continue
+            }
+            if arg == "--" { optionsEnded = true; continue }
+            var name = arg
+            var inlineValue: String?
+            if arg.hasPrefix("--"), let eq = arg.firstIndex(of: "=") {
+                name = String(arg[..<eq])
+                inlineValue = String(arg[arg.index(after: eq)...])
+            }
+            switch name {
+            case "--json": inv.json = true; continue
+            case "-h", "--help": inv.help = true; continue
+            case "--socket":
+                if let v = inlineValue { inv.socket = v }
+                else if i < args.count { inv.socket = args[i]; i += 1 }
+                else { throw usageError("--socket needs a PATH") }
+                continue
+            default: break
+            }
+            guard let verb = inv.verb else { throw usageError("unknown option \(name) before the verb") }
+            let candidates = Opt.allCases.filter { $0.spellings.contains(name) && verb.options.contains($0) }
+            guard let opt = candidates.first else {
+                if Opt.allCases.contains(where: { $0.spellings.contains(name) }) {
+                    throw usageError("\(verb.rawValue) does not take \(name)")
+                }
+                throw usageError("unknown option \(name)")
+            }
+            if opt.takesValue {
+                if let v = inlineValue {
+                    inv.values[opt] = v
+                } else if i < args.count {
+                    inv.values[opt] = args[i]
+                    i += 1
+                } else if opt == .secret {
+                    inv.promptForSecret = true  // `-w` last, as macOS security: ask
+                } else {
+                    throw usageError("\(name) needs a value")
+                }
+            } else {
+                if inlineValue != nil { throw usageError("\(name) takes no value") }
+                inv.flags.insert(opt)
+            }
+        }
+        if inv.help { return inv }
+        guard let verb = inv.verb else { throw usageError("no verb given") }
+        let maxPositionals = verb.positionals.count
+        if verb == .help {
+            if inv.positional.count > 1 { throw usageError("help takes one verb") }
+        } else if inv.positional.count != maxPositionals {
+            if inv.positional.count > maxPositionals {
+                throw usageError("unexpected argument \"\(inv.positional[maxPositionals])\"")
+            }
+            throw usageError("\(verb.rawValue) needs \(verb.positionals.joined(separator: " "))")
+        }
+        switch verb {
+        case .add, .update:
+            guard inv.value(.service) != nil, inv.value(.account) != nil else {
+                throw usageError("\(verb.rawValue) needs -s SERVICE and -a ACCOUNT")
+            }
+            if inv.value(.secret) != nil && inv.has(.stdin) { throw usageError("-w and --stdin exclude each other") }
+        default: break
+        }
+        if let c = inv.value(.accessible), !accessibilityClasses.contains(c) {
+            throw usageError("--accessible must be one of ak, ck, dk, akpu, aku, cku, dku, not \"\(c)\"")
+        }
+        return inv
+    }
+}
+
+let toolHelp: String = {
+    var s = """
+        usage: keychainctl [--json] [--socket PATH] VERB [options]
+
+        Manage generic passwords in keychaind, the Keychain Services daemon.
+
+        verbs:
+
+        """
+    for v in Verb.allCases { s += "  " + v.rawValue + String(repeating: " ", count: 11 - v.rawValue.count) + v.summary + "\n" }
+    s += """
+
+        `keychainctl VERB --help` shows a verb's options. --json on any verb prints JSON on stdout.
+        Exit status: 0 success, otherwise the low byte of the OSStatus (44 item not found, 45 duplicate
+        item, 206 errSecParam, 30 errSecMissingEntitlement, 36 locked, 53 no daemon, …); errors go to
+        stderr as one line.
+
+        """
+    return s
+}()

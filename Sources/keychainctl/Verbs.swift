@@ -1,0 +1,312 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import KeychainClient
+
+/// Runs one parsed invocation against the daemon, writing into `out`.
+struct Command {
+    let inv: Invocation
+    let connection: KeychainConnection
+    var out = Output()
+
+    init(_ inv: Invocation) {
+        self.inv = inv
+        connection = inv.socket.map { KeychainConnection(socketPath: $0) } ?? .shared
+    }
+
+    mutating func run() throws(KeychainError) {
+        switch inv.verb! {
+        case .help: help()
+        case .add: try add()
+        case .find: try find()
+        case .update: try update()
+        case .delete: try delete()
+        case .list: try list()
+        case .deviceID: try deviceID()
+        case .status: try status()
+        case .lock: try KeychainAdmin(connection: connection).lock(); ok()
+        case .unlock: try unlock()
+        case .passwd: try passwd()
+        case .backup: try backup()
+        case .restore: try restore()
+        }
+    }
+
+    private mutating func help() {
+        if let name = inv.positional.first, let v = Verb(rawValue: name) { out.write(v.helpText) } else { out.write(toolHelp) }
+    }
+
+    private mutating func ok() {
+        if inv.json { out.line("{\"ok\":true}") }
+    }
+
+    // MARK: Queries
+
+    /// class genp plus the -s/-a/-g filters that were given.
+    private func filters() -> [String: Value] {
+        var q: [String: Value] = ["class": .text("genp")]
+        if let s = inv.value(.service) { q["svce"] = .text(s) }
+        if let a = inv.value(.account) { q["acct"] = .text(a) }
+        if let g = inv.value(.group) { q["agrp"] = .text(g) }
+        return q
+    }
+
+    /// The attribute options given (-l, -j, -D, --accessible).
+    private func attributeOptions() -> [String: Value] {
+        var a: [String: Value] = [:]
+        if let l = inv.value(.label) { a["labl"] = .text(l) }
+        if let c = inv.value(.comment) { a["icmt"] = .text(c) }
+        if let d = inv.value(.description) { a["desc"] = .text(d) }
+        if let p = inv.value(.accessible) { a["pdmn"] = .text(p) }
+        return a
+    }
+
+    /// The secret from -w, --stdin or the terminal.
+    private func secret(newItem: Bool) throws(KeychainError) -> [UInt8] {
+        if let w = inv.value(.secret) { return Array(w.utf8) }
+        if inv.has(.stdin) {
+            var b = try IO.readAll(0)
+            IO.chompNewline(&b)
+            return b
+        }
+        return newItem
+            ? try Prompt.readNewSecret("password data for new item: ", "retype password for new item: ")
+            : try Prompt.readNewSecret("new password data: ", "retype new password data: ")
+    }
+
+    private static func items(_ v: Value?) -> [Value] {
+        switch v {
+        case .array(let a)?: return a
+        case let v?: return [v]
+        case nil: return []
+        }
+    }
+
+    // MARK: Item verbs
+
+    private mutating func add() throws(KeychainError) {
+        var data = try secret(newItem: true)
+        defer { IO.wipe(&data) }
+        var q = filters().merging(attributeOptions()) { _, b in b }
+        q["v_Data"] = .bytes(data)
+        if inv.json { q["r_Attributes"] = .bool(true) }
+        var result: Value?
+        do throws(KeychainError) {
+            result = try connection.call(.add, query: q)
+        } catch where error.status == .duplicateItem && inv.has(.updateExisting) {
+            var attrs = attributeOptions()
+            attrs["v_Data"] = .bytes(data)
+            _ = try connection.call(.update, query: filters(), attributes: attrs)
+            if inv.json {
+                var read = filters()
+                read["r_Attributes"] = .bool(true)
+                result = try connection.call(.copy, query: read)
+            }
+        }
+        if inv.json { out.line(JSON.encode(result ?? .map([:]))) }
+    }
+
+    private mutating func find() throws(KeychainError) {
+        var q = filters()
+        q["m_Limit"] = .text(inv.has(.all) ? "m_LimitAll" : "m_LimitOne")
+        let printSecret = inv.has(.printSecret)
+        if printSecret { q["r_Data"] = .bool(true) }
+        if !printSecret || inv.json { q["r_Attributes"] = .bool(true) }
+        let result = try connection.call(.copy, query: q)
+        let items = Self.items(result)
+        if inv.json {
+            let shaped = items.map { item -> Value in
+                if case .bytes = item { return .map(["v_Data": item]) }  // r_Data alone
+                return item
+            }
+            out.line(JSON.encode(inv.has(.all) ? .array(shaped) : (shaped.first ?? .map([:]))))
+        } else if printSecret {
+            for item in items {
+                if case .bytes(let b) = item { out.raw(b) } else if case .bytes(let b)? = item.map?["v_Data"] { out.raw(b) }
+                out.raw([10])
+            }
+        } else {
+            out.write(items.compactMap { $0.map }.map { Human.aligned(Human.item($0)) }.joined(separator: "\n\n"))
+            out.line()
+        }
+    }
+
+    private mutating func update() throws(KeychainError) {
+        var attrs = attributeOptions()
+        var data: [UInt8] = []
+        defer { IO.wipe(&data) }
+        if inv.value(.secret) != nil || inv.has(.stdin) || inv.promptForSecret || attrs.isEmpty {
+            data = try secret(newItem: false)
+            attrs["v_Data"] = .bytes(data)
+        }
+        _ = try connection.call(.update, query: filters(), attributes: attrs)
+        ok()
+    }
+
+    private mutating func delete() throws(KeychainError) {
+        let q = filters()
+        var refsQuery = q
+        refsQuery["r_PersistentRef"] = .bool(true)
+        refsQuery["m_Limit"] = .text("m_LimitAll")
+        let refs = Self.items(try connection.call(.copy, query: refsQuery))
+        if inv.has(.all) {
+            _ = try connection.call(.delete, query: q)
+        } else {
+            guard refs.count == 1, case .bytes(let ref) = refs[0] else {
+                throw .param("\(refs.count) items match; narrow the match with -s, -a and -g, or pass --all to delete them all")
+            }
+            _ = try connection.call(.delete, query: ["class": .text("genp"), "v_PersistentRef": .bytes(ref)])
+        }
+        if inv.json { out.line("{\"deleted\":\(refs.count)}") }
+    }
+
+    private mutating func list() throws(KeychainError) {
+        var q: [String: Value] = ["class": .text("genp"), "sync": .text("syna"), "r_Attributes": .bool(true),
+                                  "m_Limit": .text("m_LimitAll")]
+        if let g = inv.value(.group) { q["agrp"] = .text(g) }
+        var items: [[String: Value]]
+        do throws(KeychainError) {
+            items = Self.items(try connection.call(.copy, query: q)).compactMap { $0.map }
+        } catch where error.status == .itemNotFound {
+            items = []
+        }
+        func key(_ m: [String: Value]) -> [String] { [m["agrp"]?.text ?? "", m["svce"]?.text ?? "", m["acct"]?.text ?? ""] }
+        items.sort { key($0).lexicographicallyPrecedes(key($1)) }
+        if inv.json {
+            out.line(JSON.encode(.array(items.map { .map($0) })))
+            return
+        }
+        if items.isEmpty { return }
+        var rows: [[String]] = [["GROUP", "SERVICE", "ACCOUNT", "ACCESSIBLE", "MODIFIED"]]
+        for m in items {
+            let modified = m["mdat"]?.date.map(Dates.local) ?? "-"
+            rows.append([m["agrp"]?.text ?? "-", m["svce"]?.text ?? "", m["acct"]?.text ?? "",
+                         m["pdmn"]?.text ?? "-", modified])
+        }
+        var widths = [Int](repeating: 0, count: 5)
+        for r in rows { for (i, c) in r.enumerated() { widths[i] = max(widths[i], c.count) } }
+        for r in rows {
+            var line = ""
+            for (i, c) in r.enumerated() {
+                line += i == r.count - 1 ? c : c + String(repeating: " ", count: widths[i] - c.count + 2)
+            }
+            out.line(line)
+        }
+    }
+
+    private mutating func deviceID() throws(KeychainError) {
+        var group = inv.value(.group)
+        if group == nil { group = try KeychainAdmin(connection: connection).status().groups.first }
+        let id = try DeviceIdentifierConvention.resolve(accessGroup: group, connection: connection)
+        if inv.json {
+            out.line("{\"accessGroup\":\(group.map(JSON.string) ?? "null"),\"deviceId\":\(JSON.string(id))}")
+        } else {
+            out.line(id)
+        }
+    }
+
+    // MARK: Admin verbs
+
+    private mutating func status() throws(KeychainError) {
+        let s = try KeychainAdmin(connection: connection).status()
+        if inv.json {
+            var m = s.raw
+            m["socket"] = .text(connection.socketPath)
+            out.line(JSON.encode(.map(m)))
+            return
+        }
+        let classes = s.classes.keys.sorted { a, b in
+            let order = ["ak", "ck", "dk", "aku", "cku", "dku", "akpu"]
+            return (order.firstIndex(of: a) ?? 99, a) < (order.firstIndex(of: b) ?? 99, b)
+        }
+        let available = classes.filter { s.classes[$0] == true }
+        let unavailable = classes.filter { s.classes[$0] != true }
+        var rows: [(String, String)] = [
+            ("daemon", "keychaind " + s.version),
+            ("socket", connection.socketPath),
+            ("state", s.locked ? "locked" : "unlocked"),
+            ("passphrase", s.passphraseSet ? "set"
+                : "not set: keys are protected by the device key file alone (set one with `keychainctl passwd`)"),
+            ("items", String(s.items)),
+            ("uptime", Human.duration(s.uptime)),
+            ("connections", String(s.connections)),
+        ]
+        if !classes.isEmpty {
+            rows.append(("readable", available.isEmpty ? "none" : available.joined(separator: " ")))
+            if !unavailable.isEmpty { rows.append(("unreadable", unavailable.joined(separator: " "))) }
+        }
+        rows.append(("caller", s.caller + (s.admin ? " (admin)" : "")))
+        if !s.groups.isEmpty { rows.append(("groups", s.groups.joined(separator: " "))) }
+        out.line(Human.aligned(rows))
+    }
+
+    private func passphrase(file: Opt, prompt: String) throws(KeychainError) -> [UInt8] {
+        if let path = inv.value(file) {
+            var b = try IO.readFile(path)
+            defer { IO.wipe(&b) }
+            var line = Array(b[..<(b.firstIndex(of: 10) ?? b.count)])
+            if line.last == 13 { line.removeLast() }
+            return line
+        }
+        return try Prompt.readSecret(prompt)
+    }
+
+    private mutating func unlock() throws(KeychainError) {
+        var p = try passphrase(file: .passphraseFile, prompt: "keychain passphrase: ")
+        defer { IO.wipe(&p) }
+        try KeychainAdmin(connection: connection).unlock(passphrase: p)
+        ok()
+    }
+
+    private mutating func passwd() throws(KeychainError) {
+        let admin = KeychainAdmin(connection: connection)
+        var old: [UInt8]?
+        if inv.value(.passphraseFile) != nil {
+            old = try passphrase(file: .passphraseFile, prompt: "")
+        } else if try admin.status().passphraseSet {
+            old = try Prompt.readSecret("current passphrase: ")
+        }
+        var new: [UInt8]
+        if inv.value(.newPassphraseFile) != nil {
+            new = try passphrase(file: .newPassphraseFile, prompt: "")
+        } else {
+            new = try Prompt.readNewSecret("new passphrase: ", "retype new passphrase: ")
+        }
+        defer {
+            IO.wipe(&new)
+            if old != nil { IO.wipe(&old!) }
+        }
+        guard !new.isEmpty else { throw .param("the new passphrase must not be empty") }
+        try admin.changePassphrase(old: old, new: new)
+        ok()
+    }
+
+    private mutating func backup() throws(KeychainError) {
+        let path = inv.positional[0]
+        var p = inv.value(.passphraseFile) != nil
+            ? try passphrase(file: .passphraseFile, prompt: "")
+            : try Prompt.readNewSecret("backup passphrase: ", "retype backup passphrase: ")
+        defer { IO.wipe(&p) }
+        guard !p.isEmpty else { throw .param("the backup passphrase must not be empty") }
+        let bytes = try KeychainAdmin(connection: connection).backup(passphrase: p)
+        try IO.writeFilePrivately(path, bytes)
+        if inv.json {
+            out.line("{\"bytes\":\(bytes.count),\"file\":\(JSON.string(path))}")
+        } else {
+            out.line("wrote \(bytes.count) bytes to \(path)")
+        }
+    }
+
+    private mutating func restore() throws(KeychainError) {
+        let path = inv.positional[0]
+        let data = try IO.readFile(path)
+        var p = try passphrase(file: .passphraseFile, prompt: "backup passphrase: ")
+        defer { IO.wipe(&p) }
+        let r = try KeychainAdmin(connection: connection).restore(passphrase: p, data: data)
+        if inv.json {
+            out.line("{\"restored\":\(r.restored),\"skipped\":\(r.skipped)}")
+        } else {
+            out.line("restored \(r.restored) item\(r.restored == 1 ? "" : "s"), skipped \(r.skipped)")
+        }
+    }
+}

@@ -1,0 +1,162 @@
+import Foundation
+import XCTest
+import KeychainServices
+
+/// A scripted stand-in for keychaind, to put the shared connection through what the real daemon
+/// rarely does on cue: dying mid-request, answering out of order, answering slowly.
+final class FakeDaemon: @unchecked Sendable {
+    let path: String
+    private let listener: Int32
+    private let lock = NSLock()
+    private var _requests: [(connection: Int, request: Request)] = []
+    /// Called for each connection (numbered from 0) on its own thread.
+    private let serve: @Sendable (FakeDaemon, UnixSocket, Int) -> Void
+
+    init(serve: @escaping @Sendable (FakeDaemon, UnixSocket, Int) -> Void) throws {
+        path = NSTemporaryDirectory() + "fake-keychaind-\(UUID().uuidString.prefix(8)).sock"
+        self.serve = serve
+        listener = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        var addr = try SocketAddress(path: path)
+        guard addr.withSockaddr({ bind(listener, $0, $1) }) == 0, listen(listener, 64) == 0 else {
+            throw HarnessError("cannot listen on \(path)")
+        }
+        Thread.detachNewThread { [self] in
+            var n = 0
+            while true {
+                let fd = accept(listener, nil, nil)
+                if fd < 0 { return }
+                let conn = UnixSocket(adopting: fd)
+                let index = n
+                n += 1
+                Thread.detachNewThread { self.serve(self, conn, index) }
+            }
+        }
+    }
+
+    deinit {
+        shutdown(listener, Int32(SHUT_RDWR))
+        close(listener)
+        unlink(path)
+    }
+
+    var requests: [(connection: Int, request: Request)] { lock.withLock { _requests } }
+
+    func receive(_ socket: UnixSocket, _ frames: inout FrameBuffer, connection: Int) -> Request? {
+        guard let body = try? socket.readFrame(&frames), let value = try? CBOR.decode(body),
+              let request = try? Request(value) else { return nil }
+        lock.withLock { _requests.append((connection, request)) }
+        return request
+    }
+
+    func answer(_ socket: UnixSocket, _ response: Response) {
+        try? socket.writeAll(Frame.encode(response.value))
+    }
+}
+
+final class ClientConnectionTests: XCTestCase {
+    /// Answers every request with success and, for copy, the request id as bytes.
+    static func echo(_ d: FakeDaemon, _ s: UnixSocket, _ c: Int) {
+        var frames = FrameBuffer()
+        while let r = d.receive(s, &frames, connection: c) {
+            d.answer(s, Response(id: r.id, result: r.op == "copy" ? .int(r.id) : nil))
+        }
+    }
+
+    func testARequestLostWithTheConnectionIsReplayedOnlyWhenHarmless() throws {
+        // The first connection reads one request and dies without answering; later ones answer.
+        let fake = try FakeDaemon { d, s, c in
+            if c == 0 {
+                var frames = FrameBuffer()
+                _ = d.receive(s, &frames, connection: c)
+                s.close()
+                return
+            }
+            ClientConnectionTests.echo(d, s, c)
+        }
+        let copyConnection = KeychainConnection(socketPath: fake.path)
+        XCTAssertNotNil(try copyConnection.call(.copy, query: ["class": .text("genp")]), "copy is replayed")
+        XCTAssertEqual(fake.requests.map(\.connection), [0, 1])
+
+        let fake2 = try FakeDaemon { d, s, c in
+            if c == 0 {
+                var frames = FrameBuffer()
+                _ = d.receive(s, &frames, connection: c)
+                s.close()
+                return
+            }
+            ClientConnectionTests.echo(d, s, c)
+        }
+        let addConnection = KeychainConnection(socketPath: fake2.path)
+        XCTAssertThrowsError(try addConnection.call(.add, query: ["class": .text("genp")])) { error in
+            let e = error as? KeychainError
+            XCTAssertEqual(e?.status, .notAvailable)
+            XCTAssertTrue(e?.message.contains("may or may not have been carried out") ?? false, e?.message ?? "")
+            XCTAssertTrue(e?.message.contains(fake2.path) ?? false)
+        }
+        XCTAssertEqual(fake2.requests.count, 1, "an add is never sent twice")
+        XCTAssertNoThrow(try addConnection.call(.add, query: ["class": .text("genp")]), "the next call reconnects")
+    }
+
+    func testResponsesAreRoutedByIDWhenAnsweredOutOfOrder() throws {
+        // Collects 16 requests, then answers them last to first.
+        let fake = try FakeDaemon { d, s, c in
+            var frames = FrameBuffer()
+            var batch: [Request] = []
+            while let r = d.receive(s, &frames, connection: c) {
+                batch.append(r)
+                if batch.count == 16 {
+                    for r in batch.reversed() { d.answer(s, Response(id: r.id, result: r.query?["n"])) }
+                    batch = []
+                }
+            }
+        }
+        let connection = KeychainConnection(socketPath: fake.path)
+        let wrong = LockedCounter()
+        let done = DispatchGroup()
+        for i in 0..<16 {  // 16 threads blocked at once (concurrentPerform would run only one per core)
+            done.enter()
+            Thread.detachNewThread {
+                let result = try? connection.call(.copy, query: ["n": .int(Int64(i))])
+                if result != .int(Int64(i)) { wrong.increment() }
+                done.leave()
+            }
+        }
+        XCTAssertEqual(done.wait(timeout: .now() + 20), .success)
+        XCTAssertEqual(wrong.value, 0)
+        XCTAssertEqual(Set(fake.requests.map(\.connection)), [0], "one connection, pipelined")
+    }
+
+    func testAsyncCallsDoNotOccupyTheCooperativePool() async throws {
+        // Answers each request after 300 ms, from its own thread.
+        let fake = try FakeDaemon { d, s, c in
+            var frames = FrameBuffer()
+            let writeLock = NSLock()
+            while let r = d.receive(s, &frames, connection: c) {
+                Thread.detachNewThread {
+                    usleep(300_000)
+                    writeLock.withLock { d.answer(s, Response(id: r.id, result: .int(r.id))) }
+                }
+            }
+        }
+        let connection = KeychainConnection(socketPath: fake.path)
+        let start = Date()
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for _ in 0..<64 {
+                group.addTask { _ = try await connection.call(.copy, query: [:]) }
+            }
+            try await group.waitForAll()
+        }
+        // Blocking the (2-thread) pool would take 64 × 300 ms / 2 ≈ 10 s.
+        XCTAssertLessThan(Date().timeIntervalSince(start), 3)
+    }
+
+    func testOversizedRequestsAreRefusedBeforeSending() throws {
+        let fake = try FakeDaemon(serve: ClientConnectionTests.echo)
+        let connection = KeychainConnection(socketPath: fake.path)
+        XCTAssertThrowsError(try connection.call(.add, query: ["v_Data": .bytes([UInt8](repeating: 0, count: 2 << 20))])) {
+            XCTAssertEqual(($0 as? KeychainError)?.status, .param)
+        }
+        XCTAssertNoThrow(try connection.call(.copy))
+        XCTAssertEqual(fake.requests.count, 1)
+    }
+}

@@ -1,0 +1,173 @@
+import Foundation
+import XCTest
+import KeychainServices
+
+/// The Swift-native layer (`Keychain`, `DeviceIdentifier`) against the real daemon.
+final class ClientKeychainTests: XCTestCase {
+    var daemon: DaemonHarness!
+
+    override func setUpWithError() throws {
+        daemon = try DaemonHarness()
+        KeychainConnection.shared.retarget(socketPath: daemon.socketPath)
+    }
+
+    override func tearDown() {
+        KeychainConnection.shared.retarget(socketPath: nil)
+        daemon = nil
+    }
+
+    func testTypedGetSetRemove() throws {
+        let keychain = Keychain(service: "com.example.native")
+        XCTAssertNil(try keychain.string(forKey: "alice"))
+        XCTAssertFalse(try keychain.contains("alice"))
+        try keychain.set("s3cret", forKey: "alice")
+        XCTAssertEqual(try keychain.string(forKey: "alice"), "s3cret")
+        XCTAssertTrue(try keychain.contains("alice"))
+        try keychain.set("changed", forKey: "alice")  // add → duplicate → update
+        XCTAssertEqual(try keychain.string(forKey: "alice"), "changed")
+        try keychain.set(Data([0, 1, 2, 255]), forKey: "bin")
+        XCTAssertEqual(try keychain.data(forKey: "bin"), Data([0, 1, 2, 255]))
+        XCTAssertThrowsError(try keychain.string(forKey: "bin")) { XCTAssertEqual(($0 as? KeychainError)?.osStatus, errSecDecode) }
+        XCTAssertEqual(try keychain.allKeys(), ["alice", "bin"])
+        try keychain.removeValue(forKey: "alice")
+        try keychain.removeValue(forKey: "alice")  // absent: not an error
+        XCTAssertNil(try keychain.string(forKey: "alice"))
+        try keychain.removeAll()
+        XCTAssertEqual(try keychain.allKeys(), [])
+        XCTAssertThrowsError(try keychain.set("x", forKey: "")) { XCTAssertEqual(($0 as? KeychainError)?.osStatus, errSecParam) }
+    }
+
+    func testAccessGroupsAndAccessibilityAreAppliedOnWrite() throws {
+        let shared = Keychain(service: "com.example.groups", accessGroup: "TEAM.shared")
+        let own = shared.accessGroup("TEAM.tests")
+        try shared.set("shared-value", forKey: "k")
+        XCTAssertNil(try own.string(forKey: "k"), "another group does not see it")
+        XCTAssertEqual(try shared.accessGroup(nil).string(forKey: "k"), "shared-value", "no group: all of the app's groups")
+        XCTAssertThrowsError(try shared.accessGroup("OTHER.group").string(forKey: "k")) {
+            XCTAssertEqual(($0 as? KeychainError)?.osStatus, errSecMissingEntitlement)
+        }
+
+        // Without a group, set writes (and on a duplicate updates) only the default group's item.
+        let unscoped = Keychain(service: "com.example.groups")
+        try unscoped.set("own-1", forKey: "k")
+        try unscoped.set("own-2", forKey: "k")
+        XCTAssertEqual(try own.string(forKey: "k"), "own-2")
+        XCTAssertEqual(try shared.string(forKey: "k"), "shared-value", "the shared item is untouched")
+        try own.removeValue(forKey: "k")
+
+        // Changing accessibility updates the existing item in place (no "not found, then duplicate").
+        try shared.accessibility(.afterFirstUnlockThisDeviceOnly).label("Shared").set("v2", forKey: "k")
+        var item: CFTypeRef?
+        let query: [String: Any] = [kSecClass as String: kSecClassGenericPassword, kSecAttrService as String: "com.example.groups",
+                                    kSecReturnAttributes as String: true]
+        XCTAssertEqual(SecItemCopyMatching(query as CFDictionary, &item), errSecSuccess)
+        let attrs = try XCTUnwrap(item as? [String: Any])
+        XCTAssertEqual(attrs[kSecAttrAccessible as String] as? String, "cku")
+        XCTAssertEqual(attrs[kSecAttrLabel as String] as? String, "Shared")
+        XCTAssertEqual(attrs[kSecAttrAccessGroup as String] as? String, "TEAM.shared")
+        XCTAssertEqual(try shared.string(forKey: "k"), "v2")
+    }
+
+    func testAsyncVariantsFromManyTasks() async throws {
+        let keychain = Keychain(service: "com.example.async")
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for i in 0..<100 {
+                group.addTask {
+                    try await keychain.set("value\(i)", forKey: "key\(i)")
+                    let read = try await keychain.string(forKey: "key\(i)")
+                    XCTAssertEqual(read, "value\(i)")
+                }
+            }
+            try await group.waitForAll()
+        }
+        let keys = try await keychain.allKeys()
+        XCTAssertEqual(keys.count, 100)
+        try await keychain.removeValue(forKey: "key0")
+        let gone = try await keychain.data(forKey: "key0")
+        XCTAssertNil(gone)
+        let contained = try await keychain.contains("key1")
+        XCTAssertTrue(contained)
+        try await keychain.removeAll()
+        let none = try await keychain.allKeys()
+        XCTAssertEqual(none, [])
+        let status = try await KeychainAdmin().status()
+        XCTAssertEqual(status.caller, "TEAM.tests")
+    }
+
+    func testDeviceIdentifierAsyncAgreesWithBlocking() async throws {
+        let fromAsync = try await DeviceIdentifier.current(accessGroup: "TEAM.shared")
+        let blocking = try await Task.detached { try DeviceIdentifier.current(accessGroup: "TEAM.shared") }.value
+        XCTAssertEqual(fromAsync, blocking)
+    }
+
+    func testDeviceIdentifierIsStableAndSharedWithKeychainctl() throws {
+        let first = try DeviceIdentifier.current(accessGroup: "TEAM.shared")
+        XCTAssertEqual(try DeviceIdentifier.current(accessGroup: "TEAM.shared"), first)
+        let own = try DeviceIdentifier.current()
+        XCTAssertNotEqual(own, first, "each group has its own identifier")
+        XCTAssertEqual(try DeviceIdentifier.current(accessGroup: "TEAM.tests"), own, "the default group is the first")
+
+        // Stored as the convention says: upper-case UUID string, cku, in the group.
+        var item: CFTypeRef?
+        let query: [String: Any] = [kSecClass as String: kSecClassGenericPassword,
+                                    kSecAttrService as String: "com.keychaind.device-identifier",
+                                    kSecAttrAccount as String: "device-id", kSecAttrAccessGroup as String: "TEAM.shared",
+                                    kSecReturnAttributes as String: true, kSecReturnData as String: true]
+        XCTAssertEqual(SecItemCopyMatching(query as CFDictionary, &item), errSecSuccess)
+        let attrs = try XCTUnwrap(item as? [String: Any])
+        XCTAssertEqual(attrs[kSecValueData as String] as? Data, Data(first.uuidString.utf8))
+        XCTAssertEqual(attrs[kSecAttrAccessible as String] as? String, "cku")
+
+        let cli = try daemon.run(DaemonHarness.cliPath, ["device-id", "-g", "TEAM.shared"])
+        XCTAssertEqual(cli.status, 0, cli.stderr)
+        XCTAssertEqual(cli.stdout, first.uuidString + "\n")
+    }
+
+    /// 40 processes at once, half one app and half another of the same vendor, share one UUID.
+    func testDeviceIdentifierFromFortyProcessesAtOnceIsOneUUID() throws {
+        let example = DaemonHarness.productsDirectory + "/device-id-example"
+        let bin = daemon.root + "/bin"
+        try FileManager.default.createDirectory(atPath: bin, withIntermediateDirectories: true)
+        let app1 = bin + "/app1", app2 = bin + "/app2"
+        try FileManager.default.copyItem(atPath: example, toPath: app1)
+        try FileManager.default.copyItem(atPath: example, toPath: app2)
+        try daemon.register(.init(id: "TEAM.app1", groups: ["TEAM.shared", "TEAM.app1"], executables: [app1]), name: "one")
+        try daemon.register(.init(id: "TEAM.app2", groups: ["TEAM.shared", "TEAM.app2"], executables: [app2]), name: "two")
+        daemon.reloadApps()
+        // Wait until the reload took effect (one probe run of each app).
+        var ready = false
+        for _ in 0..<100 where !ready {
+            ready = try daemon.run(app1, ["TEAM.app1"]).status == 0 && daemon.run(app2, ["TEAM.app2"]).status == 0
+            if !ready { usleep(50_000) }
+        }
+        XCTAssertTrue(ready, daemon.log)
+
+        var processes: [(Process, Pipe, Pipe)] = []
+        var env = ProcessInfo.processInfo.environment
+        env["KEYCHAIND_SOCKET"] = daemon.socketPath
+        for i in 0..<40 {
+            let p = Process()
+            p.executableURL = URL(fileURLWithPath: i % 2 == 0 ? app1 : app2)
+            // Half name the group, half rely on it being their default (first) group.
+            p.arguments = i % 4 < 2 ? ["TEAM.shared"] : []
+            p.environment = env
+            let out = Pipe(), err = Pipe()
+            p.standardOutput = out
+            p.standardError = err
+            processes.append((p, out, err))
+        }
+        for (p, _, _) in processes { try p.run() }
+        var ids: [String] = []
+        for (p, out, err) in processes {
+            let o = out.fileHandleForReading.readDataToEndOfFile()
+            let e = err.fileHandleForReading.readDataToEndOfFile()
+            p.waitUntilExit()
+            XCTAssertEqual(p.terminationStatus, 0, String(decoding: e, as: UTF8.self))
+            ids.append(String(decoding: o, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines))
+        }
+        XCTAssertEqual(ids.count, 40)
+        XCTAssertEqual(Set(ids).count, 1, "\(Set(ids))")
+        XCTAssertNotNil(UUID(uuidString: ids[0]))
+        XCTAssertEqual(try DeviceIdentifier.current(accessGroup: "TEAM.shared").uuidString, ids[0])
+    }
+}
