@@ -11,6 +11,7 @@ public final class ItemStore: Sendable {
     public let path: String
 
     private let writer: WriterGate
+    private let pointCache = PointLookupCache()
     private let readers: Mutex<ReaderPool>
     private static let maxIdleReaders = 4
 
@@ -30,7 +31,8 @@ public final class ItemStore: Sendable {
         Glibc.close(fd)
         let connection = try SQLiteConnection(path: path, create: false)
         try Schema.migrate(connection, path: path)
-        writer = WriterGate(connection)
+        let cache = pointCache
+        writer = WriterGate(connection, afterTransaction: { cache.invalidate() })
         readers = Mutex(ReaderPool())
     }
 
@@ -38,6 +40,7 @@ public final class ItemStore: Sendable {
     /// readers in use are closed when they are handed back.
     public func close() {
         writer.close()
+        pointCache.invalidate()
         let idle = readers.withLock { pool -> [SQLiteConnection] in
             pool.closed = true
             defer { pool.idle = [] }
@@ -64,7 +67,7 @@ public final class ItemStore: Sendable {
     public func read<R>(_ body: (StoreReader) throws(KeychainError) -> R) throws(KeychainError) -> R {
         let db = try takeReader()
         defer { giveBack(db) }
-        return try body(StoreReader(db: db))
+        return try body(StoreReader(db: db, cache: pointCache))
     }
 
     private func takeReader() throws(KeychainError) -> SQLiteConnection {
@@ -99,9 +102,45 @@ public final class ItemStore: Sendable {
 /// Read access to the items (on a reader connection, or inside a write transaction).
 public struct StoreReader {
     let db: SQLiteConnection
+    /// Set on readers outside a write transaction; a writer's own reads must see its changes.
+    var cache: PointLookupCache? = nil
 
     /// Calls `visit` for each row matching `filter`, in rowid order, until it returns false.
     public func forEach(_ filter: RowFilter, _ visit: (StoredItem) throws(KeychainError) -> Bool) throws(KeychainError) {
+        if let cache, let keys = filter.pointLookupKeys {
+            try cachedPointLookup(filter, keys: keys, cache: cache, visit)
+        } else {
+            try query(filter, visit)
+        }
+    }
+
+    /// A point lookup through the cache: a hit never touches SQLite; a miss reads every key (at most
+    /// one row each) and caches what it found, absent keys included when no class filter hid rows.
+    private func cachedPointLookup(_ filter: RowFilter, keys: [[UInt8]], cache: PointLookupCache,
+                                   _ visit: (StoredItem) throws(KeychainError) -> Bool) throws(KeychainError) {
+        var rows: [StoredItem]
+        if let hit = cache.rows(for: keys, needSecret: filter.includeSecret) {
+            rows = hit
+        } else {
+            let generation = cache.generation
+            var unfiltered = filter
+            unfiltered.classes = nil
+            rows = []
+            try query(unfiltered) { (row) throws(KeychainError) -> Bool in rows.append(row); return true }
+            var entries: [([UInt8], PointLookupCache.Entry)] = keys.map { ($0, .init(row: nil, hasSecret: true)) }
+            for (i, entry) in entries.enumerated() {
+                if let row = rows.first(where: { $0.uniqueIndex == entry.0 }) {
+                    entries[i].1 = .init(row: row, hasSecret: filter.includeSecret)
+                }
+            }
+            cache.store(entries, generation: generation)
+        }
+        if let classes = filter.classes { rows.removeAll { !classes.contains($0.protectionClass) } }
+        rows.sort { $0.rowid < $1.rowid }
+        for row in rows where try !visit(row) { break }
+    }
+
+    private func query(_ filter: RowFilter, _ visit: (StoredItem) throws(KeychainError) -> Bool) throws(KeychainError) {
         try db.withStatement(filter.sql) { (s) throws(KeychainError) in
             try filter.bind(s)
             while try s.step() {

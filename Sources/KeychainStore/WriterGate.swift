@@ -25,8 +25,12 @@ final class WriterGate: @unchecked Sendable {
     /// A group is committed at this size even when more writers are queued, to bound latency.
     static let maxGroupSize = 128
 
-    init(_ connection: SQLiteConnection) {
+    /// Runs after every commit or rollback, before the group's writers are released (cache upkeep).
+    private let afterTransaction: @Sendable () -> Void
+
+    init(_ connection: SQLiteConnection, afterTransaction: @escaping @Sendable () -> Void = {}) {
         self.connection = connection
+        self.afterTransaction = afterTransaction
         mutex = .allocate(capacity: 1)
         mutex.initialize(to: pthread_mutex_t())
         pthread_mutex_init(mutex, nil)
@@ -95,6 +99,7 @@ final class WriterGate: @unchecked Sendable {
             }
         }
         if error != nil || !commit { try? db.execute("ROLLBACK") }
+        afterTransaction()
         if let error { failures[group] = error }
         // Every waiter of a group reads its failure right after the broadcast; old entries can go.
         failures = failures.filter { $0.key + 1024 > group }

@@ -1,0 +1,68 @@
+import Synchronization
+
+/// Sealed rows of recent point lookups (by the uniqueness digest), so a warm `copy` of the same item
+/// skips SQLite — its statement and the two `fcntl` calls of a WAL read transaction.
+///
+/// Only what the database already holds is kept: digests and sealed blobs, never plaintext. Absent
+/// keys are remembered too (a caller with several access groups looks each one up). Every commit or
+/// rollback of the writer clears the cache before the writer's caller is answered, and a lookup
+/// stores its rows only if no write finished since it began, so a stale row is never served after
+/// the write that replaced it was acknowledged.
+final class PointLookupCache: Sendable {
+    struct Entry: Sendable {
+        var row: StoredItem?
+        var hasSecret: Bool
+    }
+
+    private struct State: Sendable {
+        var generation: UInt64 = 0
+        var entries: [[UInt8]: Entry] = [:]
+    }
+
+    private let state = Mutex(State())
+    static let capacity = 4096
+
+    /// Taken before a lookup reads the database; handed back to `store`.
+    var generation: UInt64 { state.withLock { $0.generation } }
+
+    /// The cached rows for `keys` (absent keys contribute nothing), or nil if any key is not cached
+    /// well enough (missing, or cached without the secret when the secret is needed).
+    func rows(for keys: [[UInt8]], needSecret: Bool) -> [StoredItem]? {
+        state.withLock { s -> [StoredItem]? in
+            var found: [StoredItem] = []
+            for key in keys {
+                guard let entry = s.entries[key] else { return nil }
+                if let row = entry.row {
+                    if needSecret && !entry.hasSecret { return nil }
+                    found.append(row)
+                }
+            }
+            return found
+        }
+    }
+
+    /// Remembers what one lookup read, unless a write finished since `generation` was taken.
+    func store(_ entries: [([UInt8], Entry)], generation: UInt64) {
+        state.withLock { s in
+            guard s.generation == generation else { return }
+            if s.entries.count + entries.count > Self.capacity { s.entries.removeAll(keepingCapacity: true) }
+            for (key, entry) in entries { s.entries[key] = entry }
+        }
+    }
+
+    func invalidate() {
+        state.withLock { s in
+            s.generation &+= 1
+            s.entries.removeAll(keepingCapacity: true)
+        }
+    }
+}
+
+extension RowFilter {
+    /// The digests of a pure point lookup (nothing but `key_ix IN …`, optionally a class), else nil.
+    var pointLookupKeys: [[UInt8]]? {
+        guard let keys = uniqueIndexes, ref == nil, serviceIndex == nil, accountIndex == nil,
+              accessGroupIndexes == nil else { return nil }
+        return keys
+    }
+}

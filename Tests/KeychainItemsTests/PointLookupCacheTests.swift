@@ -1,0 +1,67 @@
+import Foundation
+import Testing
+import KeychainCore
+@testable import KeychainItems
+
+/// Warm point lookups are served from a cache of sealed rows; every write must be visible at once.
+@Suite("PointLookupCacheRules")
+struct PointLookupCacheTests {
+    @Test func anUpdateIsSeenByTheNextCopyOfACachedItem() throws {
+        try withKeychain { (fx) throws in
+            try fx.add("cache", "a", secret: "one")
+            #expect(try fx.secret("cache", "a") == "one")
+            #expect(try fx.secret("cache", "a") == "one")
+            try fx.service.update(query("cache", "a"), attributes: ["v_Data": .bytes(Array("two".utf8))], caller: Fixture.app)
+            #expect(try fx.secret("cache", "a") == "two")
+        }
+    }
+
+    @Test func aDeleteIsSeenByTheNextCopyOfACachedItem() throws {
+        try withKeychain { (fx) throws in
+            try fx.add("cache", "a")
+            #expect(try fx.secret("cache", "a") == "pw")
+            try fx.service.delete(query("cache", "a"), caller: Fixture.app)
+            #expect(status { try fx.secret("cache", "a") } == .itemNotFound)
+        }
+    }
+
+    @Test func anAddIsSeenAfterACachedNotFound() throws {
+        try withKeychain { (fx) throws in
+            #expect(status { try fx.secret("cache", "later") } == .itemNotFound)
+            try fx.add("cache", "later", secret: "here")
+            #expect(try fx.secret("cache", "later") == "here")
+        }
+    }
+
+    @Test func aCachedAttributesOnlyReadStillReturnsTheSecretWhenAskedLater() throws {
+        try withKeychain { (fx) throws in
+            try fx.add("cache", "a", secret: "s")
+            _ = try fx.attributes("cache", "a")
+            #expect(try fx.secret("cache", "a") == "s")
+        }
+    }
+
+    @Test func concurrentReadersNeverSeeAnAcknowledgedUpdateUndone() throws {
+        try withKeychain { (fx) throws in
+            try fx.add("cache", "counter", secret: "0")
+            let service = fx.service
+            let stop = ResultBox()
+            let group = DispatchGroup()
+            for _ in 0..<4 {
+                group.enter()
+                Thread.detachNewThread {
+                    var q = query("cache", "counter")
+                    q["r_Data"] = .bool(true)
+                    while stop.values.isEmpty { _ = try? service.copyMatching(q, caller: Fixture.app) }
+                    group.leave()
+                }
+            }
+            for i in 1...200 {
+                try service.update(query("cache", "counter"), attributes: ["v_Data": .bytes(Array("\(i)".utf8))], caller: Fixture.app)
+                #expect(try fx.secret("cache", "counter") == "\(i)")
+            }
+            stop.append(.success)
+            group.wait()
+        }
+    }
+}
