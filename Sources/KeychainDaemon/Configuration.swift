@@ -15,6 +15,8 @@ public struct Settings: Sendable {
     /// Argon2id costs for new passphrases and backups: `moderate` (default: 3 passes over 256 MiB,
     /// ≈0.35 s per unlock on the 2-core VM) or `interactive` (2 over 64 MiB, ≈65 ms; tests, small machines).
     public var kdfProfile: KDFProfile = .moderate
+    /// Point lookups kept as sealed rows so warm copies skip SQLite (0 = off).
+    public var lookupCacheEntries = 4096
     public var logLevel: Log.Level = .info
 
     /// The folder of app drop-ins: `apps.d/` beside the configuration file in use.
@@ -101,7 +103,7 @@ enum JSONFile {
 
 extension Settings {
     static let knownKeys = ["socket", "dataDirectory", "maxFrameBytes", "maxConnections",
-                            "idleTimeoutSeconds", "autoLockSeconds", "kdfProfile", "logLevel"]
+                            "idleTimeoutSeconds", "autoLockSeconds", "kdfProfile", "lookupCacheEntries", "logLevel"]
 
     /// Applies `keychaind.json` when it exists. Unknown keys and wrong types are errors.
     mutating func apply(configFile path: String) throws(ConfigurationError) {
@@ -115,6 +117,7 @@ extension Settings {
             case "maxConnections": maxConnections = try JSONFile.int(value, key: key, file: path, range: 1...65536)
             case "idleTimeoutSeconds": idleTimeoutSeconds = try JSONFile.int(value, key: key, file: path, range: 0...86400 * 7)
             case "autoLockSeconds": autoLockSeconds = try JSONFile.int(value, key: key, file: path, range: 0...86400 * 365)
+            case "lookupCacheEntries": lookupCacheEntries = try JSONFile.int(value, key: key, file: path, range: 0...1_000_000)
             case "kdfProfile":
                 let name = try JSONFile.string(value, key: key, file: path)
                 guard let profile = KDFProfile(rawValue: name) else {

@@ -56,7 +56,8 @@ public final class Daemon: @unchecked Sendable {
         self.bundledCLI = Self.bundledCLIPath()
         let apps = try AppFiles.load(directory: settings.appsDirectory)
         let registry = AppRegistry(apps: apps, bundledCLI: bundledCLI)
-        items = try ItemService(directory: settings.dataDirectory, kdfProfile: settings.kdfProfile)
+        items = try ItemService(directory: settings.dataDirectory, kdfProfile: settings.kdfProfile,
+                                lookupCacheEntries: settings.lookupCacheEntries)
         handler = RequestHandler(items: items, registry: registry)
         Self.checkLockedMemory()
         if items.hasPassphrase {

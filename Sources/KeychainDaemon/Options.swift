@@ -29,7 +29,8 @@ public struct Options: Sendable {
       -h, --help         this text
 
     Settings in keychaind.json: socket, dataDirectory, maxFrameBytes (1048576), maxConnections (4096),
-    idleTimeoutSeconds (900; 0 = never), autoLockSeconds (0 = never), logLevel.
+    idleTimeoutSeconds (900; 0 = never), autoLockSeconds (0 = never), kdfProfile (moderate|interactive),
+    lookupCacheEntries (4096; 0 = off), logLevel.
 
     Signals: SIGTERM/SIGINT stop accepting, finish in-flight requests and exit 0; SIGHUP re-reads apps.d.
     With NOTIFY_SOCKET set it sends READY=1, STATUS=… and STOPPING=1 (systemd Type=notify).

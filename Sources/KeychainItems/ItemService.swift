@@ -27,13 +27,15 @@ public final class ItemService: Sendable {
     /// Opens (or creates) the keychain in `directory`: the directory (0700), the device key file and the
     /// database. A database whose device key file is missing is an error, never a silent reset.
     /// With a passphrase set the keychain opens locked (only the Always classes available).
+    /// `lookupCacheEntries` sizes the store's cache of sealed rows for point lookups (0 = off).
     public init(directory: String, kdfProfile: KDFProfile = .moderate,
+                lookupCacheEntries: Int = PointLookupCache.defaultCapacity,
                 wallClock: @escaping @Sendable () -> Double = ItemService.systemTime) throws(KeychainError) {
         self.kdfProfile = kdfProfile
         self.wallClock = wallClock
         try Self.makeDirectory(directory)
         let keyPath = directory + "/" + Self.deviceKeyName
-        let store = try ItemStore(path: directory + "/" + Self.databaseName)
+        let store = try ItemStore(path: directory + "/" + Self.databaseName, lookupCacheEntries: lookupCacheEntries)
         do throws(KeychainError) {
             if let keyring = try store.meta("keyring") {
                 guard let deviceKey = try DeviceKeyFile.load(path: keyPath) else {

@@ -11,7 +11,7 @@ public final class ItemStore: Sendable {
     public let path: String
 
     private let writer: WriterGate
-    private let pointCache = PointLookupCache()
+    private let pointCache: PointLookupCache
     private let readers: Mutex<ReaderPool>
     private static let maxIdleReaders = 4
 
@@ -22,8 +22,10 @@ public final class ItemStore: Sendable {
 
     /// Opens the database at `path`, creating it (mode 0600, before SQLite touches it, so `-wal` and
     /// `-shm` inherit 0600) and migrating its schema to the current version.
-    public init(path: String) throws(KeychainError) {
+    /// `lookupCacheEntries`: how many point lookups to keep as sealed rows (0 turns the cache off).
+    public init(path: String, lookupCacheEntries: Int = PointLookupCache.defaultCapacity) throws(KeychainError) {
         self.path = path
+        pointCache = PointLookupCache(capacity: lookupCacheEntries)
         let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
         guard fd >= 0 else {
             throw KeychainError(.notAvailable, "cannot open database \(path): \(String(cString: strerror(errno)))")
@@ -107,7 +109,7 @@ public struct StoreReader {
 
     /// Calls `visit` for each row matching `filter`, in rowid order, until it returns false.
     public func forEach(_ filter: RowFilter, _ visit: (StoredItem) throws(KeychainError) -> Bool) throws(KeychainError) {
-        if let cache, let keys = filter.pointLookupKeys {
+        if let cache, cache.capacity > 0, let keys = filter.pointLookupKeys {
             try cachedPointLookup(filter, keys: keys, cache: cache, visit)
         } else {
             try query(filter, visit)

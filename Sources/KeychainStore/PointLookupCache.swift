@@ -8,7 +8,7 @@ import Synchronization
 /// rollback of the writer clears the cache before the writer's caller is answered, and a lookup
 /// stores its rows only if no write finished since it began, so a stale row is never served after
 /// the write that replaced it was acknowledged.
-final class PointLookupCache: Sendable {
+public final class PointLookupCache: Sendable {
     struct Entry: Sendable {
         var row: StoredItem?
         var hasSecret: Bool
@@ -20,7 +20,12 @@ final class PointLookupCache: Sendable {
     }
 
     private let state = Mutex(State())
-    static let capacity = 4096
+    public static let defaultCapacity = 4096
+    let capacity: Int
+
+    init(capacity: Int) {
+        self.capacity = max(0, capacity)
+    }
 
     /// Taken before a lookup reads the database; handed back to `store`.
     var generation: UInt64 { state.withLock { $0.generation } }
@@ -45,7 +50,7 @@ final class PointLookupCache: Sendable {
     func store(_ entries: [([UInt8], Entry)], generation: UInt64) {
         state.withLock { s in
             guard s.generation == generation else { return }
-            if s.entries.count + entries.count > Self.capacity { s.entries.removeAll(keepingCapacity: true) }
+            if s.entries.count + entries.count > capacity { s.entries.removeAll(keepingCapacity: true) }
             for (key, entry) in entries { s.entries[key] = entry }
         }
     }

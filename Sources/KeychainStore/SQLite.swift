@@ -1,3 +1,6 @@
+#if canImport(Glibc)
+import Glibc
+#endif
 import CSQLite
 import KeychainCore
 
@@ -61,7 +64,7 @@ public final class SQLiteConnection: @unchecked Sendable {
         let rc = sqlite3_exec(h, sql, nil, nil, &errmsg)
         let message = errmsg.map { String(cString: $0) } ?? ""
         sqlite3_free(errmsg)
-        if rc != SQLITE_OK { throw Self.error(rc, "\(Self.verb(sql)): \(message)") }
+        if rc != SQLITE_OK { throw Self.error(rc, "\(Self.verb(sql)): \(message)", systemErrno: sqlite3_system_errno(h)) }
     }
 
     /// A cached prepared statement for `sql`; `body` runs with it and it is reset (bindings cleared)
@@ -87,15 +90,20 @@ public final class SQLiteConnection: @unchecked Sendable {
     func check(_ rc: Int32, _ what: String) throws(KeychainError) {
         guard rc != SQLITE_OK && rc != SQLITE_ROW && rc != SQLITE_DONE else { return }
         let message = db.map { String(cString: sqlite3_errmsg($0)) } ?? ""
-        throw Self.error(rc, "\(what): \(message)")
+        throw Self.error(rc, "\(what): \(message)", systemErrno: db.map { sqlite3_system_errno($0) } ?? 0)
     }
 
     // Extended result codes are macros Swift does not import.
     private static let constraintUnique: Int32 = SQLITE_CONSTRAINT | (8 << 8)
     private static let constraintPrimaryKey: Int32 = SQLITE_CONSTRAINT | (6 << 8)
 
-    static func error(_ rc: Int32, _ message: String) -> KeychainError {
+    /// A full disk is errSecIO saying so, whether SQLite reports SQLITE_FULL or an I/O error whose
+    /// errno is ENOSPC/EDQUOT (a WAL append that fails): the caller can free space and retry.
+    static func error(_ rc: Int32, _ message: String, systemErrno: Int32 = 0) -> KeychainError {
         let primary = rc & 0xFF
+        if primary == SQLITE_FULL || (primary == SQLITE_IOERR && (systemErrno == ENOSPC || systemErrno == EDQUOT)) {
+            return KeychainError(.io, "the disk is full; free space and retry (\(message))")
+        }
         switch primary {
         case SQLITE_CONSTRAINT:
             if rc == constraintUnique || rc == constraintPrimaryKey {
@@ -108,7 +116,6 @@ public final class SQLiteConnection: @unchecked Sendable {
         case SQLITE_IOERR: return KeychainError(.io, "database I/O error (\(message))")
         case SQLITE_BUSY, SQLITE_LOCKED: return KeychainError(.notAvailable, "database is busy (\(message))")
         case SQLITE_CORRUPT, SQLITE_NOTADB: return KeychainError(.notAvailable, "database file is damaged (\(message))")
-        case SQLITE_FULL: return KeychainError(.notAvailable, "disk is full (\(message))")
         default: return KeychainError(.notAvailable, "database error \(rc) (\(message))")
         }
     }

@@ -29,6 +29,12 @@ func percentile(_ sorted: [Double], _ p: Double) -> Double {
 
 func median(_ xs: [Double]) -> Double { percentile(xs.sorted(), 0.5) }
 
+func fmt(_ v: Double?) -> String {
+    guard let v, v.isFinite else { return "null" }
+    let scaled = (v * 100).rounded() / 100
+    return "\(scaled)"
+}
+
 struct Args {
     var socket = SocketLocation.fromProcessEnvironment()
     var rounds = 5
@@ -41,6 +47,7 @@ struct Args {
     var replyBytes = 16
     var label = "run"
     var copiesOnly: Int?
+    var randomOf: Int?
 
     init(_ argv: [String]) {
         var i = 0
@@ -62,6 +69,7 @@ struct Args {
             case "--reply-bytes": replyBytes = Int(value()) ?? replyBytes
             case "--label": label = value()
             case "--copies-only": copiesOnly = Int(value())
+            case "--random-of": randomOf = Int(value())
             case "-h", "--help":
                 print("""
                 keychaind-bench — keychaind beside a bare socket-echo floor (same framing, same sizes)
@@ -72,6 +80,7 @@ struct Args {
                   --daemon-pid PID    read the daemon's RSS from /proc
                   --fill N            add N items (service bench.fill) pipelined, then exit
                   --copies-only N     N copies on one connection and nothing else (for profilers)
+                  --random-of N       only copy latency, each copy a random one of N filled items (cold lookups)
                   --json              one JSON object instead of the table
                 """)
                 exit(0)
@@ -237,26 +246,32 @@ signal(SIGPIPE, SIG_IGN)
 if let path = args.echoServer { EchoServer.run(path: path, replyBytes: args.replyBytes) }
 
 if let n = args.fill {
-    let c = Client(args.socket)
-    let batch = 500
-    var done = 0
-    var frames = FrameBuffer(maxBytes: 64 << 20)
+    // Eight pipelining connections, so concurrent adds share commits (group commit).
+    let socketPath = args.socket
     let t0 = now()
-    while done < n {
-        let k = min(batch, n - done)
-        var out: [UInt8] = []
-        for i in 0..<k {
-            out += request(Int64(done + i), "add", ["class": .text("genp"), "svce": .text("bench.fill"),
-                                                    "acct": .text("user\(done + i)"), "v_Data": .bytes(Array(repeating: 7, count: 32))])
+    let writers = 8
+    join((0..<writers).map { w in { @Sendable in
+        let c = Client(socketPath)
+        var frames = FrameBuffer(maxBytes: 64 << 20)
+        var i = w
+        while i < n {
+            var out: [UInt8] = []
+            var sent = 0
+            while i < n && sent < 200 {
+                out += request(Int64(i), "add", ["class": .text("genp"), "svce": .text("bench.fill"),
+                                                 "acct": .text("user\(i)"), "v_Data": .bytes(Array(repeating: 7, count: 32))])
+                i += writers
+                sent += 1
+            }
+            do { try c.socket.writeAll(out) } catch { die("\(error)") }
+            for _ in 0..<sent {
+                guard let body = try? c.socket.readFrame(&frames), let r = try? Response(CBOR.decode(body)) else { die("fill failed") }
+                if r.status != .success && r.status != .duplicateItem { die("fill: \(r.status) \(r.message ?? "")") }
+            }
         }
-        do { try c.socket.writeAll(out) } catch { die("\(error)") }
-        for _ in 0..<k {
-            guard let body = try? c.socket.readFrame(&frames), let r = try? Response(CBOR.decode(body)) else { die("fill failed") }
-            if r.status != .success && r.status != .duplicateItem { die("fill: \(r.status) \(r.message ?? "")") }
-        }
-        done += k
-    }
-    print("filled \(n) items in \(Int(now() - t0)) s")
+    } })
+    let seconds = now() - t0
+    print("filled \(n) items in \(Int(seconds)) s (\(Int(Double(n) / seconds)) adds/s)")
     exit(0)
 }
 
@@ -267,6 +282,29 @@ _ = setup.roundTrip(request(1, "add", ["class": .text("genp"), "svce": .text("be
 let copyFrame = request(2, "copy", copyQuery)
 guard let first = setup.roundTrip(copyFrame), first.status == .success else { die("copy of the bench item failed") }
 let replyBytes = Frame.encode(first.value).count
+if let n = args.randomOf {
+    // Cold lookups: every copy names a random item of the filled set, so caches rarely help.
+    var rng = SystemRandomNumberGenerator()
+    let frames = (0..<args.ops).map { i in
+        request(Int64(i), "copy", ["class": .text("genp"), "svce": .text("bench.fill"),
+                                   "acct": .text("user\(Int.random(in: 0..<n, using: &rng))"), "r_Data": .bool(true)])
+    }
+    var p50s: [Double] = []
+    for _ in 0..<args.rounds {
+        var c = Client(args.socket)
+        var lat: [Double] = []
+        lat.reserveCapacity(frames.count)
+        for f in frames {
+            let t0 = now()
+            guard c.rawRoundTrip(f) > 0 else { die("copy failed") }
+            lat.append(now() - t0)
+        }
+        p50s.append(percentile(lat.sorted(), 0.5))
+    }
+    let rss = args.daemonPID.flatMap(rssMiB)
+    print("{\"label\": \"\(args.label)\", \"random_copy_p50_us\": \(fmt(median(p50s) * 1e6)), \"rss_mib\": \(fmt(rss))}")
+    exit(0)
+}
 if let n = args.copiesOnly {
     for _ in 0..<n { _ = setup.rawRoundTrip(copyFrame) }
     exit(0)
@@ -327,11 +365,6 @@ let r: [(String, Double?)] = [
     ("copy_p50_ratio_to_echo", median(copyP50) / median(echoP50)),
     ("copy_ops_8_share_of_echo", median(copyOps8) / median(echoOps8)),
 ]
-func fmt(_ v: Double?) -> String {
-    guard let v, v.isFinite else { return "null" }
-    let scaled = (v * 100).rounded() / 100
-    return "\(scaled)"
-}
 if args.json {
     print("{\"label\": \"\(args.label)\", \"rounds\": \(args.rounds), \"ops\": \(args.ops), " +
           r.map { "\"\($0.0)\": \(fmt($0.1))" }.joined(separator: ", ") + "}")
