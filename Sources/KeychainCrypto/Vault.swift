@@ -183,7 +183,10 @@ public final class Vault: Sendable {
 
     /// Drops the unwrapped keys of `classes` (zeroed when the last user lets go of them).
     public func lock(_ classes: some Sequence<ProtectionClass>) {
-        state.withLock { s in for c in classes { s.classKeys[c] = nil } }
+        state.withLock { s in
+            for c in classes { s.classKeys[c] = nil }
+            s.generation += 1  // an unlock still deriving its key must not undo this lock
+        }
     }
 
     /// Apple's lock: drops the WhenUnlocked keys (ak, aku, akpu). Only with a passphrase; without one
@@ -193,6 +196,7 @@ public final class Vault: Sendable {
         state.withLock { s in
             guard s.keyring.source == .passphrase else { return false }
             for c in ProtectionClass.allCases where c.needsUnlocked { s.classKeys[c] = nil }
+            s.generation += 1  // an unlock still deriving its key must not undo this lock
             return true
         }
     }

@@ -22,6 +22,8 @@ final class Connection: @unchecked Sendable {
         self.maxFrameBytes = maxFrameBytes
     }
 
+    static let flushBytes = 256 * 1024
+
     static func setTimeouts(fd: Int32, idleSeconds: Int, sendSeconds: Int) {
         var idle = timeval(tv_sec: idleSeconds, tv_usec: 0)
         var send = timeval(tv_sec: sendSeconds, tv_usec: 0)
@@ -68,6 +70,14 @@ final class Connection: @unchecked Sendable {
                 let outcome = handler.handle(frame: body, peer: peer)
                 zero(&body)
                 output.append(contentsOf: outcome.response.frame())
+                // Answers to a long pipeline go out as they pile up, so one client cannot make the
+                // daemon buffer a gigabyte of responses to a single read.
+                if output.count >= Self.flushBytes {
+                    let ok = (try? socket.writeAll(output)) != nil
+                    zero(&output)
+                    output.removeAll(keepingCapacity: true)
+                    if !ok { return }
+                }
                 if outcome.closeAfter {
                     Log.info("connection closed: malformed request", [("pid", String(peer.pid))])
                     close = true

@@ -131,7 +131,7 @@ public final class Daemon: @unchecked Sendable {
     /// Answers a connection we will not serve with one error frame, then closes it without losing
     /// that frame (on its own thread, so the accept loop does not wait).
     private func refuse(_ socket: UnixSocket, _ error: KeychainError) {
-        try? socket.writeAll(Frame.encode(Response(id: 0, error: error).value))
+        try? socket.writeAll(Response(id: 0, error: error).frame())
         let thread = Thread { socket.lingeringClose() }
         thread.stackSize = 128 * 1024
         thread.start()
@@ -177,7 +177,7 @@ public final class Daemon: @unchecked Sendable {
         guard seconds > 0 else { return }
         let thread = Thread { [self] in
             let limit = Int64(seconds) * 1000
-            let period = min(250_000, UInt32(max(1, seconds)) * 250_000)
+            let period: UInt32 = 250_000
             while !self.stopping.load(ordering: .relaxed) {
                 usleep(period)
                 let idle = MonotonicClock.milliseconds() - self.handler.lastActivity.load(ordering: .relaxed)

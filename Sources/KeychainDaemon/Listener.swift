@@ -82,6 +82,14 @@ public final class Listener: @unchecked Sendable {
         var st = stat()
         if stat(path, &st) == 0 {
             guard (st.st_mode & S_IFMT) == S_IFDIR else { throw KeychainError(.param, "\(path) is not a directory") }
+            // Someone else's directory, or one others may write to (without the sticky bit), would
+            // let them replace our socket and receive clients' secrets.
+            guard st.st_uid == getuid() || st.st_uid == 0 else {
+                throw KeychainError(.param, "socket directory \(path) belongs to uid \(st.st_uid), not to this user")
+            }
+            guard st.st_mode & 0o022 == 0 || st.st_mode & S_ISVTX != 0 else {
+                throw KeychainError(.param, "socket directory \(path) is writable by other users; use a private directory (0700)")
+            }
             return
         }
         let parent = parentDirectory(of: path)

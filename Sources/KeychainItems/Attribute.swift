@@ -65,7 +65,8 @@ enum Attribute: String, CaseIterable, Sendable {
             default: throw .param("\(key) must be a string or data, not \(value.kindName)")
             }
         case .text:
-            guard case .text = value else { throw .param("\(key) must be a string, not \(value.kindName)") }
+            guard case .text(let text) = value else { throw .param("\(key) must be a string, not \(value.kindName)") }
+            if self == .accessGroup && text.isEmpty { throw .param("\(key) must not be empty") }
             return value
         case .accessibility:
             guard case .text(let code) = value else { throw .param("\(key) must be a string, not \(value.kindName)") }
@@ -96,7 +97,11 @@ enum Attribute: String, CaseIterable, Sendable {
             default: throw .param("\(key) must be a boolean, not \(value.kindName)")
             }
         case .date:
-            guard case .date = value else { throw .param("\(key) must be a date, not \(value.kindName)") }
+            guard case .date(let seconds) = value else { throw .param("\(key) must be a date, not \(value.kindName)") }
+            // Years 0001…9999 (as NSDate can show): an absurd date must not break clients that format it.
+            guard seconds >= -62_135_596_800, seconds <= 253_402_300_799 else {
+                throw .param("\(key) must be a date between the years 1 and 9999")
+            }
             return value
         }
     }

@@ -47,7 +47,11 @@ public final class PointLookupCache: Sendable {
     }
 
     /// Remembers what one lookup read, unless a write finished since `generation` was taken.
+    /// Rows whose sealed secret is larger are not kept, so the cache stays small in bytes too.
+    static let maxSecretBytes = 16 * 1024
+
     func store(_ entries: [([UInt8], Entry)], generation: UInt64) {
+        if entries.contains(where: { ($0.1.row?.secret.count ?? 0) > Self.maxSecretBytes }) { return }
         state.withLock { s in
             guard s.generation == generation else { return }
             if s.entries.count + entries.count > capacity { s.entries.removeAll(keepingCapacity: true) }

@@ -1,3 +1,6 @@
+#if canImport(Glibc)
+import Glibc
+#endif
 import KeychainCore
 
 /// Framing of the wire protocol: a 4-byte big-endian length, then that many bytes of one CBOR map.
@@ -9,12 +12,17 @@ public enum Frame {
     public static func encode(_ value: Value) -> [UInt8] {
         var out: [UInt8] = [0, 0, 0, 0]
         CBOR.encode(value, into: &out)
-        let n = UInt32(out.count - 4)
-        out[0] = UInt8(n >> 24)
-        out[1] = UInt8(truncatingIfNeeded: n >> 16)
-        out[2] = UInt8(truncatingIfNeeded: n >> 8)
-        out[3] = UInt8(truncatingIfNeeded: n)
+        patchLength(&out)
         return out
+    }
+
+    /// Writes the body length into the 4 header bytes reserved at the start of `frame`.
+    public static func patchLength(_ frame: inout [UInt8]) {
+        let n = UInt32(frame.count - 4)
+        frame[0] = UInt8(n >> 24)
+        frame[1] = UInt8(truncatingIfNeeded: n >> 16)
+        frame[2] = UInt8(truncatingIfNeeded: n >> 8)
+        frame[3] = UInt8(truncatingIfNeeded: n)
     }
 }
 
@@ -53,6 +61,11 @@ public struct FrameBuffer: Sendable {
         }
         guard storage.count - start - 4 >= n else { return nil }
         let body = Array(storage[(start + 4)..<(start + 4 + n)])
+        // Requests can carry secrets and passphrases: wipe what was handed out before the buffer
+        // is reused or compacted.
+        storage.withUnsafeMutableBytes { raw in
+            _ = memset(raw.baseAddress! + start, 0, 4 + n)
+        }
         start += 4 + n
         if start == storage.count { storage.removeAll(keepingCapacity: storage.capacity <= 64 * 1024); start = 0 }
         return body

@@ -107,11 +107,7 @@ public struct Response: Sendable {
             CBOR.appendText("message", into: &out)
             CBOR.encode(.text(message), into: &out)
         }
-        let n = UInt32(out.count - 4)
-        out[0] = UInt8(n >> 24)
-        out[1] = UInt8(truncatingIfNeeded: n >> 16)
-        out[2] = UInt8(truncatingIfNeeded: n >> 8)
-        out[3] = UInt8(truncatingIfNeeded: n)
+        Frame.patchLength(&out)
         return out
     }
 

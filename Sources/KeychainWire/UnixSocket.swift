@@ -41,6 +41,12 @@ public final class UnixSocket: @unchecked Sendable {
             let e = errno
             throw KeychainError(.notAvailable, "cannot connect to keychaind at \(path): \(String(cString: strerror(e)))")
         }
+        // Only a daemon of this user (or root) may receive our secrets and passphrases: a socket in
+        // a directory someone else controls could lead to an impostor.
+        let peer = sock.peerUID()
+        guard let peer, peer == getuid() || peer == 0 else {
+            throw KeychainError(.notAvailable, "refusing \(path): the process serving it runs as uid \(peer.map(String.init) ?? "unknown"), not as this user")
+        }
         return sock
     }
 
@@ -56,15 +62,31 @@ public final class UnixSocket: @unchecked Sendable {
     public func drainForClose(milliseconds: Int = 250) {
         guard fd >= 0 else { return }
         _ = shutdown(fd, Int32(SHUT_WR))
-        var tv = timeval(tv_sec: 0, tv_usec: milliseconds * 1000)
-        _ = setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+        // An absolute deadline: a peer trickling a byte at a time cannot hold the thread longer.
+        var now = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &now)
+        let deadline = Double(now.tv_sec) + Double(now.tv_nsec) / 1e9 + Double(milliseconds) / 1000
         var sink = [UInt8](repeating: 0, count: 4096)
         var total = 0
         while total < 1 << 20 {
+            clock_gettime(CLOCK_MONOTONIC, &now)
+            let left = deadline - (Double(now.tv_sec) + Double(now.tv_nsec) / 1e9)
+            if left <= 0 { break }
+            var tv = timeval(tv_sec: Int(left), tv_usec: Int((left - left.rounded(.down)) * 1e6) + 1)
+            _ = setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
             let n = sink.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
             if n <= 0 { break }
             total += n
         }
+    }
+
+    /// The uid of the process on the other end (SO_PEERCRED), or nil when it cannot be read.
+    public func peerUID() -> UInt32? {
+        // struct ucred { pid_t pid; uid_t uid; gid_t gid; } — not visible to Swift without _GNU_SOURCE.
+        var cred: (Int32, UInt32, UInt32) = (0, 0, 0)
+        var len = socklen_t(MemoryLayout<(Int32, UInt32, UInt32)>.size)
+        guard getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0, len == 12 else { return nil }
+        return cred.1
     }
 
     /// Writes every byte, retrying on EINTR and short writes; never raises SIGPIPE.

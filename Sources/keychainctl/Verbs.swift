@@ -96,9 +96,15 @@ struct Command {
         } catch where error.status == .duplicateItem && inv.has(.updateExisting) {
             var attrs = attributeOptions()
             attrs["v_Data"] = .bytes(data)
-            _ = try connection.call(.update, query: filters(), attributes: attrs)
+            // Update exactly the item the add collided with: the one in the group the add went to
+            // (without -g an admin's query would otherwise span every group).
+            var target = filters()
+            if target["agrp"] == nil, let group = try KeychainAdmin(connection: connection).status().groups.first {
+                target["agrp"] = .text(group)
+            }
+            _ = try connection.call(.update, query: target, attributes: attrs)
             if inv.json {
-                var read = filters()
+                var read = target
                 read["r_Attributes"] = .bool(true)
                 result = try connection.call(.copy, query: read)
             }

@@ -83,7 +83,10 @@ class KeychaindKeyring(KeyringBackend):
             if e.status != C.errSecDuplicateItem:
                 raise PasswordSetError(str(e)) from e
         try:  # Apple's upsert: add, and on errSecDuplicateItem update the existing item
-            self.client.update(self._query(service, username), {C.kSecValueData: secret})
+            # ...the one the add collided with, in the group the add went to, not every group.
+            query = self._query(service, username)
+            query.setdefault(C.kSecAttrAccessGroup, self.client.default_group())
+            self.client.update(query, {C.kSecValueData: secret})
         except KeychainError as e:
             raise PasswordSetError(str(e)) from e
 

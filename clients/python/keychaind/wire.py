@@ -64,6 +64,16 @@ def connect(path: str, timeout: float | None = None) -> socket.socket:
         sock.close()
         reason = e.strerror or str(e)
         raise KeychainError(C.errSecNotAvailable, f"cannot connect to keychaind at {path}: {reason}") from None
+    # Only a daemon of this user (or root) may receive our secrets: a socket in a directory someone
+    # else controls could lead to an impostor.
+    try:
+        _pid, uid, _gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+    except OSError:
+        uid = -1
+    if uid not in (os.getuid(), 0):
+        sock.close()
+        raise KeychainError(C.errSecNotAvailable,
+                            f"refusing {path}: the process serving it runs as uid {uid}, not as this user")
     return sock
 
 

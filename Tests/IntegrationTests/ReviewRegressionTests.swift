@@ -1,0 +1,106 @@
+import Foundation
+import XCTest
+import KeychainCore
+import KeychainWire
+
+/// Regressions for what the code review found: each test fails on the code before its fix.
+final class ReviewRegressionTests: XCTestCase {
+    func testALongAutoLockSettingDoesNotCrashTheDaemon() throws {
+        let d = try DaemonHarness(config: #"{"autoLockSeconds": 86400}"#)
+        usleep(600_000)  // the auto-lock thread has run its first checks
+        XCTAssertEqual(try d.connect().call("status").status, .success, d.log)
+        XCTAssertTrue(d.process?.isRunning ?? false)
+    }
+
+    func testKeychainctlAddUpdateExistingChangesOnlyTheItemItCollidedWith() throws {
+        let d = try DaemonHarness()
+        let app = try d.connect()
+        let appItem: [String: Value] = ["class": .text("genp"), "svce": .text("svc"), "acct": .text("acct"),
+                                        "agrp": .text("TEAM.shared"), "v_Data": .bytes(Array("app's".utf8))]
+        XCTAssertEqual(try app.call("add", query: appItem).status, .success)
+        let cli = DaemonHarness.cliPath
+        XCTAssertEqual(try d.run(cli, ["add", "-s", "svc", "-a", "acct", "-w", "admin's"]).status, 0)
+        XCTAssertEqual(try d.run(cli, ["add", "-s", "svc", "-a", "acct", "-w", "admin's v2", "-U"]).status, 0)
+        let read = try app.call("copy", query: ["class": .text("genp"), "svce": .text("svc"), "acct": .text("acct"),
+                                                "agrp": .text("TEAM.shared"), "r_Data": .bool(true)])
+        XCTAssertEqual(read.result, .bytes(Array("app's".utf8)), "another group's item was overwritten")
+        XCTAssertEqual(try d.run(cli, ["find", "-s", "svc", "-a", "acct", "-g", "keychainctl", "-w"]).stdout, "admin's v2\n")
+    }
+
+    func testAbsurdDatesAreRefusedSoClientsCanAlwaysFormatThem() throws {
+        let d = try DaemonHarness()
+        let c = try d.connect()
+        let q: [String: Value] = ["class": .text("genp"), "svce": .text("dates"), "acct": .text("a")]
+        var add = q
+        add["v_Data"] = .bytes([1])
+        XCTAssertEqual(try c.call("add", query: add).status, .success)
+        XCTAssertEqual(try c.call("update", query: q, attributes: ["cdat": .date(1e300)]).status, .param)
+        XCTAssertEqual(try d.run(DaemonHarness.cliPath, ["list"]).status, 0)
+    }
+
+    func testEmptyAccessGroupIsRefused() throws {
+        let d = try DaemonHarness(apps: [DaemonHarness.App(id: "TEAM.admin", groups: ["TEAM.admin"],
+                                                            executables: [DaemonHarness.runnerExecutable], admin: true)])
+        let r = try d.connect().call("add", query: ["class": .text("genp"), "svce": .text("s"), "agrp": .text(""),
+                                                    "v_Data": .bytes([1])])
+        XCTAssertEqual(r.status, .param)
+    }
+
+    func testALongPipelineOfLargeAnswersIsStreamedNotBuffered() throws {
+        let d = try DaemonHarness()
+        let c = try d.connect()
+        let big = [UInt8](repeating: 0x5A, count: 200_000)
+        XCTAssertEqual(try c.call("add", query: ["class": .text("genp"), "svce": .text("big"), "acct": .text("a"),
+                                                 "v_Data": .bytes(big)]).status, .success)
+        let frame = Frame.encode(Request(id: 1, op: "copy", query: ["class": .text("genp"), "svce": .text("big"),
+                                                                    "acct": .text("a"), "r_Data": .bool(true)]).value)
+        // 300 requests in one write: answers (60 MB) must flow while the daemon is still reading.
+        let batch = Array([[UInt8]](repeating: frame, count: 300).joined())
+        let socket = c.socket
+        let writer = Thread { try? socket.writeAll(batch) }
+        writer.start()
+        var received = 0
+        for _ in 0..<300 where (try? c.receive())?.result == .bytes(big) { received += 1 }
+        XCTAssertEqual(received, 300)
+    }
+
+    func testASocketDirectoryOthersCanWriteToIsRefused() throws {
+        let d = try DaemonHarness(start: false)
+        let shared = d.root + "/shared"
+        try FileManager.default.createDirectory(atPath: shared, withIntermediateDirectories: true)
+        chmod(shared, 0o777)
+        let args = ["--socket", shared + "/k.sock", "--data-dir", d.dataDirectory, "--config", d.configFile]
+        let out = try d.run(DaemonHarness.daemonPath, args)
+        XCTAssertEqual(out.status, 1)
+        XCTAssertTrue(out.stderr.contains("writable by other users"), out.stderr)
+    }
+
+    func testClientsRefuseASocketServedByAnotherUser() throws {
+        guard getuid() == 0 else { return XCTFail("needs root to run a fake server as another uid") }
+        let d = try DaemonHarness(start: false)
+        chmod(d.root, 0o755)
+        let dir = d.root + "/public"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        chmod(dir, 0o1777)
+        let path = dir + "/impostor.sock"
+        let script = """
+        import socket, sys, os, time
+        s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); os.chmod(sys.argv[1], 0o777); s.listen(8)
+        s.settimeout(15)
+        try:
+            while True:
+                c, _ = s.accept(); time.sleep(0.2); c.close()
+        except Exception:
+            pass
+        """
+        let server = Process()
+        server.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
+        server.arguments = ["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", script, path]
+        try server.run()
+        defer { server.terminate(); server.waitUntilExit() }
+        for _ in 0..<100 where !FileManager.default.fileExists(atPath: path) { usleep(20_000) }
+        let out = try d.run(DaemonHarness.cliPath, ["unlock", "--passphrase-file", "/dev/null"], environment: ["KEYCHAIND_SOCKET": path])
+        XCTAssertNotEqual(out.status, 0)
+        XCTAssertTrue(out.stderr.contains("refusing"), out.stderr)
+    }
+}
