@@ -17,6 +17,9 @@ import Synchronization
 /// cannot change anything (`copy`, `status`); any other call fails with `errSecNotAvailable`, because
 /// the daemon may or may not have carried it out.
 public final class KeychainConnection: Sendable {
+    /// The largest request the client sends: the highest `maxFrameBytes` a daemon can be set to.
+    public static let maxRequestBytes = 64 << 20
+
     /// The connection every SecItem call, `Keychain`, `DeviceIdentifier` and `KeychainAdmin` uses by
     /// default. Its socket path comes from `KEYCHAIND_SOCKET` or `$XDG_RUNTIME_DIR/keychaind/keychaind.sock`,
     /// resolved again at each (re)connect.
@@ -135,9 +138,11 @@ public final class KeychainConnection: Sendable {
         }
         let frame = Frame.encode(Request(id: id, op: op.rawValue, query: query, attributes: attributes,
                                          arguments: arguments).value)
-        if frame.count - 4 > Frame.defaultMaxBytes {
+        // The daemon enforces its own maxFrameBytes (1 MiB by default, configurable up to 64 MiB) and
+        // answers a larger frame with an error; beyond 64 MiB no daemon would accept it.
+        if frame.count - 4 > Self.maxRequestBytes {
             _ = state.withLock { $0.pending.removeValue(forKey: id) }
-            return .failure(KeychainError(.param, "the request is \(frame.count - 4) bytes; keychaind accepts at most \(Frame.defaultMaxBytes) bytes per request"))
+            return .failure(KeychainError(.param, "the request is \(frame.count - 4) bytes; keychaind accepts at most \(Self.maxRequestBytes) bytes per request"))
         }
         let written: KeychainError? = writeLock.withLock { _ in
             do throws(KeychainError) { try link.socket.writeAll(frame); return nil } catch { return error }

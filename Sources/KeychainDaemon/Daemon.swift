@@ -58,7 +58,7 @@ public final class Daemon: @unchecked Sendable {
         let registry = AppRegistry(apps: apps, bundledCLI: bundledCLI)
         items = try ItemService(directory: settings.dataDirectory, kdfProfile: settings.kdfProfile,
                                 lookupCacheEntries: settings.lookupCacheEntries)
-        handler = RequestHandler(items: items, registry: registry)
+        handler = RequestHandler(items: items, registry: registry, maxFrameBytes: settings.maxFrameBytes)
         Self.checkLockedMemory()
         if items.hasPassphrase {
             Log.info("keychain locked: a passphrase is set", [("kdfProfile", settings.kdfProfile.rawValue)])

@@ -19,9 +19,13 @@ public final class RequestHandler: Sendable {
     /// Monotonic milliseconds of the last request other than `status` (the auto-lock idle clock).
     let lastActivity = Atomic<Int64>(MonotonicClock.milliseconds())
 
-    public init(items: ItemService, registry: AppRegistry) {
+    /// The largest request frame accepted (`maxFrameBytes`): a backup must fit in a restore request.
+    private let maxFrameBytes: Int
+
+    public init(items: ItemService, registry: AppRegistry, maxFrameBytes: Int = Frame.defaultMaxBytes) {
         self.items = items
         self.registry = Mutex(registry)
+        self.maxFrameBytes = maxFrameBytes
     }
 
     public func replaceRegistry(_ new: AppRegistry) {
@@ -147,6 +151,10 @@ public final class RequestHandler: Sendable {
                 throw KeychainError(.param, "the backup passphrase must not be empty")
             }
             let file = try items.backup(passphrase: passphrase)
+            // A backup that no restore request could carry would look like a backup and be useless.
+            guard file.count + 1024 <= maxFrameBytes else {
+                throw KeychainError(.allocate, "the backup would be \(file.count) bytes, more than a restore request may carry (maxFrameBytes \(maxFrameBytes)); raise maxFrameBytes in keychaind.json (up to 67108864) here and where you restore")
+            }
             Log.info("backup made", [("bytes", String(file.count))])
             return .bytes(file)
         case .restore:

@@ -153,7 +153,7 @@ final class ClientConnectionTests: XCTestCase {
     func testOversizedRequestsAreRefusedBeforeSending() throws {
         let fake = try FakeDaemon(serve: ClientConnectionTests.echo)
         let connection = KeychainConnection(socketPath: fake.path)
-        XCTAssertThrowsError(try connection.call(.add, query: ["v_Data": .bytes([UInt8](repeating: 0, count: 2 << 20))])) {
+        XCTAssertThrowsError(try connection.call(.add, query: ["v_Data": .bytes([UInt8](repeating: 0, count: 65 << 20))])) {
             XCTAssertEqual(($0 as? KeychainError)?.status, .param)
         }
         XCTAssertNoThrow(try connection.call(.copy))

@@ -103,4 +103,19 @@ final class ReviewRegressionTests: XCTestCase {
         XCTAssertNotEqual(out.status, 0)
         XCTAssertTrue(out.stderr.contains("refusing"), out.stderr)
     }
+
+    func testABackupThatNoRestoreCouldCarryIsRefusedWithTheRemedy() throws {
+        let d = try DaemonHarness(config: #"{"maxFrameBytes": 4096, "kdfProfile": "interactive"}"#)
+        let c = try d.connect()
+        for i in 0..<4 {
+            XCTAssertEqual(try c.call("add", query: ["class": .text("genp"), "svce": .text("bulk"), "acct": .text("a\(i)"),
+                                                     "v_Data": .bytes([UInt8](repeating: 1, count: 2000))]).status, .success)
+        }
+        let pass = d.root + "/backup-pass"
+        try "backup passphrase\n".write(toFile: pass, atomically: true, encoding: .utf8)
+        let out = try d.run(DaemonHarness.cliPath, ["backup", d.root + "/kc.backup", "--passphrase-file", pass])
+        XCTAssertNotEqual(out.status, 0)
+        XCTAssertTrue(out.stderr.contains("maxFrameBytes"), out.stderr)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: d.root + "/kc.backup"), "no useless backup file is left")
+    }
 }
