@@ -29,7 +29,10 @@ public struct PeerIdentity: Sendable {
             throw KeychainError(.io, "SO_PEERCRED failed: \(String(cString: strerror(errno)))")
         }
         var pidfd = kc_peer_pidfd(fd)
-        if pidfd < 0 { pidfd = kc_pidfd_open(cred.pid) }  // kernels before 6.5: pidfd_open right after accept
+        // Kernels before 6.5 lack SO_PEERPIDFD (ENOPROTOOPT): pidfd_open right after accept, the best
+        // they allow. Any other failure means the peer is gone (6.5–6.15 refuse a pidfd for a reaped
+        // peer): pidfd_open(pid) then could pin whatever process now has that recycled pid.
+        if pidfd < 0 && errno == ENOPROTOOPT { pidfd = kc_pidfd_open(cred.pid) }
         guard pidfd >= 0 else {
             return PeerIdentity(pid: cred.pid, uid: cred.uid, executable: nil,
                                 problem: "the calling process (pid \(cred.pid)) could not be pinned with a pidfd")

@@ -12,7 +12,8 @@ enum FuzzHarness {
     static let peer = PeerIdentity(pid: 1, uid: getuid(), executable: "/fuzz/app", problem: nil)
 
     static func setUp() {
-        var template = Array("/tmp/keychaind-fuzz-XXXXXX".utf8CString)
+        let tmp = getenv("TMPDIR").map { String(cString: $0) }.flatMap { $0.isEmpty ? nil : $0 } ?? "/tmp"
+        var template = Array("\(tmp)/keychaind-fuzz-XXXXXX".utf8CString)
         let made = template.withUnsafeMutableBufferPointer { mkdtemp($0.baseAddress!) != nil }
         guard made else { exit(2) }
         let path = String(decoding: template.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)

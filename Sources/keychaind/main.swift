@@ -9,7 +9,11 @@ import KeychainDaemon
 // read at process start, so when it is missing we set it and exec ourselves once.
 if getenv("SWIFT_BACKTRACE").map({ String(cString: $0) }) != "enable=no" {
     setenv("SWIFT_BACKTRACE", "enable=no", 1)
-    execv("/proc/self/exe", CommandLine.unsafeArgv)
+    // Exec the real path, not /proc/self/exe, so the process keeps its name (pkill -x keychaind).
+    if let real = realpath("/proc/self/exe", nil) {
+        execv(real, CommandLine.unsafeArgv)
+        free(real)
+    }
     // exec failed: carry on; the unit file sets the variable anyway.
 }
 
@@ -62,7 +66,10 @@ case .run(let options):
         }
     }
     let daemon: Daemon
-    do { daemon = try Daemon(settings: settings) } catch {
+    do {
+        try DataDirectoryGuard.check(directory: settings.dataDirectory)
+        daemon = try Daemon(settings: settings)
+    } catch {
         fail("cannot start: \(error)")
     }
     exit(daemon.run())

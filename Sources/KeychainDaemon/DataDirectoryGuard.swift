@@ -1,0 +1,26 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import KeychainCore
+import KeychainItems
+
+/// Refuses a data directory whose database was deleted or truncated to nothing while its device key
+/// is still there. SQLite would open such a file as a new, empty database and the daemon would come
+/// up with an empty keychain — a silent reset (found by the tamper campaign, docs/reliability.md).
+/// The daemon itself never produces that state: it creates the database (and its schema) before the
+/// device key, so a key beside a missing or empty database means the database was lost.
+public enum DataDirectoryGuard {
+    public static func check(directory: String) throws(KeychainError) {
+        let database = directory + "/" + ItemService.databaseName
+        let key = directory + "/" + ItemService.deviceKeyName
+        var st = stat()
+        guard lstat(key, &st) == 0 else { return }          // no key yet: a first start
+        let missing = lstat(database, &st) != 0
+        guard missing || st.st_size == 0 else { return }
+        throw KeychainError(.notAvailable, """
+            the database \(database) is \(missing ? "missing" : "empty") but the device key file \(key) exists: \
+            the keychain was deleted or truncated. Refusing to start with an empty keychain. Restore \
+            \(ItemService.databaseName) from a backup, or move \(ItemService.deviceKeyName) away to start an empty keychain
+            """)
+    }
+}
