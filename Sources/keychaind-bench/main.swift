@@ -48,6 +48,7 @@ struct Args {
     var label = "run"
     var copiesOnly: Int?
     var randomOf: Int?
+    var fillFrom = 0
 
     init(_ argv: [String]) {
         var i = 0
@@ -70,6 +71,7 @@ struct Args {
             case "--label": label = value()
             case "--copies-only": copiesOnly = Int(value())
             case "--random-of": randomOf = Int(value())
+            case "--fill-from": fillFrom = Int(value()) ?? 0
             case "-h", "--help":
                 print("""
                 keychaind-bench — keychaind beside a bare socket-echo floor (same framing, same sizes)
@@ -79,6 +81,7 @@ struct Args {
                   --cli PATH          keychainctl to time `find -w` per process (50 runs)
                   --daemon-pid PID    read the daemon's RSS from /proc
                   --fill N            add N items (service bench.fill) pipelined, then exit
+                  --fill-from K       with --fill: number the new items from K (to grow a filled store)
                   --copies-only N     N copies on one connection and nothing else (for profilers)
                   --random-of N       only copy latency, each copy a random one of N filled items (cold lookups)
                   --json              one JSON object instead of the table
@@ -248,6 +251,7 @@ if let path = args.echoServer { EchoServer.run(path: path, replyBytes: args.repl
 if let n = args.fill {
     // Eight pipelining connections, so concurrent adds share commits (group commit).
     let socketPath = args.socket
+    let from = args.fillFrom
     let t0 = now()
     let writers = 8
     join((0..<writers).map { w in { @Sendable in
@@ -259,7 +263,7 @@ if let n = args.fill {
             var sent = 0
             while i < n && sent < 200 {
                 out += request(Int64(i), "add", ["class": .text("genp"), "svce": .text("bench.fill"),
-                                                 "acct": .text("user\(i)"), "v_Data": .bytes(Array(repeating: 7, count: 32))])
+                                                 "acct": .text("user\(from + i)"), "v_Data": .bytes(Array(repeating: 7, count: 32))])
                 i += writers
                 sent += 1
             }
@@ -272,6 +276,7 @@ if let n = args.fill {
     } })
     let seconds = now() - t0
     print("filled \(n) items in \(Int(seconds)) s (\(Int(Double(n) / seconds)) adds/s)")
+    print("{\"fill_adds_s\": \(fmt(Double(n) / seconds))}")
     exit(0)
 }
 

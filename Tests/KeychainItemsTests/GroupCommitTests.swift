@@ -10,17 +10,11 @@ struct GroupCommitTests {
         try withKeychain { (fx) throws in
             let service = fx.service
             let results = ResultBox()
-            let group = DispatchGroup()
-            for t in 0..<8 {
-                group.enter()
-                Thread.detachNewThread {
-                    for i in 0..<50 {
-                        results.append(status { try service.add(item("gc", "t\(t)-\(i)", secret: "\(t)/\(i)"), caller: Fixture.app) })
-                    }
-                    group.leave()
+            onThreads(8) { t in
+                for i in 0..<50 {
+                    results.append(status { try service.add(item("gc", "t\(t)-\(i)", secret: "\(t)/\(i)"), caller: Fixture.app) })
                 }
             }
-            group.wait()
             #expect(results.values.count == 400)
             #expect(results.values.allSatisfy { $0 == .success })
             try fx.reopen()
@@ -34,19 +28,13 @@ struct GroupCommitTests {
             try fx.add("gc", "taken")
             let service = fx.service
             let results = ResultBox()
-            let group = DispatchGroup()
             // Half the writers collide with an existing item; the other half add new ones at the same time.
-            for t in 0..<8 {
-                group.enter()
-                Thread.detachNewThread {
-                    for i in 0..<30 {
-                        let account = t % 2 == 0 ? "taken" : "new-\(t)-\(i)"
-                        results.append(status { try service.add(item("gc", account, secret: "x"), caller: Fixture.app) })
-                    }
-                    group.leave()
+            onThreads(8) { t in
+                for i in 0..<30 {
+                    let account = t % 2 == 0 ? "taken" : "new-\(t)-\(i)"
+                    results.append(status { try service.add(item("gc", account, secret: "x"), caller: Fixture.app) })
                 }
             }
-            group.wait()
             #expect(results.values.filter { $0 == .duplicateItem }.count == 120)
             #expect(results.values.filter { $0 == .success }.count == 120)
             try fx.reopen()

@@ -46,22 +46,21 @@ struct PointLookupCacheTests {
             try fx.add("cache", "counter", secret: "0")
             let service = fx.service
             let stop = ResultBox()
-            let group = DispatchGroup()
-            for _ in 0..<4 {
-                group.enter()
-                Thread.detachNewThread {
+            let readers = Thread {
+                onThreads(4) { _ in
                     var q = query("cache", "counter")
                     q["r_Data"] = .bool(true)
                     while stop.values.isEmpty { _ = try? service.copyMatching(q, caller: Fixture.app) }
-                    group.leave()
                 }
+                stop.append(.internal)  // marks "readers finished"
             }
+            readers.start()
             for i in 1...200 {
                 try service.update(query("cache", "counter"), attributes: ["v_Data": .bytes(Array("\(i)".utf8))], caller: Fixture.app)
                 #expect(try fx.secret("cache", "counter") == "\(i)")
             }
             stop.append(.success)
-            group.wait()
+            while !stop.values.contains(.internal) { usleep(1000) }
         }
     }
 }

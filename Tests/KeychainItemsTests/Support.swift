@@ -94,3 +94,16 @@ func failure(_ body: () throws -> Any?) -> KeychainError? {
 }
 
 func bytes(_ s: String) -> Value { .bytes(Array(s.utf8)) }
+
+/// Runs `body(threadIndex)` on `count` new threads at once and waits for all of them.
+func onThreads(_ count: Int, _ body: @escaping @Sendable (Int) -> Void) {
+    let group = DispatchGroup()
+    for t in 0..<count {
+        group.enter()
+        Thread.detachNewThread {
+            body(t)
+            group.leave()
+        }
+    }
+    group.wait()
+}
