@@ -120,6 +120,10 @@ extension ItemService {
                 throw error
             }
             vault.adopt(pending)
+            // The old keyring's pages are still in the WAL; fold them into the database (where
+            // secure_delete overwrote them) and truncate the WAL, so a copy of the disk does not
+            // keep the keyring wrapped under the old passphrase.
+            store.truncateLog()
             return removed
         }
     }

@@ -90,6 +90,12 @@ public final class ItemStore: Sendable {
         if !keep { db.close() }
     }
 
+    /// Checkpoints the whole WAL into the database and truncates it, best effort (a reader holding an
+    /// old snapshot for longer than the busy timeout leaves it for the next checkpoint).
+    public func truncateLog() {
+        writer.truncateLog()
+    }
+
     // MARK: Convenience
 
     public func itemCount() throws(KeychainError) -> Int {

@@ -108,6 +108,15 @@ final class WriterGate: @unchecked Sendable {
         pthread_cond_broadcast(committedCondition)
     }
 
+    /// A TRUNCATE checkpoint between transactions (a group still open is committed first).
+    func truncateLog() {
+        pthread_mutex_lock(mutex)
+        defer { pthread_mutex_unlock(mutex) }
+        guard let db = connection else { return }
+        if inTransaction { finish(db, group: openGroup, commit: true, failure: nil) }
+        try? db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    }
+
     /// Commits what is open, checkpoints the WAL and closes the connection.
     func close() {
         pthread_mutex_lock(mutex)

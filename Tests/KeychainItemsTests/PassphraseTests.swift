@@ -273,3 +273,17 @@ let allCodes = ["ak", "ck", "dk", "aku", "cku", "dku", "akpu"]
         }
     }
 }
+
+@Suite("PassphraseLogRules")
+struct PassphraseLogTests {
+    @Test func changingThePassphraseLeavesNoOldKeyringInTheWriteAheadLog() throws {
+        try withProtectedKeychain { fx in
+            try fx.add("svc", "a", secret: "s", pdmn: "ck")
+            try fx.service.changePassphrase(old: nil, new: pass("first"))
+            try fx.service.changePassphrase(old: pass("first"), new: pass("second"))
+            var st = stat()
+            let wal = fx.directory + "/" + ItemService.databaseName + "-wal"
+            #expect(stat(wal, &st) != 0 || st.st_size == 0, "the WAL still holds frames after a passphrase change")
+        }
+    }
+}
