@@ -96,7 +96,7 @@ final class IdentityTests: XCTestCase {
     }
 
     func pythonBinary() throws -> String {
-        guard let real = AppPaths.realPath(Self.python) else { throw XCTSkip("\(Self.python) is missing") }
+        guard let real = AppPaths.realPath(Self.python) else { throw HarnessError("\(Self.python) is missing (scripts/deps installs python3)") }
         return real
     }
 

@@ -185,15 +185,6 @@ final class KeychainctlTests: XCTestCase {
         try "first passphrase\n".write(toFile: pass, atomically: true, encoding: .utf8)
         try "second passphrase\n".write(toFile: newPass, atomically: true, encoding: .utf8)
         let set = try ctl("passwd", "--new-passphrase-file", pass)
-        if set.status == 252 {
-            assertFailure(set, errSecUnimplemented, "errSecUnimplemented")
-            for args in [["lock"], ["unlock", "--passphrase-file", pass], ["backup", backupFile, "--passphrase-file", pass],
-                         ["--json", "lock"]] {
-                let r = try daemon.run(DaemonHarness.cliPath, args)
-                assertFailure(r, errSecUnimplemented, "errSecUnimplemented")
-            }
-            throw XCTSkip("the daemon does not implement passphrases and lock states yet (issue 5)")
-        }
         XCTAssertEqual(set.status, 0, set.stderr)
         XCTAssertEqual(try ctl("add", "-s", "com.example.locked", "-a", "a", "-w", "secret").status, 0)
         XCTAssertEqual(try ctl("add", "-s", "com.example.always", "-a", "a", "-w", "always", "--accessible", "dk").status, 0)

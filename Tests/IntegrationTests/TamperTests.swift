@@ -68,7 +68,8 @@ final class TamperTests: XCTestCase {
 
     func sql(_ d: DaemonHarness, _ statement: String, database: String? = nil) throws -> String {
         guard FileManager.default.isExecutableFile(atPath: Self.sqlite) else {
-            throw XCTSkip("sqlite3 CLI missing (scripts/deps installs it)")
+            struct Missing: Error, CustomStringConvertible { let description = "sqlite3 CLI missing (scripts/deps installs it)" }
+            throw Missing()
         }
         let out = try d.run(Self.sqlite, [database ?? db(d), statement])
         XCTAssertEqual(out.status, 0, out.stderr)
