@@ -78,16 +78,8 @@ int kc_make_undumpable(void) {
     return (core == 0 && dumpable == 0) ? 0 : -1;
 }
 
-int kc_is_dumpable(void) {
-    return prctl(PR_GET_DUMPABLE, 0, 0, 0, 0);
-}
-
 unsigned kc_umask_private(void) {
     return (unsigned)umask(077);
-}
-
-long kc_getrandom(void *buf, unsigned long len) {
-    return (long)getrandom(buf, len, 0);
 }
 
 static volatile int kc_signal_fd = -1;

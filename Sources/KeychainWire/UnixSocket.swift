@@ -104,17 +104,6 @@ public final class UnixSocket: @unchecked Sendable {
         }
     }
 
-    /// Reads what is available (blocking until something is), at most `buffer.count` bytes.
-    /// Returns 0 at end of stream.
-    public func read(into buffer: UnsafeMutableRawBufferPointer) throws(KeychainError) -> Int {
-        while true {
-            let n = recv(fd, buffer.baseAddress, buffer.count, 0)
-            if n >= 0 { return n }
-            if errno == EINTR { continue }
-            throw Self.errnoError("recv", status: .notAvailable)
-        }
-    }
-
     /// Reads one whole frame body, or nil at a clean end of stream between frames.
     public func readFrame(_ frames: inout FrameBuffer) throws(KeychainError) -> [UInt8]? {
         var chunk = [UInt8](repeating: 0, count: 16 * 1024)

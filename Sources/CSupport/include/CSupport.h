@@ -26,12 +26,8 @@ int32_t kc_pidfd_pid(int pidfd);
 int kc_accept_cloexec(int fd);
 /* prctl(PR_SET_DUMPABLE, 0) and RLIMIT_CORE = 0. */
 int kc_make_undumpable(void);
-/* prctl(PR_GET_DUMPABLE). */
-int kc_is_dumpable(void);
 /* The caller's umask set to 077; returns the old one. */
 unsigned kc_umask_private(void);
-/* getrandom() into buf; returns bytes written or -1. */
-long kc_getrandom(void *buf, unsigned long len);
 
 /* Installs handlers for SIGTERM, SIGINT and SIGHUP that write the signal number as one byte to
  * `write_fd` (a non-blocking pipe): the self-pipe pattern, async-signal-safe in any thread. */
