@@ -148,12 +148,14 @@ public final class KeychainConnection: Sendable {
             do throws(KeychainError) { try link.socket.writeAll(frame); return nil } catch { return error }
         }
         if let error = written {
-            // Not delivered (the peer is gone): forget the waiter, drop the link, let the caller retry.
+            // Not delivered (the peer is gone): forget the waiter, drop the link, let the caller retry —
+            // unless the daemon said why it stopped reading (it refused this frame): that is the answer.
             let mine = state.withLock { s -> Bool in
                 if s.link === link { s.link = nil }
                 return s.pending.removeValue(forKey: id) != nil
             }
             link.shutdown()
+            if let refusal = link.refusal.withLock({ $0 }) { return .failure(refusal) }
             return .success(mine ? .notSent(error) : nil)
         }
         // Delivered. If the link died meanwhile, the reader skipped this (unsent) waiter: fail it here.
@@ -166,7 +168,7 @@ public final class KeychainConnection: Sendable {
             s.pending.removeValue(forKey: id)
             return true
         }
-        if lostHere { return .success(.lost(link.lostError)) }
+        if lostHere { return .success(.lost(link.refusal.withLock { $0 } ?? link.lostError)) }
         return .success(nil)
     }
 
@@ -219,6 +221,15 @@ public final class KeychainConnection: Sendable {
                 reason = KeychainError(.notAvailable, "keychaind at \(link.path) sent an unreadable response (\(error.message))")
                 break
             }
+            // Request ids start at 1: an error with id 0 is the daemon's answer to a frame it could
+            // not tie to a request (oversized, not CBOR), after which it closes the connection.
+            // Hand its reason to the requests still waiting instead of a generic one.
+            if response.id == 0 && response.status != .success {
+                let refusal = KeychainError(response.status, response.message)
+                link.refusal.withLock { $0 = refusal }
+                reason = refusal
+                continue
+            }
             let waiter = state.withLock { $0.pending.removeValue(forKey: response.id)?.waiter }
             waiter?.resume(.answered(response))
         }
@@ -242,6 +253,8 @@ private final class Link: Sendable {
     let generation: Int
     let path: String
     let pid = getpid()
+    /// The daemon's error for a frame it could not take (id 0), after which it closes the link.
+    let refusal = Mutex<KeychainError?>(nil)
 
     init(socket: UnixSocket, generation: Int, path: String) {
         self.socket = socket

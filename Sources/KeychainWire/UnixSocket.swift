@@ -68,7 +68,7 @@ public final class UnixSocket: @unchecked Sendable {
         let deadline = Double(now.tv_sec) + Double(now.tv_nsec) / 1e9 + Double(milliseconds) / 1000
         var sink = [UInt8](repeating: 0, count: 4096)
         var total = 0
-        while total < 1 << 20 {
+        while total < 65 << 20 {  // enough for the largest request a client may be sending
             clock_gettime(CLOCK_MONOTONIC, &now)
             let left = deadline - (Double(now.tv_sec) + Double(now.tv_nsec) / 1e9)
             if left <= 0 { break }

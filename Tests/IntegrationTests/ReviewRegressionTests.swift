@@ -2,6 +2,7 @@ import Foundation
 import XCTest
 import KeychainCore
 import KeychainWire
+import KeychainClient
 
 /// Regressions for what the code review found: each test fails on the code before its fix.
 final class ReviewRegressionTests: XCTestCase {
@@ -117,5 +118,20 @@ final class ReviewRegressionTests: XCTestCase {
         XCTAssertNotEqual(out.status, 0)
         XCTAssertTrue(out.stderr.contains("maxFrameBytes"), out.stderr)
         XCTAssertFalse(FileManager.default.fileExists(atPath: d.root + "/kc.backup"), "no useless backup file is left")
+    }
+}
+
+extension ReviewRegressionTests {
+    func testARequestOverTheDaemonsFrameLimitGetsTheDaemonsReason() throws {
+        let d = try DaemonHarness()
+        let connection = KeychainConnection(socketPath: d.socketPath)
+        let big: [String: Value] = ["class": .text("genp"), "svce": .text("big"), "acct": .text("a"),
+                                    "v_Data": .bytes([UInt8](repeating: 1, count: 2 << 20))]
+        XCTAssertThrowsError(try connection.call(.add, query: big)) { error in
+            let e = error as? KeychainError
+            XCTAssertEqual(e?.status, .param)
+            XCTAssertTrue(e?.message.contains("exceeds the limit") ?? false, e?.message ?? "")
+        }
+        XCTAssertNoThrow(try connection.call(.status), "the connection is re-opened for the next call")
     }
 }
