@@ -92,7 +92,7 @@ public final class ItemService: Sendable {
         stored["cdat"] = .date(now)       // caller-provided dates are overwritten, as Apple does
         stored["mdat"] = .date(now)
         let secret = query.secret ?? []
-        let ref = Sodium.randomBytes(PersistentRef.idLength)
+        let ref = PersistentRef.newID(createdAt: now)
         let row = try codec.seal(ref: ref, protection: protection, attributes: stored, secret: secret,
                                  sealedSecret: [], itemKey: nil)
         do {
