@@ -9,7 +9,7 @@ import KeychainCore
 /// meta(name TEXT PRIMARY KEY, value BLOB)            -- 'keyring': the wrapped key hierarchy
 /// items(
 ///   rowid      INTEGER PRIMARY KEY,
-///   ref        BLOB NOT NULL UNIQUE,   -- 16 random bytes: the persistent reference's id
+///   ref        BLOB NOT NULL UNIQUE,   -- 16 bytes (creation time + random): the persistent reference's id
 ///   class      INTEGER NOT NULL,       -- accessibility class (Apple's keybag number, 6…12)
 ///   agrp_ix    BLOB NOT NULL,          -- blind index of the access group
 ///   svce_ix    BLOB NOT NULL,          -- blind index of the service

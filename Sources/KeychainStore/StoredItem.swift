@@ -2,7 +2,7 @@
 /// Nothing here is readable without the keys; the item layer seals and opens.
 public struct StoredItem: Sendable {
     public var rowid: Int64
-    /// 16 random bytes, fixed for the item's life (the persistent reference's id).
+    /// 16 bytes (creation time, then random), fixed for the item's life (the persistent reference's id).
     public var ref: [UInt8]
     /// The accessibility class number (`ProtectionClass.rawValue`).
     public var protectionClass: UInt8
