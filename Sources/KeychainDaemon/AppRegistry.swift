@@ -1,7 +1,6 @@
 #if canImport(Glibc)
 import Glibc
 #endif
-import KeychainItems
 
 /// Who an executable is: the registered apps of `apps.d/`, looked up by the executable's real path.
 ///
@@ -32,10 +31,6 @@ public struct AppRegistry: Sendable {
 
     public func app(forExecutable path: String) -> AppEntry? {
         byExecutable[path]
-    }
-
-    public func caller(for app: AppEntry) -> Caller {
-        Caller(accessGroups: app.accessGroups, isAdmin: app.admin)
     }
 
     static func realPath(_ path: String) -> String? {

@@ -217,7 +217,7 @@ public final class RequestHandler: Sendable {
             throw KeychainError(.missingEntitlement,
                                 "executable \(exe) is not registered with keychaind; add an apps.d/*.json entry with \"application-identifier\", \"keychain-access-groups\" and \"executables\": [\"\(exe)\"], then send SIGHUP to keychaind")
         }
-        return registry.withLock { $0.caller(for: app) }
+        return Caller(accessGroups: app.accessGroups, isAdmin: app.admin)
     }
 
     private func status(app: AppEntry?) throws(KeychainError) -> Value {
