@@ -221,7 +221,11 @@ public final class RequestHandler: Sendable {
     }
 
     private func status(app: AppEntry?) throws(KeychainError) -> Value {
-        let count = try items.itemCount()
+        // Only what the caller may see: all items for an admin, its groups' items for an app, and no
+        // count at all for an unregistered executable.
+        let count = try app.map { (a) throws(KeychainError) in
+            try items.itemCount(visibleTo: Caller(accessGroups: a.accessGroups, isAdmin: a.admin))
+        } ?? 0
         let protection = items.protectionStatus
         return .map([
             "version": .text(Self.version),

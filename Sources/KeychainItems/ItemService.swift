@@ -70,6 +70,13 @@ public final class ItemService: Sendable {
     /// Number of items of every group and class (status and tests).
     public func itemCount() throws(KeychainError) -> Int { try store.itemCount() }
 
+    /// Items the caller can see: every item for an admin, else those of its access groups.
+    public func itemCount(visibleTo caller: Caller) throws(KeychainError) -> Int {
+        if caller.isAdmin { return try store.itemCount() }
+        let indexes = caller.accessGroups.map { vault.blindIndex.column(.accessGroup, Array($0.utf8)) }
+        return try store.read { (r) throws(KeychainError) in try r.itemCount(groupIndexes: indexes) }
+    }
+
     // MARK: SecItemAdd
 
     public func add(_ attributes: [String: Value], caller: Caller) throws(KeychainError) -> Value? {

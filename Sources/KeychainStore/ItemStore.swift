@@ -169,6 +169,17 @@ public struct StoreReader {
         }
     }
 
+    /// Items whose access-group digest is one of `groupIndexes`.
+    public func itemCount(groupIndexes: [[UInt8]]) throws(KeychainError) -> Int {
+        guard !groupIndexes.isEmpty else { return 0 }
+        let marks = Array(repeating: "?", count: groupIndexes.count).joined(separator: ",")
+        return try db.withStatement("SELECT count(*) FROM items WHERE agrp_ix IN (\(marks))") { (s) throws(KeychainError) in
+            for (i, index) in groupIndexes.enumerated() { try s.bind(Int32(i + 1), index) }
+            _ = try s.step()
+            return Int(s.int64(0))
+        }
+    }
+
     public func meta(_ name: String) throws(KeychainError) -> [UInt8]? {
         try db.withStatement("SELECT value FROM meta WHERE name = ?") { (s) throws(KeychainError) in
             try s.bind(1, text: name)

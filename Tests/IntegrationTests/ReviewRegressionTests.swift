@@ -135,3 +135,18 @@ extension ReviewRegressionTests {
         XCTAssertNoThrow(try connection.call(.status), "the connection is re-opened for the next call")
     }
 }
+
+extension ReviewRegressionTests {
+    func testStatusCountsOnlyTheItemsTheCallerCanSee() throws {
+        let d = try DaemonHarness()
+        let app = try d.connect()
+        for account in ["a", "b"] {
+            XCTAssertEqual(try app.call("add", query: ["class": .text("genp"), "svce": .text("count"), "acct": .text(account),
+                                                       "v_Data": .bytes([1])]).status, .success)
+        }
+        XCTAssertEqual(try d.run(DaemonHarness.cliPath, ["add", "-s", "admin-only", "-a", "x", "-w", "y"]).status, 0)
+        XCTAssertEqual(try app.call("status").result?.map?["items"]?.int, 2, "an app sees the count of its own groups")
+        let admin = try d.run(DaemonHarness.cliPath, ["--json", "status"])
+        XCTAssertTrue(admin.stdout.contains("\"items\":3"), admin.stdout)
+    }
+}
