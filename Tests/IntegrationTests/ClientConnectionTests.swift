@@ -62,30 +62,24 @@ final class ClientConnectionTests: XCTestCase {
         }
     }
 
-    func testARequestLostWithTheConnectionIsReplayedOnlyWhenHarmless() throws {
-        // The first connection reads one request and dies without answering; later ones answer.
-        let fake = try FakeDaemon { d, s, c in
-            if c == 0 {
-                var frames = FrameBuffer()
-                _ = d.receive(s, &frames, connection: c)
-                s.close()
-                return
-            }
-            ClientConnectionTests.echo(d, s, c)
+    /// The first connection reads one request and dies without answering; later ones answer.
+    static func dropFirstRequest(_ d: FakeDaemon, _ s: UnixSocket, _ c: Int) {
+        if c == 0 {
+            var frames = FrameBuffer()
+            _ = d.receive(s, &frames, connection: c)
+            s.close()
+            return
         }
+        echo(d, s, c)
+    }
+
+    func testARequestLostWithTheConnectionIsReplayedOnlyWhenHarmless() throws {
+        let fake = try FakeDaemon(serve: ClientConnectionTests.dropFirstRequest)
         let copyConnection = KeychainConnection(socketPath: fake.path)
         XCTAssertNotNil(try copyConnection.call(.copy, query: ["class": .text("genp")]), "copy is replayed")
         XCTAssertEqual(fake.requests.map(\.connection), [0, 1])
 
-        let fake2 = try FakeDaemon { d, s, c in
-            if c == 0 {
-                var frames = FrameBuffer()
-                _ = d.receive(s, &frames, connection: c)
-                s.close()
-                return
-            }
-            ClientConnectionTests.echo(d, s, c)
-        }
+        let fake2 = try FakeDaemon(serve: ClientConnectionTests.dropFirstRequest)
         let addConnection = KeychainConnection(socketPath: fake2.path)
         XCTAssertThrowsError(try addConnection.call(.add, query: ["class": .text("genp")])) { error in
             let e = error as? KeychainError
