@@ -1,7 +1,6 @@
 #if canImport(Glibc)
 import Glibc
 #endif
-import Synchronization
 @_exported import KeychainCore
 @_exported import KeychainWire
 
@@ -42,15 +41,15 @@ public final class KeychainConnection: Sendable {
         var pending: [Int64: Pending] = [:]
     }
 
-    private let state: Mutex<State>
+    private let state: Locked<State>
     /// Held while one frame is written, so frames never interleave.
-    private let writeLock = Mutex<Void>(())
+    private let writeLock = Lock()
     /// Held while connecting, so many callers arriving together open one connection, not many.
-    private let connectLock = Mutex<Void>(())
+    private let connectLock = Lock()
 
     /// A connection to `socketPath`, or (nil) to the path the environment names at each connect.
     public init(socketPath: String? = nil) {
-        state = Mutex(State(explicitPath: socketPath))
+        state = Locked(State(explicitPath: socketPath))
     }
 
     /// The socket this connection uses (or will use on its next connect).
@@ -144,7 +143,7 @@ public final class KeychainConnection: Sendable {
             _ = state.withLock { $0.pending.removeValue(forKey: id) }
             return .failure(KeychainError(.param, "the request is \(frame.count - 4) bytes; keychaind accepts at most \(Self.maxRequestBytes) bytes per request"))
         }
-        let written: KeychainError? = writeLock.withLock { _ in
+        let written: KeychainError? = writeLock.withLock {
             do throws(KeychainError) { try link.socket.writeAll(frame); return nil } catch { return error }
         }
         if let error = written {
@@ -178,7 +177,7 @@ public final class KeychainConnection: Sendable {
         // A link inherited through fork() belongs to the parent (its reader thread did not come
         // along): the child leaves it alone and opens its own.
         if let l = state.withLock({ $0.link }), l.pid == pid { return l }
-        return try connectLock.withLock { _ throws(KeychainError) -> Link in
+        return try connectLock.withLock { () throws(KeychainError) -> Link in
             if let l = state.withLock({ $0.link }), l.pid == pid { return l }
             let path = state.withLock { $0.explicitPath } ?? SocketLocation.fromProcessEnvironment()
             let socket: UnixSocket
@@ -254,7 +253,7 @@ private final class Link: Sendable {
     let path: String
     let pid = getpid()
     /// The daemon's error for a frame it could not take (id 0), after which it closes the link.
-    let refusal = Mutex<KeychainError?>(nil)
+    let refusal = Locked<KeychainError?>(nil)
 
     init(socket: UnixSocket, generation: Int, path: String) {
         self.socket = socket

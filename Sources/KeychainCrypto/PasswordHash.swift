@@ -1,6 +1,5 @@
 import CSodium
 import KeychainCore
-import Synchronization
 
 /// How expensive Argon2id is for new passphrases and backups (the `kdfProfile` setting).
 ///
@@ -84,7 +83,7 @@ public enum PasswordHash {
     /// Longest passphrase accepted (bytes).
     public static let maxPassphraseBytes = 4096
 
-    private static let oneAtATime = Mutex<Int>(0)
+    private static let oneAtATime = Locked<Int>(0)
 
     public static func derive(_ passphrase: SecureBytes, _ parameters: KDFParameters) throws(KeychainError) -> SecureBytes {
         Sodium.ensureInitialized()

@@ -13,7 +13,7 @@ public final class RequestHandler: Sendable {
     public static let version = "0.1.0"
 
     private let items: ItemService
-    private let registry: Mutex<AppRegistry>
+    private let registry: Locked<AppRegistry>
     private let started = MonotonicClock.now()
     let openConnections = Atomic<Int>(0)
     /// Monotonic milliseconds of the last request other than `status` (the auto-lock idle clock).
@@ -24,7 +24,7 @@ public final class RequestHandler: Sendable {
 
     public init(items: ItemService, registry: AppRegistry, maxFrameBytes: Int = Frame.defaultMaxBytes) {
         self.items = items
-        self.registry = Mutex(registry)
+        self.registry = Locked(registry)
         self.maxFrameBytes = maxFrameBytes
     }
 

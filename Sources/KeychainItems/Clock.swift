@@ -1,12 +1,12 @@
 #if canImport(Glibc)
 import Glibc
 #endif
-import Synchronization
+import KeychainCore
 
 /// Timestamps for cdat/mdat: wall-clock seconds, strictly increasing across the writes of this process,
 /// and an update's mdat at least 1 ms past the item's previous one (as Apple does).
 final class Clock: Sendable {
-    private let last = Mutex<Double>(0)
+    private let last = Locked<Double>(0)
 
     func next(after previous: Double? = nil) -> Double {
         var ts = timespec()

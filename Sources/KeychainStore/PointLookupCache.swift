@@ -1,4 +1,4 @@
-import Synchronization
+import KeychainCore
 
 /// Sealed rows of recent point lookups (by the uniqueness digest), so a warm `copy` of the same item
 /// skips SQLite — its statement and the two `fcntl` calls of a WAL read transaction.
@@ -19,7 +19,7 @@ public final class PointLookupCache: Sendable {
         var entries: [[UInt8]: Entry] = [:]
     }
 
-    private let state = Mutex(State())
+    private let state = Locked(State())
     public static let defaultCapacity = 4096
     let capacity: Int
 

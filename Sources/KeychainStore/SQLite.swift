@@ -5,7 +5,7 @@ import CSQLite
 import KeychainCore
 
 /// One SQLite connection. Not thread-safe by itself (opened NOMUTEX): the store hands each connection
-/// to one thread at a time (the writer behind a `Mutex`, readers through a pool).
+/// to one thread at a time (the writer behind `WriterGate`, readers through a pool).
 ///
 /// Every SQLite return code becomes a `KeychainError` in exactly one place (`check`). Prepared
 /// statements are cached per SQL text and finalized when the connection closes.

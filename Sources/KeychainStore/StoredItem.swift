@@ -79,7 +79,7 @@ public struct RowFilter: Sendable, Hashable {
         var ref: Bool, unique: Int?, service: Bool, account: Bool, groups: Int?, classes: [UInt8]?, secret: Bool
     }
 
-    private static let sqlCache = Mutex<[Shape: String]>([:])
+    private static let sqlCache = Locked<[Shape: String]>([:])
 
     private func buildSQL() -> String {
         var s = "SELECT rowid, ref, class, agrp_ix, svce_ix, acct_ix, key_ix, item_key, attributes"
@@ -112,4 +112,3 @@ public struct RowFilter: Sendable, Hashable {
 }
 
 import KeychainCore
-import Synchronization

@@ -1,5 +1,4 @@
 import Foundation
-import Synchronization
 import Testing
 import KeychainCore
 import KeychainCrypto
@@ -8,7 +7,7 @@ import KeychainStore
 
 /// A settable wall clock for the wrong-passphrase delays.
 final class TestClock: Sendable {
-    let now = Mutex<Double>(1_700_000_000)
+    let now = Locked<Double>(1_700_000_000)
     func advance(_ s: Double) { now.withLock { $0 += s } }
     var read: @Sendable () -> Double { { [self] in now.withLock { $0 } } }
 }
