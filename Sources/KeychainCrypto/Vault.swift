@@ -1,5 +1,4 @@
 import KeychainCore
-import Synchronization
 
 /// The key hierarchy of one keychain.
 ///
@@ -36,10 +35,13 @@ public final class Vault: Sendable {
 
     /// Keyed BLAKE2b for the database's search and uniqueness columns.
     public let blindIndex: BlindIndexer
+    /// Keys the row-state digest (KeychainStore/RowState.swift). Derived from the device key alone, so
+    /// the rows are checked at open even while a passphrase keeps the keychain locked.
+    public let rowStateKey: SecureBytes
 
     private let deviceKey: SecureBytes
     private let deviceKEK: SecureBytes
-    private let state: Mutex<State>
+    private let state: Locked<State>
 
     /// What the keyring in the database says, decoded.
     struct Keyring {
@@ -104,7 +106,8 @@ public final class Vault: Sendable {
         self.deviceKey = deviceKey
         self.deviceKEK = deviceKEK
         self.blindIndex = BlindIndexer(key: indexKey)
-        self.state = Mutex(State(keyring: keyring, classKeys: classKeys))
+        self.rowStateKey = KeyedHash.deriveKey(from: deviceKey, label: "keychaind row-state v1")
+        self.state = Locked(State(keyring: keyring, classKeys: classKeys))
     }
 
     /// A new keychain: fresh random class keys and blind-index key, wrapped as described above.

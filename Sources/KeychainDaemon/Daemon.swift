@@ -17,7 +17,7 @@ public final class Daemon: @unchecked Sendable {
     let handler: RequestHandler
     let items: ItemService
     let listener: Listener
-    private let connections = Mutex<[Int32: UnixSocket]>([:])
+    private let connections = Locked<[Int32: UnixSocket]>([:])
     private let stopping = Atomic<Bool>(false)
     private let drained = NSCondition()
 
@@ -58,6 +58,7 @@ public final class Daemon: @unchecked Sendable {
         let registry = AppRegistry(apps: apps, bundledCLI: bundledCLI)
         items = try ItemService(directory: settings.dataDirectory, kdfProfile: settings.kdfProfile,
                                 lookupCacheEntries: settings.lookupCacheEntries)
+        Log.info("database rows match their sealed row-state record", [("rows", String(items.rowCheck.rows))])
         handler = RequestHandler(items: items, registry: registry, maxFrameBytes: settings.maxFrameBytes)
         Self.checkLockedMemory()
         if items.hasPassphrase {

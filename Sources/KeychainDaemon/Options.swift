@@ -9,12 +9,14 @@ public struct Options: Sendable {
     public var configFile: String?
     public var logLevel: String?
     public var checkConfig = false
+    public var acceptDatabase = false
 
     public static let help = """
     keychaind — Apple's Keychain Services for Linux: the per-user daemon that owns the encrypted item
     database and serves SecItemAdd / CopyMatching / Update / Delete on a Unix socket.
 
-    Usage: keychaind [--socket PATH] [--data-dir DIR] [--config FILE] [--log-level LEVEL] [--check-config]
+    Usage: keychaind [--socket PATH] [--data-dir DIR] [--config FILE] [--log-level LEVEL]
+                     [--check-config | --accept-database]
 
       --socket PATH      socket to serve (default $XDG_RUNTIME_DIR/keychaind/keychaind.sock; directory
                          0700, socket 0600). Ignored when systemd passes a socket (LISTEN_FDS).
@@ -25,6 +27,10 @@ public struct Options: Sendable {
       --log-level LEVEL  error, warning, notice, info (default) or debug; logs go to stderr with
                          journald priority prefixes and never contain secrets or attribute values
       --check-config     validate the configuration and apps.d, print the apps, and exit
+      --accept-database  trust the database's rows as they are now and exit. keychaind refuses to start
+                         when rows were removed, added, swapped or restored from an older copy of
+                         keychain.db (it keeps a sealed record of every row's version); if you did that
+                         yourself, stop the daemon, run this once, then start it again
       --version          print the version and exit
       -h, --help         this text
 
@@ -68,6 +74,7 @@ public struct Options: Sendable {
             case "--config": o.configFile = try next()
             case "--log-level": o.logLevel = try next()
             case "--check-config": o.checkConfig = true
+            case "--accept-database": o.acceptDatabase = true
             case "-h", "--help": return .help
             case "--version": return .version
             default: throw OptionError("unknown argument \(a) (see keychaind --help)")

@@ -4,7 +4,6 @@ import Glibc
 import KeychainCore
 import KeychainCrypto
 import KeychainStore
-import Synchronization
 
 /// Apple's SecItem calls for generic passwords, on an encrypted item store in `directory`.
 ///
@@ -22,14 +21,18 @@ public final class ItemService: Sendable {
     /// Wall-clock seconds (the unlock delays survive restarts, so they use real time).
     let wallClock: @Sendable () -> Double
     /// Serialises unlock, passphrase change and the failure counter (see ItemService+Protection).
-    let protectionLock = Mutex<Int>(0)
+    let protectionLock = Locked<Int>(0)
 
     /// Opens (or creates) the keychain in `directory`: the directory (0700), the device key file and the
     /// database. A database whose device key file is missing is an error, never a silent reset.
     /// With a passphrase set the keychain opens locked (only the Always classes available).
     /// `lookupCacheEntries` sizes the store's cache of sealed rows for point lookups (0 = off).
+    /// The rows are checked against the database's row-state record (KeychainStore/RowState.swift): a
+    /// row removed, added, swapped or replayed from an older copy is `errSecDecode` here, unless
+    /// `acceptCurrentRows` (the user's `keychaind --accept-database`) reseals the record for them.
     public init(directory: String, kdfProfile: KDFProfile = .moderate,
                 lookupCacheEntries: Int = PointLookupCache.defaultCapacity,
+                acceptCurrentRows: Bool = false,
                 wallClock: @escaping @Sendable () -> Double = ItemService.systemTime) throws(KeychainError) {
         self.kdfProfile = kdfProfile
         self.wallClock = wallClock
@@ -46,6 +49,7 @@ public final class ItemService: Sendable {
                         """)
                 }
                 vault = try Vault.open(deviceKey: deviceKey, keyring: keyring)
+                rowCheck = try store.attachRowState(key: vault.rowStateKey, policy: acceptCurrentRows ? .accept : .verify)
             } else {
                 guard try store.itemCount() == 0 else {
                     throw KeychainError(.decode, "the database \(store.path) holds items but no keyring; it is damaged")
@@ -53,7 +57,10 @@ public final class ItemService: Sendable {
                 var deviceKey = try DeviceKeyFile.load(path: keyPath)
                 if deviceKey == nil { deviceKey = try DeviceKeyFile.create(path: keyPath) }
                 let created = Vault.create(deviceKey: deviceKey!)
-                try store.write { (w) throws(KeychainError) in try w.insertMeta("keyring", created.keyring) }
+                // The keyring and the row-state record are written together: never one without the other.
+                rowCheck = try store.attachRowState(key: created.vault.rowStateKey, policy: .create) { (w) throws(KeychainError) in
+                    try w.insertMeta("keyring", created.keyring)
+                }
                 vault = created.vault
             }
         } catch {
@@ -63,6 +70,9 @@ public final class ItemService: Sendable {
         self.store = store
         codec = ItemCodec(vault: vault)
     }
+
+    /// What the row-state check at open found (rows, and whether `acceptCurrentRows` resealed them).
+    public let rowCheck: RowStateCheck
 
     /// Closes the database. Later calls fail with errSecNotAvailable.
     public func close() { store.close() }

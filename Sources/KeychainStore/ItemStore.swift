@@ -2,7 +2,6 @@
 import Glibc
 #endif
 import KeychainCore
-import Synchronization
 
 /// The item database: one writer connection behind a `WriterGate` (writes run in `BEGIN IMMEDIATE`
 /// transactions, committed in groups) and a small pool of reader connections, so reads never wait
@@ -10,9 +9,9 @@ import Synchronization
 public final class ItemStore: Sendable {
     public let path: String
 
-    private let writer: WriterGate
+    let writer: WriterGate
     private let pointCache: PointLookupCache
-    private let readers: Mutex<ReaderPool>
+    private let readers: Locked<ReaderPool>
     private static let maxIdleReaders = 4
 
     private struct ReaderPool {
@@ -35,7 +34,7 @@ public final class ItemStore: Sendable {
         try Schema.migrate(connection, path: path)
         let cache = pointCache
         writer = WriterGate(connection, afterTransaction: { cache.invalidate() })
-        readers = Mutex(ReaderPool())
+        readers = Locked(ReaderPool())
     }
 
     /// Closes every connection (finalizing their statements). Later calls are errSecNotAvailable;
@@ -191,6 +190,14 @@ public struct StoreReader {
 /// Write access inside one transaction (see `ItemStore.write`).
 public struct StoreWriter {
     let db: SQLiteConnection
+    /// Keeps the row-state record current (see RowState.swift); nil before `attachRowState`.
+    var rows: RowStateTracker? = nil
+
+    /// Item rows may only change while the row state follows them.
+    func tracker() throws(KeychainError) -> RowStateTracker {
+        guard let rows else { throw KeychainError(.internal, "item rows cannot change before the row state is checked") }
+        return rows
+    }
 
     public var reader: StoreReader { StoreReader(db: db) }
 
@@ -198,7 +205,8 @@ public struct StoreWriter {
     /// UNIQUE constraint, atomically). Returns the new rowid.
     @discardableResult
     public func insert(_ item: StoredItem) throws(KeychainError) -> Int64 {
-        try db.withStatement("""
+        let rows = try tracker()
+        let rowid = try db.withStatement("""
             INSERT INTO items (ref, class, agrp_ix, svce_ix, acct_ix, key_ix, item_key, attributes, secret)
             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
             """) { (s) throws(KeychainError) in
@@ -217,11 +225,17 @@ public struct StoreWriter {
                 return r.int64(0)
             }
         }
+        rows.added(RowFingerprint(item))
+        return rowid
     }
 
     /// Rewrites the row `item.rowid`: class, digests, item key, attributes and (when `secretChanged`)
     /// the secret. A collision of the new uniqueness digest is errSecDuplicateItem.
     public func update(_ item: StoredItem, secretChanged: Bool) throws(KeychainError) {
+        let rows = try tracker()
+        guard let before = try reader.fingerprint(rowid: item.rowid) else {
+            throw KeychainError(.itemNotFound, "the item was deleted meanwhile")
+        }
         let sql = secretChanged
             ? "UPDATE items SET class=?, agrp_ix=?, svce_ix=?, acct_ix=?, key_ix=?, item_key=?, attributes=?, secret=? WHERE rowid=?"
             : "UPDATE items SET class=?, agrp_ix=?, svce_ix=?, acct_ix=?, key_ix=?, item_key=?, attributes=? WHERE rowid=?"
@@ -241,13 +255,18 @@ public struct StoreWriter {
             }
             try s.run()
         }
+        rows.removed(before)
+        rows.added(RowFingerprint(item, secretNonce: secretChanged ? nil : before.secretNonce))
     }
 
     public func delete(rowid: Int64) throws(KeychainError) {
+        let rows = try tracker()
+        guard let before = try reader.fingerprint(rowid: rowid) else { return }
         try db.withStatement("DELETE FROM items WHERE rowid = ?") { (s) throws(KeychainError) in
             try s.bind(1, rowid)
             try s.run()
         }
+        rows.removed(before)
     }
 
     /// Stores a meta value; fails (errSecDuplicateItem) if the name exists — meta values are written once.

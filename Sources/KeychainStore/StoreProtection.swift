@@ -6,6 +6,7 @@ import KeychainCore
 extension StoreWriter {
     /// Stores or replaces a meta value (`INSERT … ON CONFLICT DO UPDATE`).
     public func setMeta(_ name: String, _ value: [UInt8]) throws(KeychainError) {
+        rows?.touched()
         try db.withStatement("INSERT INTO meta (name, value) VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET value = excluded.value") {
             (s) throws(KeychainError) in
             try s.bind(1, text: name)
@@ -16,6 +17,7 @@ extension StoreWriter {
 
     /// Removes a meta value (nothing happens when it does not exist).
     public func deleteMeta(_ name: String) throws(KeychainError) {
+        rows?.touched()
         try db.withStatement("DELETE FROM meta WHERE name = ?") { (s) throws(KeychainError) in
             try s.bind(1, text: name)
             try s.run()
@@ -25,10 +27,14 @@ extension StoreWriter {
     /// Deletes every item of one accessibility class; returns how many rows went.
     @discardableResult
     public func deleteItems(protectionClass: UInt8) throws(KeychainError) -> Int {
-        try db.withStatement("DELETE FROM items WHERE class = ?") { (s) throws(KeychainError) in
+        let rows = try tracker()
+        let going = try reader.fingerprints(protectionClass: protectionClass)
+        let deleted = try db.withStatement("DELETE FROM items WHERE class = ?") { (s) throws(KeychainError) in
             try s.bind(1, Int64(protectionClass))
             try s.run()
             return db.changes
         }
+        for row in going { rows.removed(row) }
+        return deleted
     }
 }

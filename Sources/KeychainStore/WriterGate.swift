@@ -21,6 +21,8 @@ final class WriterGate: @unchecked Sendable {
     private var groupSize = 0
     private var finishedGroup: UInt64 = 0
     private var failures: [UInt64: KeychainError] = [:]
+    /// The row state kept current with every write (nil until `attach`; item writes are refused then).
+    private var rows: RowStateTracker?
 
     /// A group is committed at this size even when more writers are queued, to bound latency.
     static let maxGroupSize = 128
@@ -66,12 +68,14 @@ final class WriterGate: @unchecked Sendable {
         do throws(KeychainError) {
             try db.execute("SAVEPOINT item_write")
             do throws(KeychainError) {
-                let value = try body(StoreWriter(db: db))
+                let value = try body(StoreWriter(db: db, rows: rows))
                 try db.execute("RELEASE item_write")
+                rows?.bodyKept()
                 outcome = .success(value)
             } catch {
                 try? db.execute("ROLLBACK TO item_write")
                 try? db.execute("RELEASE item_write")
+                rows?.bodyDropped()
                 outcome = .failure(error)
             }
         } catch {
@@ -94,11 +98,21 @@ final class WriterGate: @unchecked Sendable {
     private func finish(_ db: SQLiteConnection, group: UInt64, commit: Bool, failure: KeychainError?) {
         var error = failure
         if commit {
-            do { try db.execute("COMMIT") } catch let e {
+            do {
+                if let rows, let state = rows.pending {
+                    try StoreWriter(db: db).setMeta(RowState.metaName, state.record(key: rows.key))
+                }
+                try db.execute("COMMIT")
+            } catch let e {
                 error = KeychainError(e.status, "the write could not be committed: \(e.message)")
             }
         }
-        if error != nil || !commit { try? db.execute("ROLLBACK") }
+        if error != nil || !commit {
+            try? db.execute("ROLLBACK")
+            rows?.groupAbandoned()
+        } else {
+            rows?.groupCommitted()
+        }
         afterTransaction()
         if let error { failures[group] = error }
         // Every waiter of a group reads its failure right after the broadcast; old entries can go.
@@ -106,6 +120,14 @@ final class WriterGate: @unchecked Sendable {
         inTransaction = false
         finishedGroup = group
         pthread_cond_broadcast(committedCondition)
+    }
+
+    /// Starts keeping `tracker` current; from now on every commit that changes rows rewrites its record.
+    func attach(_ tracker: RowStateTracker) throws(KeychainError) {
+        pthread_mutex_lock(mutex)
+        defer { pthread_mutex_unlock(mutex) }
+        guard rows == nil else { throw KeychainError(.internal, "the row state is already attached") }
+        rows = tracker
     }
 
     /// A TRUNCATE checkpoint between transactions (a group still open is committed first).
@@ -124,6 +146,7 @@ final class WriterGate: @unchecked Sendable {
         guard let db = connection else { return }
         if inTransaction { finish(db, group: openGroup, commit: true, failure: nil) }
         try? db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        rows?.closing()
         db.close()
         connection = nil
     }

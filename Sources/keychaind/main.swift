@@ -4,6 +4,8 @@ import Glibc
 import Foundation
 import CSupport
 import KeychainDaemon
+import KeychainItems
+import KeychainWire
 
 // Swift's crash reporter prints memory next to registers; a secrets daemon must not. The setting is
 // read at process start, so when it is missing we set it and exec ourselves once.
@@ -63,6 +65,28 @@ case .run(let options):
             exit(0)
         } catch {
             fail("configuration error: \(error)")
+        }
+    }
+    if options.acceptDatabase {
+        if let probe = try? UnixSocket.connect(to: settings.socketPath) {
+            probe.close()
+            fail("keychaind is running on \(settings.socketPath); stop it first (systemctl --user stop keychaind)")
+        }
+        do {
+            try DataDirectoryGuard.check(directory: settings.dataDirectory)
+            let items = try ItemService(directory: settings.dataDirectory, kdfProfile: settings.kdfProfile,
+                                        lookupCacheEntries: 0, acceptCurrentRows: true)
+            let check = items.rowCheck
+            items.close()
+            if check.resealed {
+                Log.write(.warning, "database accepted as it is: row-state record rewritten", [("rows", String(check.rows))])
+                print("accepted the \(check.rows) rows of \(settings.dataDirectory)/\(ItemService.databaseName) as they are now; start keychaind normally")
+            } else {
+                print("the \(check.rows) rows of \(settings.dataDirectory)/\(ItemService.databaseName) already match its row-state record; nothing to accept")
+            }
+            exit(0)
+        } catch {
+            fail("cannot accept the database: \(error)")
         }
     }
     let daemon: Daemon

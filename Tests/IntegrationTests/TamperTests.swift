@@ -180,7 +180,14 @@ final class TamperTests: XCTestCase {
 
     // MARK: Rows
 
-    func testRowsSwappedBetweenItemsAreErrSecDecode() throws {
+    /// `keychaind --accept-database` with the harness's paths: trusts the rows as they are and exits.
+    func acceptDatabase(_ d: DaemonHarness) throws -> String {
+        let out = try d.run(DaemonHarness.daemonPath, d.arguments + ["--accept-database"])
+        XCTAssertEqual(out.status, 0, out.stderr)
+        return out.stdout
+    }
+
+    func testRowsSwappedBetweenItemsRefuseToStartAndOnceAcceptedAreErrSecDecode() throws {
         let d = try stoppedKeychain(count: 4)
         // Swap everything sealed between rows 1 and 2 (keeping each row's ref and digests).
         _ = try sql(d, """
@@ -189,16 +196,19 @@ final class TamperTests: XCTestCase {
                              attributes = (SELECT attributes FROM t WHERE r = 3 - items.rowid),
                              secret = (SELECT secret FROM t WHERE r = 3 - items.rowid) WHERE rowid IN (1, 2);
             """)
+        let (started, reason) = startOrReason(d)
+        XCTAssertFalse(started, "started over swapped rows")
+        XCTAssertTrue(reason.contains("cannot start") && reason.contains("swapped") && reason.contains("--accept-database"), reason)
+        // The user accepts the file anyway: the swapped items are errSecDecode, never each other's secret.
+        XCTAssertTrue(try acceptDatabase(d).contains("accepted the 4 rows"))
         try d.start()
-        let outcomes = try checkNoWrongSecrets(d, count: 4)
-        XCTAssertEqual(outcomes, [.decode: 2, .success: 2])
+        XCTAssertEqual(try checkNoWrongSecrets(d, count: 4), [.decode: 2, .success: 2])
     }
 
-    /// Copy the database, change an item, put its old row back (and resurrect a deleted one).
-    /// AEAD binds each blob to its row's identity, not to a version: a whole row from an older copy of
-    /// the same item still opens, so the replayed item reads as its older self. What must never happen:
-    /// another item's secret, a half-old/half-new item that opens, or damage to the other items.
-    func testARowReplayedFromAnOlderCopyGivesThatItemsOlderSelfOrErrSecDecodeNeverAnothers() throws {
+    /// Copy the database, change an item, then put back (1) only its old secret column, (2) its whole
+    /// old row and a deleted item's row. AEAD alone cannot tell an item's older self from its current
+    /// one; the row-state record can: the daemon refuses to start, saying why and how to accept.
+    func testARowReplayedFromAnOlderCopyRefusesToStartSayingWhy() throws {
         let d = try stoppedKeychain(count: 4)
         let old = d.root + "/old.db"
         try FileManager.default.copyItem(atPath: db(d), toPath: old)
@@ -209,27 +219,59 @@ final class TamperTests: XCTestCase {
                                   attributes: ["v_Data": .bytes(newSecret), "labl": .text("new label")]).status, .success)
         XCTAssertEqual(try c.call("delete", query: ["class": .text("genp"), "svce": .text(Self.service), "acct": .text("a1")]).status, .success)
         XCTAssertEqual(d.stop(), 0)
+        let current = try Data(contentsOf: URL(fileURLWithPath: db(d)))
 
         // 1. Only the old secret column put back into the updated row.
         _ = try sql(d, "ATTACH '\(old)' AS old; UPDATE items SET secret = (SELECT secret FROM old.items WHERE old.items.rowid = 1) WHERE rowid = 1;")
-        try d.start()
-        var r = try d.connect().call("copy", query: ["class": .text("genp"), "svce": .text(Self.service), "acct": .text("a0"), "r_Data": .bool(true)])
-        XCTAssertTrue(r.status == .decode || r.result == .bytes(secret(0)),
-                      "a replayed secret column gave \(r.status) \(String(describing: r.result))")
-        let columnReplay = r.status
-        d.stop()
+        var (started, reason) = startOrReason(d)
+        XCTAssertFalse(started, "started with an item's secret replayed from an older copy")
+        XCTAssertTrue(reason.contains("not the versions keychaind last wrote") && reason.contains("older copy"), reason)
 
         // 2. The whole old row of a0 back, and the deleted a1 resurrected from the copy.
+        try current.write(to: URL(fileURLWithPath: db(d)))
         _ = try sql(d, """
             ATTACH '\(old)' AS old;
             DELETE FROM items WHERE rowid = 1;
             INSERT INTO items SELECT * FROM old.items WHERE rowid IN (1, 2);
             """)
-        try d.start()
-        let outcomes = try checkNoWrongSecrets(d, count: 4)   // asserts each is its own (older) secret or an error
-        r = try d.connect().call("copy", query: ["class": .text("genp"), "svce": .text(Self.service), "acct": .text("a0"), "r_Data": .bool(true)])
-        print("row replay: secret column alone → \(columnReplay); whole old row → \(r.status); outcomes \(outcomes)")
-        XCTAssertEqual(outcomes[.success, default: 0] + outcomes[.decode, default: 0], 4)
+        (started, reason) = startOrReason(d)
+        XCTAssertFalse(started, "started with rows replayed from an older copy")
+        XCTAssertTrue(reason.contains("holds 4 rows where keychaind last recorded 3"), reason)
         XCTAssertEqual(try sql(d, "PRAGMA integrity_check;"), "ok")
+
+        // Putting the current file back is all it takes: nothing was changed by the refusals.
+        try current.write(to: URL(fileURLWithPath: db(d)))
+        try d.start()
+        let c2 = try d.connect()
+        for (i, expected) in [(0, Value.bytes(newSecret)), (1, nil), (2, .bytes(secret(2))), (3, .bytes(secret(3)))] {
+            let r = try c2.call("copy", query: ["class": .text("genp"), "svce": .text(Self.service), "acct": .text("a\(i)"), "r_Data": .bool(true)])
+            XCTAssertEqual(r.status, expected == nil ? .itemNotFound : .success, "a\(i)")
+            XCTAssertEqual(r.result, expected, "a\(i)")
+        }
+    }
+
+    func testAWholeOlderCopyOfTheDatabaseRefusesToStartUntilAccepted() throws {
+        let d = try stoppedKeychain(count: 3)
+        let old = try Data(contentsOf: URL(fileURLWithPath: db(d)))
+        try d.start()
+        XCTAssertEqual(try d.connect().call("delete", query: ["class": .text("genp"), "svce": .text(Self.service), "acct": .text("a2")]).status, .success)
+        XCTAssertEqual(d.stop(), 0)
+        try old.write(to: URL(fileURLWithPath: db(d)))
+        let (started, reason) = startOrReason(d)
+        XCTAssertFalse(started, "started on an older copy of the whole database")
+        XCTAssertTrue(reason.contains("cannot start") && reason.contains("is an older copy") && reason.contains("--accept-database"), reason)
+        XCTAssertTrue(try acceptDatabase(d).contains("accepted the 3 rows"))
+        try d.start()
+        XCTAssertEqual(try checkNoWrongSecrets(d, count: 3), [.success: 3])   // the deleted a2 is back, by the user's choice
+    }
+
+    func testAcceptDatabaseRefusesWhileTheDaemonRunsAndSaysWhenThereIsNothingToAccept() throws {
+        let d = try stoppedKeychain(count: 2)
+        try d.start()
+        let busy = try d.run(DaemonHarness.daemonPath, d.arguments + ["--accept-database"])
+        XCTAssertEqual(busy.status, 1)
+        XCTAssertTrue(busy.stderr.contains("stop it first"), busy.stderr)
+        XCTAssertEqual(d.stop(), 0)
+        XCTAssertTrue(try acceptDatabase(d).contains("already match"))
     }
 }

@@ -21,9 +21,9 @@ final class Fixture {
         service = try ItemService(directory: directory)
     }
 
-    func reopen() throws {
+    func reopen(acceptCurrentRows: Bool = false) throws {
         service.close()
-        service = try ItemService(directory: directory)
+        service = try ItemService(directory: directory, acceptCurrentRows: acceptCurrentRows)
     }
 
     func cleanup() {
