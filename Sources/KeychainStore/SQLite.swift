@@ -82,6 +82,10 @@ public final class SQLiteConnection: @unchecked Sendable {
         return try body(statement)
     }
 
+    /// Whether a transaction is open. SQLite can roll a whole transaction back by itself (after
+    /// SQLITE_FULL, SQLITE_IOERR or SQLITE_NOMEM), so a writer checks this after any failure.
+    public var inTransaction: Bool { (try? handle).map { sqlite3_get_autocommit($0) == 0 } ?? false }
+
     /// Number of rows the last INSERT/UPDATE/DELETE changed.
     public var changes: Int { (try? handle).map { Int(sqlite3_changes($0)) } ?? 0 }
 

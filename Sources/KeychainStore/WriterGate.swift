@@ -83,6 +83,16 @@ final class WriterGate: @unchecked Sendable {
             finish(db, group: group, commit: false, failure: error)
             throw error
         }
+        // After SQLITE_FULL or an I/O error SQLite may have rolled back the whole transaction, the
+        // group's earlier writes included: then none of them may be acknowledged, and the writers
+        // queued behind must not go on outside a transaction.
+        if !db.inTransaction {
+            var cause = KeychainError(.io, "the transaction ended unexpectedly")
+            if case .failure(let e) = outcome { cause = e }
+            finish(db, group: group, commit: false,
+                   failure: KeychainError(cause.status, "rolled back together with the writes grouped with it: \(cause.message)"))
+            throw failures[group] ?? cause
+        }
 
         if queued.load(ordering: .sequentiallyConsistent) > 0 && groupSize < Self.maxGroupSize {
             // Someone is queued for the mutex: they continue the group and one of them commits.
@@ -98,7 +108,10 @@ final class WriterGate: @unchecked Sendable {
     private func finish(_ db: SQLiteConnection, group: UInt64, commit: Bool, failure: KeychainError?) {
         var error = failure
         if commit {
-            do {
+            do throws(KeychainError) {
+                guard db.inTransaction else {
+                    throw KeychainError(.io, "the transaction was rolled back by the database")
+                }
                 if let rows, let state = rows.pending {
                     try StoreWriter(db: db).setMeta(RowState.metaName, state.record(key: rows.key))
                 }

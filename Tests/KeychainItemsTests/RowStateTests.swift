@@ -1,7 +1,7 @@
 import Foundation
 import Testing
 import KeychainCore
-import KeychainStore
+@testable import KeychainStore
 @testable import KeychainItems
 
 /// The row-state record (KeychainStore/RowState.swift): rows removed, added, swapped or replayed from
@@ -90,6 +90,45 @@ import KeychainStore
             }
             try fx.reopen()
             #expect(try fx.count() == 1 + 8 * 40 && !fx.service.rowCheck.resealed)
+        }
+    }
+
+    /// SQLITE_FULL in the middle of group commits (the database capped a few pages above its size):
+    /// exactly the acknowledged adds are there afterwards, and the record still matches the rows.
+    @Test func aFullDiskAmongConcurrentWritersLosesNoAcknowledgedWriteAndKeepsTheRecordInStep() throws {
+        try withKeychain { (fx) throws in
+            for i in 0..<20 { try fx.add("base", "b\(i)") }
+            try fx.service.store.write { (w) throws(KeychainError) in
+                let pages = try w.db.withStatement("PRAGMA page_count") { (s) throws(KeychainError) in
+                    _ = try s.step()
+                    return s.int64(0)
+                }
+                try w.db.execute("PRAGMA max_page_count = \(pages + 4)")
+            }
+            let acknowledged = Locked<Set<String>>([])
+            let failed = Locked<[Status: Int]>([:])
+            let service = fx.service
+            onThreads(8) { t in
+                for j in 0..<30 {
+                    let account = "t\(t)-\(j)"
+                    do throws(KeychainError) {
+                        _ = try service.add(item("full", account, secret: String(repeating: "x", count: 3000)), caller: Fixture.app)
+                        acknowledged.withLock { _ = $0.insert(account) }
+                    } catch {
+                        failed.withLock { $0[error.status, default: 0] += 1 }
+                    }
+                }
+            }
+            let failures = failed.withLock { $0 }
+            #expect(failures[.io, default: 0] > 0, "the cap never filled the database: \(failures)")
+            #expect(Set(failures.keys).isSubset(of: [.io]), "\(failures)")
+            try fx.reopen()        // the cap was the writer connection's: gone now
+            #expect(!fx.service.rowCheck.resealed)
+            let listed = try fx.copy(["class": .text("genp"), "svce": .text("full"), "m_Limit": .text("m_LimitAll"),
+                                      "r_Attributes": .bool(true)])
+            let present = Set((listed?.array ?? []).compactMap { $0.map?["acct"]?.text })
+            #expect(present == acknowledged.withLock { $0 })
+            #expect(try fx.count() == 20 + present.count)
         }
     }
 
