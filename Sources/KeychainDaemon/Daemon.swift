@@ -58,7 +58,13 @@ public final class Daemon: @unchecked Sendable {
         let registry = AppRegistry(apps: apps, bundledCLI: bundledCLI)
         items = try ItemService(directory: settings.dataDirectory, kdfProfile: settings.kdfProfile,
                                 lookupCacheEntries: settings.lookupCacheEntries)
-        Log.info("database rows match their sealed row-state record", [("rows", String(items.rowCheck.rows))])
+        let rowCheck = items.rowCheck
+        if rowCheck.resealed {
+            Log.info("row-state record written", [("rows", String(rowCheck.rows))])
+        } else {
+            Log.info("database rows match their sealed row-state record", [("rows", String(rowCheck.rows))])
+        }
+        if let problem = rowCheck.markProblem { Log.warning("generation mark", [("problem", problem)]) }
         handler = RequestHandler(items: items, registry: registry, maxFrameBytes: settings.maxFrameBytes)
         Self.checkLockedMemory()
         if items.hasPassphrase {

@@ -58,9 +58,11 @@ final class GenerationMark {
     }
 
     /// Replaces the file with `generation` (write to a temporary name, fsync, rename, fsync the
-    /// directory). Best effort: a failure leaves the previous mark, which is only ever lower.
+    /// directory). Best effort: a failure leaves the previous mark, which is only ever lower, and the
+    /// next try waits `interval` like a success does.
     @discardableResult
     func write(_ generation: UInt64) -> Bool {
+        lastWrite = Self.now()
         let temporary = path + ".tmp"
         let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0o600)
         guard fd >= 0 else { return false }
@@ -78,7 +80,6 @@ final class GenerationMark {
             close(dir)
         }
         written = generation
-        lastWrite = Self.now()
         return true
     }
 

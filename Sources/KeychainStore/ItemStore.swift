@@ -12,6 +12,7 @@ public final class ItemStore: Sendable {
     let writer: WriterGate
     private let pointCache: PointLookupCache
     private let readers: Locked<ReaderPool>
+    private let lock: DatabaseLock
     private static let maxIdleReaders = 4
 
     private struct ReaderPool {
@@ -25,6 +26,7 @@ public final class ItemStore: Sendable {
     public init(path: String, lookupCacheEntries: Int = PointLookupCache.defaultCapacity) throws(KeychainError) {
         self.path = path
         pointCache = PointLookupCache(capacity: lookupCacheEntries)
+        lock = try DatabaseLock(databasePath: path)
         let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
         guard fd >= 0 else {
             throw KeychainError(.notAvailable, "cannot open database \(path): \(String(cString: strerror(errno)))")
@@ -48,6 +50,7 @@ public final class ItemStore: Sendable {
             return pool.idle
         }
         for c in idle { c.close() }
+        lock.release()
     }
 
     // MARK: Transactions
@@ -276,5 +279,6 @@ public struct StoreWriter {
             try s.bind(2, value)
             try s.run()
         }
+        if let rows, name != RowState.metaName { rows.added(MetaFingerprint(name: name, value: value)) }
     }
 }

@@ -51,7 +51,7 @@ public struct RowState: Sendable, Equatable {
 
         init(_ bytes: [UInt8]) throws(KeychainError) {
             guard bytes.count == 49, bytes[0] == RowState.recordVersion else {
-                throw KeychainError(.decode, "the database's row-state record is damaged or of an unknown version")
+                throw KeychainError(.decode, "the database's row-state record is damaged or of an unknown version; if you trust the database, run keychaind --accept-database once")
             }
             count = Int64(bitPattern: RowState.readLittleEndian(bytes[1..<9]))
             generation = RowState.readLittleEndian(bytes[9..<17])
@@ -119,7 +119,8 @@ struct Sum256: Sendable, Equatable {
 /// What of a row its fingerprint covers: everything but the ciphertext bodies.
 struct RowFingerprint {
     var ref: [UInt8]
-    var protectionClass: UInt8
+    /// The whole column value: a class changed to 268 must not pass for 12.
+    var protectionClass: Int64
     var accessGroupIndex: [UInt8]
     var serviceIndex: [UInt8]
     var accountIndex: [UInt8]
@@ -133,7 +134,7 @@ struct RowFingerprint {
 
     init(_ s: SQLiteStatement) {
         ref = s.blob(0)
-        protectionClass = UInt8(truncatingIfNeeded: s.int64(1))
+        protectionClass = s.int64(1)
         accessGroupIndex = s.blob(2)
         serviceIndex = s.blob(3)
         accountIndex = s.blob(4)
@@ -145,7 +146,7 @@ struct RowFingerprint {
 
     init(_ item: StoredItem, secretNonce: [UInt8]? = nil) {
         ref = item.ref
-        protectionClass = item.protectionClass
+        protectionClass = Int64(item.protectionClass)
         accessGroupIndex = item.accessGroupIndex
         serviceIndex = item.serviceIndex
         accountIndex = item.accountIndex
@@ -158,9 +159,23 @@ struct RowFingerprint {
     func value(key: SecureBytes) -> Sum256 {
         Sum256(key.withUnsafeBytes {
             KeyedHash.hash(key: $0, domain: 0xE0,
-                           parts: [ref, [protectionClass], accessGroupIndex, serviceIndex, accountIndex, uniqueIndex,
+                           parts: [ref, RowState.littleEndian(UInt64(bitPattern: protectionClass)), accessGroupIndex, serviceIndex, accountIndex, uniqueIndex,
                                    itemKeyNonce, attributesNonce, secretNonce],
                            length: 32)
+        })
+    }
+}
+
+/// A `meta` row (keyring, unlock-failure counter, …) counts in the sum too, so an older keyring — say
+/// one from before a passphrase was set — or a reset failure counter cannot be put back unnoticed.
+/// The record's own row (`rows`) is the one left out.
+struct MetaFingerprint {
+    var name: String
+    var value: [UInt8]
+
+    func value(key: SecureBytes) -> Sum256 {
+        Sum256(key.withUnsafeBytes {
+            KeyedHash.hash(key: $0, domain: 0xE3, parts: [Array(name.utf8), value], length: 32)
         })
     }
 }
@@ -187,9 +202,6 @@ final class RowStateTracker {
         self.mark = mark
     }
 
-    /// The running write changed something other than rows (the keyring, the unlock counter): the
-    /// generation still moves, so a whole older file is told apart from the current one.
-    func touched() { body.touched = true }
 
     func added(_ row: RowFingerprint) {
         body.count += 1
@@ -200,6 +212,16 @@ final class RowStateTracker {
     func removed(_ row: RowFingerprint) {
         body.count -= 1
         body.sum = body.sum - row.value(key: key)
+        body.touched = true
+    }
+
+    func added(_ meta: MetaFingerprint) {
+        body.sum = body.sum + meta.value(key: key)
+        body.touched = true
+    }
+
+    func removed(_ meta: MetaFingerprint) {
+        body.sum = body.sum - meta.value(key: key)
         body.touched = true
     }
 
@@ -260,10 +282,13 @@ public struct RowStateCheck: Sendable {
     /// an older copy.
     public let resealed: Bool
     public let generation: UInt64
+    /// Set when the generation mark beside the database was damaged or could not be written.
+    public var markProblem: String? = nil
 }
 
 extension StoreReader {
-    /// The count and sum of every row's fingerprint (a full scan; at open only).
+    /// The count of item rows and the sum of every item's and meta row's fingerprint (a full scan;
+    /// at open only).
     func scanRowState(key: SecureBytes) throws(KeychainError) -> (count: Int64, sum: Sum256) {
         var count: Int64 = 0
         var sum = Sum256()
@@ -271,6 +296,12 @@ extension StoreReader {
             while try s.step() {
                 count += 1
                 sum = sum + RowFingerprint(s).value(key: key)
+            }
+        }
+        try db.withStatement("SELECT name, value FROM meta WHERE name != ?") { (s) throws(KeychainError) in
+            try s.bind(1, text: RowState.metaName)
+            while try s.step() {
+                sum = sum + MetaFingerprint(name: s.text(0) ?? "", value: s.blob(1)).value(key: key)
             }
         }
         return (count, sum)
@@ -309,10 +340,18 @@ extension ItemStore {
         let (state, check) = try write { (w) throws(KeychainError) -> (RowState, RowStateCheck) in
             try first(w)
             let scanned = try w.reader.scanRowState(key: key)
-            let stored = try w.reader.meta(RowState.metaName).map { (b) throws(KeychainError) in try RowState.Record(b) }
+            var stored: RowState.Record?
+            do throws(KeychainError) {
+                stored = try w.reader.meta(RowState.metaName).map { (b) throws(KeychainError) in try RowState.Record(b) }
+            } catch where policy == .accept {
+                stored = nil          // accepting: a damaged record is rewritten like a missing one
+            }
             if let stored {
                 guard policy != .create else {
-                    throw KeychainError(.internal, "a new keychain's database already has a row-state record")
+                    throw KeychainError(.decode, """
+                        the database \(path) has a row-state record but no keyring: it is damaged. Restore it from a \
+                        backup, or move it away to start an empty keychain
+                        """)
                 }
                 let candidate = RowState(count: scanned.count, generation: stored.generation, sum: scanned.sum)
                 let matches = candidate.tag(key: key) == stored.tag
@@ -342,9 +381,15 @@ extension ItemStore {
             try w.setMeta(RowState.metaName, resealed.record(key: key))
             return (resealed, RowStateCheck(rows: scanned.count, resealed: true, generation: resealed.generation))
         }
-        if seen == .generation(state.generation) { mark.holds(state.generation) } else { mark.write(state.generation) }
+        var markProblem: String?
+        if seen == .damaged { markProblem = "the generation mark \(mark.path) was unreadable or damaged; it was rewritten from the database" }
+        if seen == .generation(state.generation) {
+            mark.holds(state.generation)
+        } else if !mark.write(state.generation) {
+            markProblem = "cannot write the generation mark \(mark.path): an older copy of the whole database would go unnoticed"
+        }
         try writer.attach(RowStateTracker(key: key, committed: state, mark: mark))
-        return check
+        return RowStateCheck(rows: check.rows, resealed: check.resealed, generation: check.generation, markProblem: markProblem)
     }
 
     /// Whether the mark says the database's generation is behind what was committed.
@@ -359,7 +404,7 @@ extension ItemStore {
             : "holds \(rows) rows where keychaind last recorded \(recorded)"
         return KeychainError(.decode, """
             the database \(path) \(what): rows were removed, added, swapped or restored from an older copy, or \
-            the file is damaged. Nothing was changed. If you restored or edited the file yourself and trust it, \
+            the file is damaged (items and settings such as the keyring are both covered). Nothing was changed. If you restored or edited the file yourself and trust it, \
             run keychaind --accept-database once
             """)
     }

@@ -6,7 +6,10 @@ import KeychainCore
 extension StoreWriter {
     /// Stores or replaces a meta value (`INSERT … ON CONFLICT DO UPDATE`).
     public func setMeta(_ name: String, _ value: [UInt8]) throws(KeychainError) {
-        rows?.touched()
+        if let rows, name != RowState.metaName {
+            if let old = try reader.meta(name) { rows.removed(MetaFingerprint(name: name, value: old)) }
+            rows.added(MetaFingerprint(name: name, value: value))
+        }
         try db.withStatement("INSERT INTO meta (name, value) VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET value = excluded.value") {
             (s) throws(KeychainError) in
             try s.bind(1, text: name)
@@ -17,7 +20,9 @@ extension StoreWriter {
 
     /// Removes a meta value (nothing happens when it does not exist).
     public func deleteMeta(_ name: String) throws(KeychainError) {
-        rows?.touched()
+        if let rows, name != RowState.metaName, let old = try reader.meta(name) {
+            rows.removed(MetaFingerprint(name: name, value: old))
+        }
         try db.withStatement("DELETE FROM meta WHERE name = ?") { (s) throws(KeychainError) in
             try s.bind(1, text: name)
             try s.run()

@@ -68,9 +68,10 @@ case .run(let options):
         }
     }
     if options.acceptDatabase {
-        if let probe = try? UnixSocket.connect(to: settings.socketPath) {
-            probe.close()
-            fail("keychaind is running on \(settings.socketPath); stop it first (systemctl --user stop keychaind)")
+        // A running daemon holds the database lock, so opening the store below refuses while it runs.
+        let database = settings.dataDirectory + "/" + ItemService.databaseName
+        guard access(database, F_OK) == 0 else {
+            fail("there is no keychain database at \(database): nothing to accept (check --data-dir)")
         }
         do {
             try DataDirectoryGuard.check(directory: settings.dataDirectory)

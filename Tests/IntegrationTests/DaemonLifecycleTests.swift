@@ -94,6 +94,18 @@ final class DaemonLifecycleTests: XCTestCase {
         XCTAssertEqual(try d.connect().call("status").status, .success)
     }
 
+    /// Another socket, same data directory: the database lock refuses it (two daemons would each keep
+    /// their own row-state sum and overwrite each other's record).
+    func testASecondDaemonOnTheSameDataDirectoryRefusesToStartEvenOnAnotherSocket() throws {
+        let d = try DaemonHarness()
+        let other = d.root + "/other.sock"
+        let out = try d.run(DaemonHarness.daemonPath, ["--socket", other, "--data-dir", d.dataDirectory, "--config", d.configFile])
+        XCTAssertEqual(out.status, 1)
+        XCTAssertTrue(out.stderr.contains("already serving the keychain"), out.stderr)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: other))
+        XCTAssertEqual(try d.connect().call("status").status, .success)
+    }
+
     func testMalformedConfigurationIsReportedWithFileAndReason() throws {
         let d = try DaemonHarness(config: #"{"maxConections": 10}"#, start: false)
         let out = try d.run(DaemonHarness.daemonPath, d.arguments)

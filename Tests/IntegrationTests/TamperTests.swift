@@ -273,5 +273,11 @@ final class TamperTests: XCTestCase {
         XCTAssertTrue(busy.stderr.contains("stop it first"), busy.stderr)
         XCTAssertEqual(d.stop(), 0)
         XCTAssertTrue(try acceptDatabase(d).contains("already match"))
+        // A mistyped --data-dir does not create a keychain to "accept".
+        let elsewhere = d.root + "/no-such-data"
+        let missing = try d.run(DaemonHarness.daemonPath, ["--data-dir", elsewhere, "--config", d.configFile, "--accept-database"])
+        XCTAssertEqual(missing.status, 1)
+        XCTAssertTrue(missing.stderr.contains("nothing to accept"), missing.stderr)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: elsewhere + "/device.key"))
     }
 }
