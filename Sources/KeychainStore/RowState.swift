@@ -398,10 +398,12 @@ extension ItemStore {
         return false
     }
 
+    private static func items(_ n: Int64) -> String { n == 1 ? "1 item" : "\(n) items" }
+
     private static func mismatch(path: String, rows: Int64, recorded: Int64) -> KeychainError {
         let what = rows == recorded
-            ? "holds \(rows) rows, as recorded, but some of them are not the versions keychaind last wrote"
-            : "holds \(rows) rows where keychaind last recorded \(recorded)"
+            ? "holds \(items(rows)), as recorded, but not the versions of its items or settings keychaind last wrote"
+            : "holds \(items(rows)) where keychaind last recorded \(recorded)"
         return KeychainError(.decode, """
             the database \(path) \(what): rows were removed, added, swapped or restored from an older copy, or \
             the file is damaged (items and settings such as the keyring are both covered). Nothing was changed. If you restored or edited the file yourself and trust it, \

@@ -68,6 +68,7 @@ case .run(let options):
         }
     }
     if options.acceptDatabase {
+        func itemCount(_ n: Int64) -> String { n == 1 ? "1 item" : "\(n) items" }
         // A running daemon holds the database lock, so opening the store below refuses while it runs.
         let database = settings.dataDirectory + "/" + ItemService.databaseName
         guard access(database, F_OK) == 0 else {
@@ -81,9 +82,9 @@ case .run(let options):
             items.close()
             if check.resealed {
                 Log.write(.warning, "database accepted as it is: row-state record rewritten", [("rows", String(check.rows))])
-                print("accepted the \(check.rows) rows of \(settings.dataDirectory)/\(ItemService.databaseName) as they are now; start keychaind normally")
+                print("accepted \(database) as it is now (\(itemCount(check.rows))); start keychaind normally")
             } else {
-                print("the \(check.rows) rows of \(settings.dataDirectory)/\(ItemService.databaseName) already match its row-state record; nothing to accept")
+                print("\(database) (\(itemCount(check.rows))) already matches its row-state record; nothing to accept")
             }
             exit(0)
         } catch {

@@ -200,7 +200,7 @@ final class TamperTests: XCTestCase {
         XCTAssertFalse(started, "started over swapped rows")
         XCTAssertTrue(reason.contains("cannot start") && reason.contains("swapped") && reason.contains("--accept-database"), reason)
         // The user accepts the file anyway: the swapped items are errSecDecode, never each other's secret.
-        XCTAssertTrue(try acceptDatabase(d).contains("accepted the 4 rows"))
+        XCTAssertTrue(try acceptDatabase(d).contains("as it is now (4 items)"))
         try d.start()
         XCTAssertEqual(try checkNoWrongSecrets(d, count: 4), [.decode: 2, .success: 2])
     }
@@ -225,7 +225,7 @@ final class TamperTests: XCTestCase {
         _ = try sql(d, "ATTACH '\(old)' AS old; UPDATE items SET secret = (SELECT secret FROM old.items WHERE old.items.rowid = 1) WHERE rowid = 1;")
         var (started, reason) = startOrReason(d)
         XCTAssertFalse(started, "started with an item's secret replayed from an older copy")
-        XCTAssertTrue(reason.contains("not the versions keychaind last wrote") && reason.contains("older copy"), reason)
+        XCTAssertTrue(reason.contains("not the versions of its items or settings keychaind last wrote") && reason.contains("older copy"), reason)
 
         // 2. The whole old row of a0 back, and the deleted a1 resurrected from the copy.
         try current.write(to: URL(fileURLWithPath: db(d)))
@@ -236,7 +236,7 @@ final class TamperTests: XCTestCase {
             """)
         (started, reason) = startOrReason(d)
         XCTAssertFalse(started, "started with rows replayed from an older copy")
-        XCTAssertTrue(reason.contains("holds 4 rows where keychaind last recorded 3"), reason)
+        XCTAssertTrue(reason.contains("holds 4 items where keychaind last recorded 3"), reason)
         XCTAssertEqual(try sql(d, "PRAGMA integrity_check;"), "ok")
 
         // Putting the current file back is all it takes: nothing was changed by the refusals.
@@ -260,7 +260,7 @@ final class TamperTests: XCTestCase {
         let (started, reason) = startOrReason(d)
         XCTAssertFalse(started, "started on an older copy of the whole database")
         XCTAssertTrue(reason.contains("cannot start") && reason.contains("is an older copy") && reason.contains("--accept-database"), reason)
-        XCTAssertTrue(try acceptDatabase(d).contains("accepted the 3 rows"))
+        XCTAssertTrue(try acceptDatabase(d).contains("as it is now (3 items)"))
         try d.start()
         XCTAssertEqual(try checkNoWrongSecrets(d, count: 3), [.success: 3])   // the deleted a2 is back, by the user's choice
     }
@@ -272,7 +272,7 @@ final class TamperTests: XCTestCase {
         XCTAssertEqual(busy.status, 1)
         XCTAssertTrue(busy.stderr.contains("stop it first"), busy.stderr)
         XCTAssertEqual(d.stop(), 0)
-        XCTAssertTrue(try acceptDatabase(d).contains("already match"))
+        XCTAssertTrue(try acceptDatabase(d).contains("already matches"))
         // A mistyped --data-dir does not create a keychain to "accept".
         let elsewhere = d.root + "/no-such-data"
         let missing = try d.run(DaemonHarness.daemonPath, ["--data-dir", elsewhere, "--config", d.configFile, "--accept-database"])

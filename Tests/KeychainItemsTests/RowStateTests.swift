@@ -141,7 +141,7 @@ import KeychainCore
             try tamper(fx, "ATTACH '\(older)' AS old; DELETE FROM items WHERE rowid = 1; INSERT INTO items SELECT * FROM old.items WHERE rowid = 1;")
             let error = try openError(fx)
             #expect(error.status == .decode)
-            #expect(error.message.contains("holds 2 rows, as recorded") && error.message.contains("older copy"))
+            #expect(error.message.contains("holds 2 items, as recorded") && error.message.contains("older copy"))
             #expect(error.message.contains("keychaind --accept-database"))
             // Refusing changed nothing: refused again. Accepting trusts the rows as they are.
             #expect(try openError(fx).status == .decode)
@@ -161,7 +161,7 @@ import KeychainCore
             // Only the label changes: the item key stays, so the old secret blob would still open.
             try fx.service.update(query("svc", "a"), attributes: ["v_Data": bytes("new")], caller: Fixture.app)
             try tamper(fx, "ATTACH '\(older)' AS old; UPDATE items SET secret = (SELECT secret FROM old.items WHERE rowid = 1) WHERE rowid = 1;")
-            #expect(try openError(fx).message.contains("not the versions keychaind last wrote"))
+            #expect(try openError(fx).message.contains("not the versions of its items or settings keychaind last wrote"))
         }
     }
 
@@ -171,12 +171,12 @@ import KeychainCore
             try fx.add("svc", "b")
             let older = try snapshot(fx)
             try tamper(fx, "DELETE FROM items WHERE rowid = 2")
-            #expect(try openError(fx).message.contains("holds 1 rows where keychaind last recorded 2"))
+            #expect(try openError(fx).message.contains("holds 1 item where keychaind last recorded 2"))
             try fx.reopen(acceptCurrentRows: true)
             try fx.add("svc", "c")
             try fx.service.delete(query("svc", "a"), caller: Fixture.app)
             try tamper(fx, "ATTACH '\(older)' AS old; INSERT INTO items SELECT * FROM old.items WHERE rowid = 1;")
-            #expect(try openError(fx).message.contains("holds 2 rows where keychaind last recorded 1"))
+            #expect(try openError(fx).message.contains("holds 2 items where keychaind last recorded 1"))
         }
     }
 
@@ -188,7 +188,7 @@ import KeychainCore
             // keychain without it. Meta rows are in the sum, so it is refused instead.
             _ = try fx.service.changePassphrase(old: nil, new: pass("pw-1"))
             try tamper(fx, "ATTACH '\(older)' AS old; UPDATE meta SET value = (SELECT value FROM old.meta WHERE name = 'keyring') WHERE name = 'keyring';")
-            #expect(try openError(fx).message.contains("not the versions keychaind last wrote"))
+            #expect(try openError(fx).message.contains("not the versions of its items or settings keychaind last wrote"))
         }
     }
 
