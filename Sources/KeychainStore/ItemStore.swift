@@ -258,8 +258,10 @@ public struct StoreWriter {
             }
             try s.run()
         }
+        var after = RowFingerprint(item, secretNonce: secretChanged ? nil : before.secretNonce)
+        after.ref = before.ref          // the UPDATE never writes ref
         rows.removed(before)
-        rows.added(RowFingerprint(item, secretNonce: secretChanged ? nil : before.secretNonce))
+        rows.added(after)
     }
 
     public func delete(rowid: Int64) throws(KeychainError) {

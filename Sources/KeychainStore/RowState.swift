@@ -340,19 +340,31 @@ extension ItemStore {
         let (state, check) = try write { (w) throws(KeychainError) -> (RowState, RowStateCheck) in
             try first(w)
             let scanned = try w.reader.scanRowState(key: key)
+            let lostKeyring = KeychainError(.decode, """
+                the database \(path) has a row-state record but no keyring: it is damaged. Restore it from a \
+                backup, or move it away to start an empty keychain
+                """)
+            if policy == .create, case .generation(let last) = seen {
+                // This device key's mark says a keychain was committed here: the database lost it.
+                throw KeychainError(.decode, """
+                    the database \(path) holds no keychain, but this keychain already committed generation \(last) \
+                    (\(mark.path)): the database was emptied or replaced. Nothing was changed. Restore \
+                    keychain.db from a backup; to start an empty keychain instead, move keychain.db, \
+                    keychain.db-generation and device.key away
+                    """)
+            }
             var stored: RowState.Record?
             do throws(KeychainError) {
                 stored = try w.reader.meta(RowState.metaName).map { (b) throws(KeychainError) in try RowState.Record(b) }
-            } catch where policy == .accept {
-                stored = nil          // accepting: a damaged record is rewritten like a missing one
+            } catch {
+                switch policy {
+                case .accept: stored = nil          // a damaged record is rewritten like a missing one
+                case .create: throw lostKeyring
+                case .verify: throw error
+                }
             }
             if let stored {
-                guard policy != .create else {
-                    throw KeychainError(.decode, """
-                        the database \(path) has a row-state record but no keyring: it is damaged. Restore it from a \
-                        backup, or move it away to start an empty keychain
-                        """)
-                }
+                guard policy != .create else { throw lostKeyring }
                 let candidate = RowState(count: scanned.count, generation: stored.generation, sum: scanned.sum)
                 let matches = candidate.tag(key: key) == stored.tag
                 if matches, case .generation(let last) = seen, last > stored.generation, policy != .accept {
@@ -383,6 +395,7 @@ extension ItemStore {
         }
         var markProblem: String?
         if seen == .damaged { markProblem = "the generation mark \(mark.path) was unreadable or damaged; it was rewritten from the database" }
+        if seen == .missing && policy != .create { markProblem = "the generation mark \(mark.path) was missing; it was recreated from the database" }
         if seen == .generation(state.generation) {
             mark.holds(state.generation)
         } else if !mark.write(state.generation) {

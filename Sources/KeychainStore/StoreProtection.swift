@@ -6,27 +6,29 @@ import KeychainCore
 extension StoreWriter {
     /// Stores or replaces a meta value (`INSERT … ON CONFLICT DO UPDATE`).
     public func setMeta(_ name: String, _ value: [UInt8]) throws(KeychainError) {
-        if let rows, name != RowState.metaName {
-            if let old = try reader.meta(name) { rows.removed(MetaFingerprint(name: name, value: old)) }
-            rows.added(MetaFingerprint(name: name, value: value))
-        }
+        let tracked = name != RowState.metaName ? rows : nil
+        let old = tracked == nil ? nil : try reader.meta(name)
         try db.withStatement("INSERT INTO meta (name, value) VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET value = excluded.value") {
             (s) throws(KeychainError) in
             try s.bind(1, text: name)
             try s.bind(2, value)
             try s.run()
         }
+        if let tracked {
+            if let old { tracked.removed(MetaFingerprint(name: name, value: old)) }
+            tracked.added(MetaFingerprint(name: name, value: value))
+        }
     }
 
     /// Removes a meta value (nothing happens when it does not exist).
     public func deleteMeta(_ name: String) throws(KeychainError) {
-        if let rows, name != RowState.metaName, let old = try reader.meta(name) {
-            rows.removed(MetaFingerprint(name: name, value: old))
-        }
+        let tracked = name != RowState.metaName ? rows : nil
+        let old = tracked == nil ? nil : try reader.meta(name)
         try db.withStatement("DELETE FROM meta WHERE name = ?") { (s) throws(KeychainError) in
             try s.bind(1, text: name)
             try s.run()
         }
+        if let tracked, let old { tracked.removed(MetaFingerprint(name: name, value: old)) }
     }
 
     /// Deletes every item of one accessibility class; returns how many rows went.

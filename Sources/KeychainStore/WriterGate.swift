@@ -20,7 +20,8 @@ final class WriterGate: @unchecked Sendable {
     private var openGroup: UInt64 = 0
     private var groupSize = 0
     private var finishedGroup: UInt64 = 0
-    private var failures: [UInt64: KeychainError] = [:]
+    /// Failures of finished groups, each with how many of the group's writers have yet to read it.
+    private var failures: [UInt64: (error: KeychainError, unread: Int)] = [:]
     /// The row state kept current with every write (nil until `attach`; item writes are refused then).
     private var rows: RowStateTracker?
 
@@ -65,6 +66,7 @@ final class WriterGate: @unchecked Sendable {
         groupSize += 1
 
         let outcome: Result<R, KeychainError>
+        var rollbackFailed = false
         do throws(KeychainError) {
             try db.execute("SAVEPOINT item_write")
             do throws(KeychainError) {
@@ -73,25 +75,30 @@ final class WriterGate: @unchecked Sendable {
                 rows?.bodyKept()
                 outcome = .success(value)
             } catch {
-                try? db.execute("ROLLBACK TO item_write")
-                try? db.execute("RELEASE item_write")
                 rows?.bodyDropped()
                 outcome = .failure(error)
+                do throws(KeychainError) {
+                    try db.execute("ROLLBACK TO item_write")
+                    try db.execute("RELEASE item_write")
+                } catch _ {
+                    rollbackFailed = true
+                }
             }
         } catch {
             // The savepoint itself failed: the transaction is unusable; end the whole group.
             finish(db, group: group, commit: false, failure: error)
-            throw error
+            throw takeFailure(group) ?? error
         }
         // After SQLITE_FULL or an I/O error SQLite may have rolled back the whole transaction, the
         // group's earlier writes included: then none of them may be acknowledged, and the writers
-        // queued behind must not go on outside a transaction.
-        if !db.inTransaction {
+        // queued behind must not go on outside a transaction. A savepoint that cannot be rolled back
+        // leaves the body's changes in a transaction they must not be committed with: the same.
+        if rollbackFailed || !db.inTransaction {
             var cause = KeychainError(.io, "the transaction ended unexpectedly")
             if case .failure(let e) = outcome { cause = e }
             finish(db, group: group, commit: false,
                    failure: KeychainError(cause.status, "rolled back together with the writes grouped with it: \(cause.message)"))
-            throw failures[group] ?? cause
+            throw takeFailure(group) ?? cause
         }
 
         if queued.load(ordering: .sequentiallyConsistent) > 0 && groupSize < Self.maxGroupSize {
@@ -100,8 +107,16 @@ final class WriterGate: @unchecked Sendable {
         } else {
             finish(db, group: group, commit: true, failure: nil)
         }
-        if let failure = failures[group] { throw failure }
+        if let failure = takeFailure(group) { throw failure }
         return try outcome.get()
+    }
+
+    /// The failure of a finished group, read once by each of its writers (the entry goes with the last).
+    private func takeFailure(_ group: UInt64) -> KeychainError? {
+        guard var entry = failures[group] else { return nil }
+        entry.unread -= 1
+        failures[group] = entry.unread > 0 ? entry : nil
+        return entry.error
     }
 
     /// Commits (or rolls back) the open group and wakes its waiting writers. Called with the mutex held.
@@ -127,9 +142,9 @@ final class WriterGate: @unchecked Sendable {
             rows?.groupCommitted()
         }
         afterTransaction()
-        if let error { failures[group] = error }
-        // Every waiter of a group reads its failure right after the broadcast; old entries can go.
-        failures = failures.filter { $0.key + 1024 > group }
+        // Every writer that joined the group reads its failure once (takeFailure), however late it
+        // gets the mutex back.
+        if let error { failures[group] = (error, groupSize) }
         inTransaction = false
         finishedGroup = group
         pthread_cond_broadcast(committedCondition)

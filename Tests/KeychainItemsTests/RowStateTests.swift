@@ -245,6 +245,18 @@ import KeychainCore
         }
     }
 
+    /// Keyring, record and items all gone, device.key and the generation mark still there: not a
+    /// first start, so not a new empty keychain.
+    @Test func aDatabaseEmptiedOfEverythingIsNotTakenForANewKeychain() throws {
+        try withKeychain { (fx) throws in
+            try fx.add("svc", "a")
+            try tamper(fx, "DELETE FROM items; DELETE FROM meta")
+            let error = try openError(fx)
+            #expect(error.status == .decode && error.message.contains("holds no keychain"), "\(error.message)")
+            #expect(try openError(fx).message.contains("holds no keychain"))       // nothing was created meanwhile
+        }
+    }
+
     @Test func damageInsideASealedBlobStaysThatItemsOwnError() throws {
         try withKeychain { (fx) throws in
             try fx.add("svc", "a", secret: "alice")
