@@ -6,7 +6,8 @@ import KeychainCore
 /// BLAKE2b digests (blind indexes); everything else is inside sealed blobs.
 ///
 /// ```
-/// meta(name TEXT PRIMARY KEY, value BLOB)            -- 'keyring': the wrapped key hierarchy
+/// meta(name TEXT PRIMARY KEY, value BLOB)            -- 'keyring': the wrapped key hierarchy;
+///                                                     -- 'rows': the row-state record (RowState.swift)
 /// items(
 ///   rowid      INTEGER PRIMARY KEY,
 ///   ref        BLOB NOT NULL UNIQUE,   -- 16 bytes (creation time + random): the persistent reference's id
@@ -52,7 +53,8 @@ enum Schema {
     ]
 
     /// Brings the database to `currentVersion` in one immediate transaction. A database written by a
-    /// newer keychaind is refused rather than guessed at.
+    /// newer keychaind is refused rather than guessed at. A migration that changes item or meta rows
+    /// must also rewrite the row-state record (RowState.swift), or the next open refuses the file.
     static func migrate(_ db: SQLiteConnection, path: String) throws(KeychainError) {
         try db.execute("BEGIN IMMEDIATE")
         do throws(KeychainError) {
