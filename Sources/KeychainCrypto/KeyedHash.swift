@@ -6,27 +6,36 @@ import CSodium
 /// followed by its bytes, so ("ab","c") and ("a","bc") never collide.
 public enum KeyedHash {
     public static func hash(key: UnsafeRawBufferPointer, domain: UInt8, parts: [[UInt8]], length: Int) -> [UInt8] {
-        precondition(length >= Int(crypto_generichash_BYTES_MIN) && length <= Int(crypto_generichash_BYTES_MAX))
+        [UInt8](unsafeUninitializedCapacity: length) { out, initialized in
+            hash(key: key, domain: domain, into: UnsafeMutableRawBufferPointer(out)) { add in
+                for part in parts { part.withUnsafeBytes(add) }
+            }
+            initialized = length
+        }
+    }
+
+    /// The same hash with the parts handed over one at a time as raw bytes (no arrays: the row-state
+    /// scan at open hashes columns straight from SQLite). Writes `out.count` bytes of digest.
+    public static func hash(key: UnsafeRawBufferPointer, domain: UInt8, into out: UnsafeMutableRawBufferPointer,
+                            parts: (_ add: (UnsafeRawBufferPointer) -> Void) -> Void) {
+        precondition(out.count >= Int(crypto_generichash_BYTES_MIN) && out.count <= Int(crypto_generichash_BYTES_MAX))
         precondition(key.count >= Int(crypto_generichash_KEYBYTES_MIN) && key.count <= Int(crypto_generichash_KEYBYTES_MAX))
         Sodium.ensureInitialized()
         // The BLAKE2b state is 64-byte aligned, so Swift sees it as opaque: keep it on the stack.
-        return withUnsafeTemporaryAllocation(byteCount: crypto_generichash_statebytes(), alignment: 64) { raw in
+        withUnsafeTemporaryAllocation(byteCount: crypto_generichash_statebytes(), alignment: 64) { raw in
             defer { Sodium.zero(raw) }
             let state = OpaquePointer(raw.baseAddress!)
-            _ = crypto_generichash_init(state, key.baseAddress!.assumingMemoryBound(to: UInt8.self), key.count, length)
+            _ = crypto_generichash_init(state, key.baseAddress!.assumingMemoryBound(to: UInt8.self), key.count, out.count)
             var d = domain
             _ = crypto_generichash_update(state, &d, 1)
-            for part in parts {
+            parts { part in
                 var n = UInt64(part.count).littleEndian
                 withUnsafeBytes(of: &n) { _ = crypto_generichash_update(state, $0.baseAddress!.assumingMemoryBound(to: UInt8.self), 8) }
-                part.withUnsafeBufferPointer { p in
-                    if let base = p.baseAddress, p.count > 0 { _ = crypto_generichash_update(state, base, UInt64(p.count)) }
+                if let base = part.baseAddress, part.count > 0 {
+                    _ = crypto_generichash_update(state, base.assumingMemoryBound(to: UInt8.self), UInt64(part.count))
                 }
             }
-            return [UInt8](unsafeUninitializedCapacity: length) { out, initialized in
-                _ = crypto_generichash_final(state, out.baseAddress!, length)
-                initialized = length
-            }
+            _ = crypto_generichash_final(state, out.baseAddress!.assumingMemoryBound(to: UInt8.self), out.count)
         }
     }
 

@@ -80,6 +80,14 @@ struct Sum256: Sendable, Equatable {
                  RowState.readLittleEndian(bytes[16..<24]), RowState.readLittleEndian(bytes[24..<32]))
     }
 
+    init(_ raw: UnsafeRawBufferPointer) {
+        precondition(raw.count == 32)
+        limbs = (UInt64(littleEndian: raw.loadUnaligned(fromByteOffset: 0, as: UInt64.self)),
+                 UInt64(littleEndian: raw.loadUnaligned(fromByteOffset: 8, as: UInt64.self)),
+                 UInt64(littleEndian: raw.loadUnaligned(fromByteOffset: 16, as: UInt64.self)),
+                 UInt64(littleEndian: raw.loadUnaligned(fromByteOffset: 24, as: UInt64.self)))
+    }
+
     var bytes: [UInt8] {
         RowState.littleEndian(limbs.0) + RowState.littleEndian(limbs.1) + RowState.littleEndian(limbs.2) + RowState.littleEndian(limbs.3)
     }
@@ -154,6 +162,20 @@ struct RowFingerprint {
         itemKeyNonce = Array(item.wrappedKey.prefix(AEAD.nonceBytes))
         attributesNonce = Array(item.attributes.prefix(AEAD.nonceBytes))
         self.secretNonce = secretNonce ?? Array(item.secret.prefix(AEAD.nonceBytes))
+    }
+
+    /// The fingerprint of the row `s` is on, hashed from SQLite's buffers without copying them (the
+    /// scan at open); the same bytes, in the same order, as `value(key:)`.
+    static func value(of s: SQLiteStatement, key: UnsafeRawBufferPointer) -> Sum256 {
+        withUnsafeTemporaryAllocation(byteCount: 32, alignment: 8) { out in
+            KeyedHash.hash(key: key, domain: 0xE0, into: out) { add in
+                s.withBlob(0, add)
+                var protectionClass = UInt64(bitPattern: s.int64(1)).littleEndian
+                withUnsafeBytes(of: &protectionClass, add)
+                for column in Int32(2)...8 { s.withBlob(column, add) }
+            }
+            return Sum256(UnsafeRawBufferPointer(out))
+        }
     }
 
     func value(key: SecureBytes) -> Sum256 {
@@ -293,9 +315,11 @@ extension StoreReader {
         var count: Int64 = 0
         var sum = Sum256()
         try db.withStatement("SELECT \(RowFingerprint.columns) FROM items") { (s) throws(KeychainError) in
-            while try s.step() {
-                count += 1
-                sum = sum + RowFingerprint(s).value(key: key)
+            try key.withUnsafeBytes { (k) throws(KeychainError) in
+                while try s.step() {
+                    count += 1
+                    sum = sum + RowFingerprint.value(of: s, key: k)
+                }
             }
         }
         try db.withStatement("SELECT name, value FROM meta WHERE name != ?") { (s) throws(KeychainError) in

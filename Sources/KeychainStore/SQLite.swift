@@ -189,6 +189,13 @@ public final class SQLiteStatement {
         return Array(UnsafeRawBufferPointer(start: p, count: n))
     }
 
+    /// The column's bytes in place, without a copy; valid only inside `body` (until the next step).
+    public func withBlob<R>(_ column: Int32, _ body: (UnsafeRawBufferPointer) -> R) -> R {
+        let p = sqlite3_column_blob(statement, column)
+        let n = Int(sqlite3_column_bytes(statement, column))
+        return body(UnsafeRawBufferPointer(start: n > 0 ? p : nil, count: n > 0 ? n : 0))
+    }
+
     public func text(_ column: Int32) -> String? {
         guard let p = sqlite3_column_text(statement, column) else { return nil }
         return String(cString: p)
