@@ -28,7 +28,6 @@ public struct RowState: Sendable, Equatable {
     public internal(set) var generation: UInt64
     var sum: Sum256
 
-
     /// `version ‖ count (8, LE) ‖ generation (8, LE) ‖ tag (32)`.
     func record(key: SecureBytes) -> [UInt8] {
         [Self.recordVersion] + Self.littleEndian(UInt64(bitPattern: count)) + Self.littleEndian(generation) + tag(key: key)
