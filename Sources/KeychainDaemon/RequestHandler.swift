@@ -235,6 +235,8 @@ public final class RequestHandler: Sendable {
             "unlockDelay": .float(protection.unlockDelay),
             "items": .int(Int64(count)),
             "uptime": .float(MonotonicClock.now() - started),
+            // The auto-lock idle clock: seconds since the last request that counts as activity.
+            "idleSeconds": .float(Double(MonotonicClock.milliseconds() - lastActivity.load(ordering: .relaxed)) / 1000),
             "connections": .int(Int64(openConnections.load(ordering: .relaxed))),
             "classes": .map(protection.classes.mapValues(Value.bool)),
             "caller": app.map { .text($0.applicationIdentifier) } ?? .null,

@@ -115,33 +115,38 @@ final class ClientConnectionTests: XCTestCase {
                 done.leave()
             }
         }
-        XCTAssertEqual(done.wait(timeout: .now() + 20), .success)
+        XCTAssertEqual(done.wait(timeout: .now() + DaemonHarness.eventTimeout), .success)
         XCTAssertEqual(wrong.value, 0)
         XCTAssertEqual(Set(fake.requests.map(\.connection)), [0], "one connection, pipelined")
     }
 
     func testAsyncCallsDoNotOccupyTheCooperativePool() async throws {
-        // Answers each request after 300 ms, from its own thread.
+        // The fake answers nothing until all 64 requests are in: only calls that wait without
+        // holding a cooperative thread (2 here) can all be in flight at once. If they blocked the
+        // pool, the fake would give up after DaemonHarness.eventTimeout and record that it had to.
+        let calls = 64
+        let allInFlight = LockedCounter()
         let fake = try FakeDaemon { d, s, c in
+            var tv = timeval(tv_sec: Int(DaemonHarness.eventTimeout), tv_usec: 0)
+            setsockopt(s.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
             var frames = FrameBuffer()
-            let writeLock = NSLock()
-            while let r = d.receive(s, &frames, connection: c) {
-                Thread.detachNewThread {
-                    usleep(300_000)
-                    writeLock.withLock { d.answer(s, Response(id: r.id, result: .int(r.id))) }
-                }
-            }
+            var held: [Request] = []
+            while held.count < calls, let r = d.receive(s, &frames, connection: c) { held.append(r) }
+            if held.count == calls { allInFlight.increment() }
+            for r in held.reversed() { d.answer(s, Response(id: r.id, result: .int(r.id))) }
+            while let r = d.receive(s, &frames, connection: c) { d.answer(s, Response(id: r.id, result: .int(r.id))) }
         }
         let connection = KeychainConnection(socketPath: fake.path)
-        let start = Date()
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            for _ in 0..<64 {
-                group.addTask { _ = try await connection.call(.copy, query: [:]) }
+        let answered = try await withThrowingTaskGroup(of: Value?.self) { group in
+            for _ in 0..<calls {
+                group.addTask { try await connection.call(.copy, query: [:]) }
             }
-            try await group.waitForAll()
+            var results: [Value?] = []
+            for try await r in group { results.append(r) }
+            return results
         }
-        // Blocking the (2-thread) pool would take 64 × 300 ms / 2 ≈ 10 s.
-        XCTAssertLessThan(Date().timeIntervalSince(start), 3)
+        XCTAssertEqual(allInFlight.value, 1, "all \(calls) calls were waiting for their answers at the same time")
+        XCTAssertEqual(Set(answered.compactMap { $0?.int }).count, calls, "each call got its own answer")
     }
 
     func testOversizedRequestsAreRefusedBeforeSending() throws {

@@ -134,13 +134,9 @@ final class ClientKeychainTests: XCTestCase {
         try daemon.register(.init(id: "TEAM.app1", groups: ["TEAM.shared", "TEAM.app1"], executables: [app1]), name: "one")
         try daemon.register(.init(id: "TEAM.app2", groups: ["TEAM.shared", "TEAM.app2"], executables: [app2]), name: "two")
         daemon.reloadApps()
-        // Wait until the reload took effect (one probe run of each app).
-        var ready = false
-        for _ in 0..<100 where !ready {
-            ready = try daemon.run(app1, ["TEAM.app1"]).status == 0 && daemon.run(app2, ["TEAM.app2"]).status == 0
-            if !ready { usleep(50_000) }
-        }
-        XCTAssertTrue(ready, daemon.log)
+        // One probe run of each app: both are registered now.
+        XCTAssertEqual(try daemon.run(app1, ["TEAM.app1"]).status, 0, daemon.log)
+        XCTAssertEqual(try daemon.run(app2, ["TEAM.app2"]).status, 0, daemon.log)
 
         var processes: [(Process, Pipe, Pipe)] = []
         var env = ProcessInfo.processInfo.environment

@@ -25,9 +25,10 @@ final class DaemonLifecycleTests: XCTestCase {
         var batch: [UInt8] = []
         for i in 0..<300 { batch += Frame.encode(add(c, "com.example.term", "u\(i)", id: Int64(i)).value) }
         try c.sendRaw(batch)
-        usleep(2_000)
+        // Stop once the daemon is serving the batch (its first answer is here), however long that took.
+        let first = try c.receive()
         kill(d.process!.processIdentifier, SIGTERM)
-        var acknowledged = 0
+        var acknowledged = first.status == .success ? 1 : 0
         while let r = try? c.receive() {
             if r.status == .success { acknowledged += 1 }
         }
@@ -147,12 +148,8 @@ final class DaemonLifecycleTests: XCTestCase {
         XCTAssertEqual(try c.call("copy", query: ["class": .text("genp")]).status, .missingEntitlement)
         try d.register(DaemonHarness.defaultApps[0], name: "late")
         d.reloadApps()
-        var status = Status.missingEntitlement
-        for _ in 0..<100 where status == .missingEntitlement {
-            usleep(20_000)
-            status = try c.call("copy", query: ["class": .text("genp")]).status
-        }
-        XCTAssertEqual(status, .itemNotFound, "the same connection now acts as the registered app")
+        XCTAssertEqual(try c.call("copy", query: ["class": .text("genp")]).status, .itemNotFound,
+                       "the same connection now acts as the registered app")
     }
 
     func testAnotherUIDIsRefused() throws {
@@ -207,11 +204,11 @@ final class DaemonLifecycleTests: XCTestCase {
         try p.run()
         defer { if p.isRunning { kill(p.processIdentifier, SIGKILL); p.waitUntilExit() } }
         var client: RawClient?
-        for _ in 0..<250 where client == nil {
+        _ = d.waitFor {
             client = try? d.connect()
-            if client == nil { usleep(20_000) }
+            return client != nil
         }
-        let c = try XCTUnwrap(client)
+        let c = try XCTUnwrap(client, "systemd-socket-activate never listened on \(d.socketPath)")
         let r = try c.call("status")
         XCTAssertEqual(r.status, .success)
         XCTAssertTrue(notify.waitFor("READY=1"), "READY=1 sent once serving")
@@ -240,7 +237,7 @@ final class NotifyListener {
 
     deinit { close(fd); unlink(path) }
 
-    func waitFor(_ text: String, timeout: TimeInterval = 10) -> Bool {
+    func waitFor(_ text: String, timeout: TimeInterval = DaemonHarness.eventTimeout) -> Bool {
         let deadline = Date().addingTimeInterval(timeout)
         var buffer = [UInt8](repeating: 0, count: 4096)
         while !received.contains(text) && Date() < deadline {

@@ -81,7 +81,6 @@ final class IdentityTests: XCTestCase {
             p.kill(); p.wait()
     finally:
         os.kill(daemon, signal.SIGCONT)
-    time.sleep(0.2)
     os.write(go_w, b'g')
     line = b''
     while not line.endswith(b'\\n'):
@@ -204,7 +203,7 @@ final class ScriptProcess {
         try? input.fileHandleForWriting.write(contentsOf: Data((line + "\n").utf8))
     }
 
-    func readLine(timeout: Int32 = 20_000) -> String? {
+    func readLine(timeout: Int32 = Int32(DaemonHarness.eventTimeout * 1000)) -> String? {
         let fd = output.fileHandleForReading.fileDescriptor
         while true {
             if let nl = buffer.firstIndex(of: 10) {

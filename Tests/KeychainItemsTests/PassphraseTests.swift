@@ -259,16 +259,18 @@ let allCodes = ["ak", "ck", "dk", "aku", "cku", "dku", "akpu"]
         }
     }
 
-    @Test func moderateProfileUnlockTakesUnderASecondAndAHalf() throws {
+    /// The default profile stores libsodium's moderate Argon2id costs and unlocks with them. How long
+    /// that takes is a benchmark figure (`scripts/bench`, docs/performance.md), not a test assertion.
+    @Test func moderateProfileStoresLibsodiumsModerateCostsAndUnlocks() throws {
         try withProtectedKeychain(profile: .moderate) { fx in
             try fx.service.changePassphrase(old: nil, new: pass("a fairly long passphrase"))
             try fx.reopen()
-            let start = Date()
+            let params = try #require(fx.service.vault.kdfParameters)
+            #expect(params.opsLimit == KDFProfile.moderate.opsLimit && params.memLimit == KDFProfile.moderate.memLimit)
+            #expect(params.memLimit == 256 << 20, "moderate is 256 MiB of Argon2id memory")
+            #expect(fx.service.isLocked)
             try fx.service.unlock(passphrase: pass("a fairly long passphrase"))
-            let elapsed = Date().timeIntervalSince(start)
-            print("moderate-profile unlock took \(String(format: "%.3f", elapsed)) s")
-            #expect(elapsed < 1.5)
-            #expect(elapsed > 0.2, "Argon2id moderate should cost real time")
+            #expect(!fx.service.isLocked)
         }
     }
 }

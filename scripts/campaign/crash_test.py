@@ -47,7 +47,7 @@ class Writer(threading.Thread):
 
     def run(self):
         try:
-            c = kw.Conn(self.socket_path, timeout=30)
+            c = kw.Conn(self.socket_path, timeout=120)
         except OSError:
             return
         try:

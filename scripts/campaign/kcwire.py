@@ -189,7 +189,7 @@ class Daemon:
                        "executables": [exe]}, f)
         self.proc: subprocess.Popen | None = None
 
-    def start(self, timeout: float = 20.0, expect_failure: bool = False):
+    def start(self, timeout: float = 120.0, expect_failure: bool = False):
         log = open(self.log_file, "ab")
         self.proc = subprocess.Popen([self.binary, "--socket", self.socket, "--data-dir", self.data_dir,
                                       "--config", self.config_file, "--log-level", self.log_level],
@@ -230,7 +230,7 @@ class Daemon:
     def stop(self) -> int:
         if self.proc and self.proc.poll() is None:
             self.proc.terminate()
-        rc = self.proc.wait(timeout=30) if self.proc else -1
+        rc = self.proc.wait(timeout=120) if self.proc else -1
         return rc
 
     def rss_kib(self) -> int:

@@ -81,7 +81,12 @@ final class DaemonHarness: @unchecked Sendable {
         try waitUntilServing()
     }
 
-    func waitUntilServing(timeout: TimeInterval = 20) throws {
+    /// How long the harness waits for an event before calling it a failure. Generous on purpose: a
+    /// loaded 2-core machine running the suite under ThreadSanitizer may take many seconds to start a
+    /// daemon, and a test may be slow there; it must not fail for it.
+    static let eventTimeout: TimeInterval = 120
+
+    func waitUntilServing(timeout: TimeInterval = DaemonHarness.eventTimeout) throws {
         let deadline = Date().addingTimeInterval(timeout)
         while Date() < deadline {
             if let s = try? UnixSocket.connect(to: socketPath) { s.close(); return }
@@ -112,8 +117,28 @@ final class DaemonHarness: @unchecked Sendable {
         process = nil
     }
 
+    /// Sends SIGHUP and waits until the daemon has acted on it (its log says the apps were
+    /// reloaded, or why not), so the next request sees the new registrations.
     func reloadApps() {
-        if let p = process { kill(p.processIdentifier, SIGHUP) }
+        guard let p = process else { return }
+        let before = reloadCount
+        kill(p.processIdentifier, SIGHUP)
+        XCTAssertTrue(waitFor { self.reloadCount > before }, "keychaind did not act on SIGHUP:\n\(log)")
+    }
+
+    private var reloadCount: Int {
+        let text = log
+        return text.components(separatedBy: "apps reloaded").count + text.components(separatedBy: "apps not reloaded").count - 2
+    }
+
+    /// Polls `condition` every 10 ms until it holds or `timeout` passes; returns whether it held.
+    func waitFor(timeout: TimeInterval = DaemonHarness.eventTimeout, _ condition: () throws -> Bool) rethrows -> Bool {
+        let deadline = Date().addingTimeInterval(timeout)
+        while Date() < deadline {
+            if try condition() { return true }
+            usleep(10_000)
+        }
+        return try condition()
     }
 
     /// A raw protocol connection (no client library), for wire-level tests.
@@ -154,7 +179,13 @@ final class RawClient {
     var frames = FrameBuffer(maxBytes: 64 << 20)
     var nextID: Int64 = 1
 
-    init(path: String) throws { socket = try UnixSocket.connect(to: path) }
+    /// A daemon that stops answering fails the test after `DaemonHarness.eventTimeout` instead of
+    /// hanging the suite.
+    init(path: String) throws {
+        socket = try UnixSocket.connect(to: path)
+        var tv = timeval(tv_sec: Int(DaemonHarness.eventTimeout), tv_usec: 0)
+        setsockopt(socket.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+    }
 
     func send(_ request: Request) throws { try socket.writeAll(Frame.encode(request.value)) }
     func sendRaw(_ bytes: [UInt8]) throws { try socket.writeAll(bytes) }

@@ -86,7 +86,7 @@ class Daemon:
             "executables": executables,
         }, indent=2) + "\n")
 
-    def start(self, timeout: float = 30.0) -> None:
+    def start(self, timeout: float = 120.0) -> None:
         env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES")}
         env["SWIFT_BACKTRACE"] = "enable=no"
         self.log = open(self.log_path, "ab")
@@ -132,7 +132,7 @@ class Daemon:
     def raw(self) -> "Raw":
         return Raw(self.socket)
 
-    def run_python(self, executable: str, code: str, env: dict | None = None, timeout: float = 60) -> dict:
+    def run_python(self, executable: str, code: str, env: dict | None = None, timeout: float = 300) -> dict:
         """Runs `code` under another interpreter; it must print one JSON object as its last line."""
         proc = subprocess.run([executable, "-c", code], capture_output=True, text=True, timeout=timeout,
                               env=python_env(dict(env or {}, KEYCHAIND_SOCKET=self.socket)))

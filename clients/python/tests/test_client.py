@@ -147,7 +147,7 @@ def test_responses_are_matched_by_id_even_out_of_order(fake):
             t.start()
             time.sleep(0.05)
         for t in threads:
-            t.join(10)
+            t.join(120)
     assert results == {"first": b"first", "second": b"second"}
 
 
@@ -166,7 +166,7 @@ def test_many_threads_share_one_connection(fake):
         for t in threads:
             t.start()
         for t in threads:
-            t.join(30)
+            t.join(120)
     assert not errors
     assert server.connections == 1 and len(server.requests) == 400
     assert len({r["id"] for r in server.requests}) == 400

