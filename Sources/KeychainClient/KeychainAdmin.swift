@@ -62,26 +62,49 @@ public struct KeychainAdmin: Sendable {
         _ = try connection.call(.unlock, arguments: ["passphrase": .bytes(passphrase)])
     }
 
-    /// Sets (old = nil, when none is set yet) or changes the passphrase.
-    public func changePassphrase(old: [UInt8]?, new: [UInt8]) throws(KeychainError) {
+    /// Sets (old = nil, when none is set yet) or changes the passphrase. Setting the first one
+    /// approves the registrations of the user's apps.d that counted until then: their identifiers.
+    @discardableResult
+    public func changePassphrase(old: [UInt8]?, new: [UInt8]) throws(KeychainError) -> [String] {
         var args: [String: Value] = ["new": .bytes(new)]
         if let old { args["old"] = .bytes(old) }
-        _ = try connection.call(.passwd, arguments: args)
+        let result = try connection.call(.passwd, arguments: args)
+        return (result?.map?["approved"]?.array ?? []).compactMap(\.text)
+    }
+
+    /// The keychain passphrase an admin sends to prove the user's presence (while one is set).
+    private func presence(_ args: [String: Value], _ keychainPassphrase: [UInt8]?) -> [String: Value] {
+        var a = args
+        if let keychainPassphrase { a["keychainPassphrase"] = .bytes(keychainPassphrase) }
+        return a
     }
 
     /// The content of a backup file, encrypted under `passphrase`; the caller writes the file.
-    public func backup(passphrase: [UInt8]) throws(KeychainError) -> [UInt8] {
-        guard let bytes = try connection.call(.backup, arguments: ["passphrase": .bytes(passphrase)])?.bytes else {
+    /// `keychainPassphrase`: the keychain's own passphrase, needed while one is set.
+    public func backup(passphrase: [UInt8], keychainPassphrase: [UInt8]? = nil) throws(KeychainError) -> [UInt8] {
+        guard let bytes = try connection.call(.backup, arguments: presence(["passphrase": .bytes(passphrase)], keychainPassphrase))?.bytes else {
             throw KeychainError(.decode, "backup returned no bytes")
         }
         return bytes
     }
 
     /// Restores a backup's items; returns how many were restored and how many skipped.
-    public func restore(passphrase: [UInt8], data: [UInt8]) throws(KeychainError) -> (restored: Int, skipped: Int) {
-        let result = try connection.call(.restore, arguments: ["passphrase": .bytes(passphrase), "data": .bytes(data)])
+    public func restore(passphrase: [UInt8], data: [UInt8], keychainPassphrase: [UInt8]? = nil) throws(KeychainError) -> (restored: Int, skipped: Int) {
+        let result = try connection.call(.restore, arguments: presence(["passphrase": .bytes(passphrase), "data": .bytes(data)], keychainPassphrase))
         let m = result?.map ?? [:]
         return (Int(m["restored"]?.int ?? 0), Int(m["skipped"]?.int ?? 0))
+    }
+
+    /// Approves the registration file `file` (a name in the daemon's user apps.d); returns its
+    /// application-identifier.
+    public func approve(file: String, keychainPassphrase: [UInt8]?) throws(KeychainError) -> String {
+        let result = try connection.call(.approve, arguments: presence(["file": .text(file)], keychainPassphrase))
+        return result?.map?["approved"]?.text ?? ""
+    }
+
+    /// Revokes the approval of `applicationIdentifier`.
+    public func revoke(applicationIdentifier: String, keychainPassphrase: [UInt8]?) throws(KeychainError) {
+        _ = try connection.call(.revoke, arguments: presence(["application-identifier": .text(applicationIdentifier)], keychainPassphrase))
     }
 
     // async variants: same calls, the task suspends instead of blocking a thread.

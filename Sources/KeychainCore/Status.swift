@@ -77,10 +77,20 @@ public struct Status: RawRepresentable, Hashable, Sendable, CustomStringConverti
 public struct KeychainError: Error, Hashable, Sendable, CustomStringConvertible {
     public let status: Status
     public let message: String
+    /// errSecAuthFailed because the request needs the keychain passphrase (an admin proving presence)
+    /// and did not carry it: a client may ask the user and send the request again with it.
+    public var needsPassphrase = false
 
     public init(_ status: Status, _ message: String? = nil) {
         self.status = status
         self.message = message ?? status.defaultMessage
+    }
+
+    /// errSecAuthFailed for a request that needs the keychain passphrase and lacks it (or had a wrong one).
+    public static func passphraseNeeded(_ message: String) -> KeychainError {
+        var e = KeychainError(.authFailed, message)
+        e.needsPassphrase = true
+        return e
     }
 
     public var description: String { "\(status.name) (\(status.rawValue)): \(message)" }

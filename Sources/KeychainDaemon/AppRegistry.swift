@@ -1,41 +1,201 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import KeychainItems
 
-/// Who an executable is: the registered apps of `apps.d/`, looked up by the executable's real path.
-///
-/// When no entry names the `keychainctl` installed beside `keychaind`, that binary is an admin app
-/// with the single group `keychainctl` (SPEC §5), so the defaults work without configuration.
+/// One registration as the daemon sees it: the entry, where it was read, and whether it counts.
+public struct Registration: Sendable {
+    public enum Source: String, Sendable {
+        /// `/etc/keychaind/apps.d` or `/usr/share/keychaind/apps.d` (root-owned: packages, the admin).
+        case system
+        /// The user's `apps.d` beside the configuration file.
+        case user
+        /// The `keychainctl` installed beside `keychaind`, when no registration names it.
+        case builtIn = "built-in"
+    }
+
+    public var entry: AppEntry
+    public var source: Source
+    /// Nil when it counts; else why not (shown by `keychainctl status`, and given to its executables).
+    public var untrusted: String?
+    /// Executables of a trusted registration that cannot carry its identity, and why.
+    public var refusedExecutables: [String: String] = [:]
+}
+
+/// What the registry needs to know to decide which registrations count (SPEC §5).
+public struct RegistryContext: Sendable {
+    /// Root-owned directories of registrations, highest precedence first.
+    public var systemDirectories: [String]
+    /// The user's `apps.d`.
+    public var userDirectory: String
+    /// The real path of the `keychainctl` beside `keychaind`, when there is one.
+    public var bundledCLI: String?
+    /// Whether the keychain has a passphrase: then user registrations count only when approved.
+    public var passphraseSet: Bool
+    /// The approved user registrations; nil while they cannot be read (a passphrase is set and the
+    /// keychain has not been unlocked since keychaind started).
+    public var approvals: [AppEntry]?
+
+    public init(systemDirectories: [String], userDirectory: String, bundledCLI: String?, passphraseSet: Bool, approvals: [AppEntry]?) {
+        self.systemDirectories = systemDirectories
+        self.userDirectory = userDirectory
+        self.bundledCLI = bundledCLI
+        self.passphraseSet = passphraseSet
+        self.approvals = approvals
+    }
+}
+
+/// Who an executable is: the registrations that count, looked up by the executable's real path,
+/// and checked against the file itself (device and inode) at identification time.
 public struct AppRegistry: Sendable {
-    public let apps: [AppEntry]
-    private let byExecutable: [String: AppEntry]
+    public static let defaultSystemDirectories = ["/etc/keychaind/apps.d", "/usr/share/keychaind/apps.d"]
+    public static let bundledGroup = "keychainctl"
 
-    public static let defaultAdminGroup = "keychainctl"
+    /// Every registration read, trusted or not, in precedence order (then the built-in one).
+    public let registrations: [Registration]
+    /// Real path (UTF-8 bytes: compared byte for byte) → the registration that counts for it.
+    private let byExecutable: [[UInt8]: AppEntry]
+    /// Real path → why a registration naming it does not count.
+    private let refused: [[UInt8]: String]
+    /// How to register `exe`, for the message an unregistered executable gets.
+    private let howToRegister: @Sendable (String) -> String
 
+    /// A registry of the given entries, all trusted (tests, and `--check-config`).
     public init(apps: [AppEntry], bundledCLI: String?) {
-        var map: [String: AppEntry] = [:]
-        for app in apps {
-            for exe in app.executables {
-                map[exe] = app
-                if let real = Self.realPath(exe), map[real] == nil { map[real] = app }
+        self.init(registrations: apps.map { Registration(entry: $0, source: .user) }, bundledCLI: bundledCLI,
+                  howToRegister: { "add an apps.d/*.json entry naming \($0)" })
+    }
+
+    private init(registrations input: [Registration], bundledCLI: String?, howToRegister: @escaping @Sendable (String) -> String) {
+        var registrations = input
+        var map: [[UInt8]: AppEntry] = [:]
+        var refused: [[UInt8]: String] = [:]
+        for i in registrations.indices where registrations[i].untrusted == nil {
+            let r = registrations[i]
+            for exe in r.entry.executables {
+                let real = TrustedPaths.realPath(exe) ?? exe
+                if let reason = r.refusedExecutables[exe] {
+                    refused[Array(real.utf8)] = reason
+                    continue
+                }
+                if map[Array(real.utf8)] != nil { continue }
+                map[Array(real.utf8)] = r.entry
             }
         }
-        if let cli = bundledCLI, map[cli] == nil {
-            let entry = AppEntry(applicationIdentifier: "keychainctl", accessGroups: [Self.defaultAdminGroup],
-                                 executables: [cli], admin: true, file: "(built-in default for \(cli))")
-            map[cli] = entry
+        for r in registrations where r.untrusted != nil {
+            for exe in r.entry.executables {
+                let key = Array((TrustedPaths.realPath(exe) ?? exe).utf8)
+                if map[key] == nil && refused[key] == nil { refused[key] = r.untrusted! }
+            }
         }
-        self.apps = apps
+        if let cli = bundledCLI, map[Array(cli.utf8)] == nil {
+            let entry = AppEntry(applicationIdentifier: "keychainctl", accessGroups: [Self.bundledGroup],
+                                 executables: [cli], admin: false, file: "(built-in: the keychainctl beside keychaind)")
+            map[Array(cli.utf8)] = entry
+            refused[Array(cli.utf8)] = nil
+            registrations.append(Registration(entry: entry, source: .builtIn))
+        }
+        self.registrations = registrations
         self.byExecutable = map
+        self.refused = refused
+        self.howToRegister = howToRegister
     }
 
-    public func app(forExecutable path: String) -> AppEntry? {
-        byExecutable[path]
+    /// Reads every registration and decides which count (SPEC §5): system files when they and every
+    /// directory above them are root's and not writable by others; the user's files as they are while
+    /// no passphrase is set, afterwards only those approved with it; an executable the user can
+    /// modify carries no identity (unless the user is root). Malformed files are errors.
+    public static func load(_ context: RegistryContext) throws(ConfigurationError) -> AppRegistry {
+        var registrations: [Registration] = []
+        var seenNames = Set<String>()
+        for directory in context.systemDirectories {
+            let dirProblem = TrustedPaths.rootOwnedProblem(directory)
+            for app in try AppFiles.load(directory: directory) {
+                let name = String(app.file.split(separator: "/").last ?? "")
+                // A file in /etc overrides the package's file of the same name in /usr/share.
+                guard seenNames.insert(name).inserted else { continue }
+                let problem = dirProblem ?? TrustedPaths.rootOwnedProblem(app.file)
+                registrations.append(Registration(entry: app, source: .system,
+                                                  untrusted: problem.map { "\(app.file) is not a trusted registration: \($0)" }))
+            }
+        }
+        for app in try AppFiles.load(directory: context.userDirectory) {
+            var untrusted: String?
+            if context.passphraseSet {
+                if let approvals = context.approvals {
+                    if !approvals.contains(where: { $0.sameRegistration(as: app) }) {
+                        untrusted = "\(app.file) is not approved with the keychain passphrase (run `keychainctl approve \(String(app.file.split(separator: "/").last ?? ""))`)"
+                    }
+                } else {
+                    untrusted = "\(app.file) counts once the keychain has been unlocked since keychaind started (approved registrations are sealed under the passphrase)"
+                }
+            }
+            registrations.append(Registration(entry: app, source: .user, untrusted: untrusted))
+        }
+        // One executable, one app: the first trusted registration naming it wins.
+        var owners: [[UInt8]: String] = [:]
+        let principal = TrustedPaths.Principal.current()
+        for i in registrations.indices where registrations[i].untrusted == nil {
+            for exe in registrations[i].entry.executables {
+                let key = Array((TrustedPaths.realPath(exe) ?? exe).utf8)
+                if let other = owners[key] {
+                    registrations[i].refusedExecutables[exe] = "\(exe) is already registered by \(other)"
+                    continue
+                }
+                if principal.uid != 0, let problem = TrustedPaths.modifiableProblem(exe, by: principal) {
+                    registrations[i].refusedExecutables[exe] = "registered executable \(exe) can be modified by this user (\(problem)), so it cannot carry an identity; install it root-owned (for example under /usr/local/bin) and register that path"
+                    continue
+                }
+                owners[key] = registrations[i].entry.file
+            }
+        }
+        let passphraseSet = context.passphraseSet, userDirectory = context.userDirectory
+        let how: @Sendable (String) -> String = { exe in
+            passphraseSet
+                ? "register it root-owned in /etc/keychaind/apps.d/, or with `keychainctl register` (an admin, with the keychain passphrase)"
+                : "add an apps.d/*.json entry in \(userDirectory) with \"application-identifier\", \"keychain-access-groups\" and \"executables\": [\"\(exe)\"], then send SIGHUP to keychaind"
+        }
+        return AppRegistry(registrations: registrations, bundledCLI: context.bundledCLI, howToRegister: how)
     }
 
-    static func realPath(_ path: String) -> String? {
-        guard let p = realpath(path, nil) else { return nil }
-        defer { free(p) }
-        return String(cString: p)
+    /// The registration an identified peer runs, or why the peer is not one.
+    public func identify(_ peer: PeerIdentity) -> Result<AppEntry, KeychainIdentityError> {
+        guard let exe = peer.executable, let file = peer.executableFile else {
+            return .failure(KeychainIdentityError("caller not identified: \(peer.problem ?? "unknown executable")"))
+        }
+        let key = Array(exe.utf8)
+        if let reason = refused[key] { return .failure(KeychainIdentityError(reason)) }
+        guard let entry = byExecutable[key] else {
+            return .failure(KeychainIdentityError("executable \(exe) is not registered with keychaind; \(howToRegister(exe))"))
+        }
+        // The file at the registered path, now, in keychaind's mount namespace, must be the very file
+        // the peer runs: not a copy, not another file mounted over that path, not a replaced one.
+        guard FileIdentity.of(path: exe) == file else {
+            return .failure(KeychainIdentityError("pid \(peer.pid) does not run the file registered at \(exe) (it was replaced, or another file is mounted over that path)"))
+        }
+        return .success(entry)
+    }
+
+    /// Registrations that do not count, for logs and status.
+    public var untrusted: [Registration] {
+        registrations.filter { $0.untrusted != nil || !$0.refusedExecutables.isEmpty }
+    }
+}
+
+/// Why a peer is not a registered app: the message an unidentified caller gets with −34018.
+public struct KeychainIdentityError: Error, Sendable {
+    public let message: String
+    init(_ message: String) { self.message = message }
+}
+
+extension AppEntry {
+    /// The same registration: identifier, groups, executables and admin flag, byte for byte (the
+    /// file it was read from does not matter). What an approval covers.
+    public func sameRegistration(as other: AppEntry) -> Bool {
+        func same(_ a: [String], _ b: [String]) -> Bool {
+            a.count == b.count && zip(a, b).allSatisfy { $0.utf8.elementsEqual($1.utf8) }
+        }
+        return applicationIdentifier.utf8.elementsEqual(other.applicationIdentifier.utf8)
+            && same(accessGroups, other.accessGroups) && same(executables, other.executables) && admin == other.admin
     }
 }

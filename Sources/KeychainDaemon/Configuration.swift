@@ -17,6 +17,10 @@ public struct Settings: Sendable {
     public var kdfProfile: KDFProfile = .moderate
     /// Point lookups kept as sealed rows so warm copies skip SQLite (0 = off).
     public var lookupCacheEntries = 4096
+    /// Bytes of partial frames held across all connections before new ones are refused (errSecAllocate).
+    public var maxBufferedBytes = 64 << 20
+    /// Root-owned directories of registrations (packages, the administrator), highest precedence first.
+    public var systemAppsDirectories = AppRegistry.defaultSystemDirectories
     public var logLevel: Log.Level = .info
 
     /// The folder of app drop-ins: `apps.d/` beside the configuration file in use.
@@ -103,7 +107,7 @@ enum JSONFile {
 
 extension Settings {
     static let knownKeys = ["socket", "dataDirectory", "maxFrameBytes", "maxConnections",
-                            "idleTimeoutSeconds", "autoLockSeconds", "kdfProfile", "lookupCacheEntries", "logLevel"]
+                            "idleTimeoutSeconds", "autoLockSeconds", "kdfProfile", "lookupCacheEntries", "maxBufferedBytes", "logLevel"]
 
     /// Applies `keychaind.json` when it exists. Unknown keys and wrong types are errors.
     mutating func apply(configFile path: String) throws(ConfigurationError) {
@@ -118,6 +122,7 @@ extension Settings {
             case "idleTimeoutSeconds": idleTimeoutSeconds = try JSONFile.int(value, key: key, file: path, range: 0...86400 * 7)
             case "autoLockSeconds": autoLockSeconds = try JSONFile.int(value, key: key, file: path, range: 0...86400 * 365)
             case "lookupCacheEntries": lookupCacheEntries = try JSONFile.int(value, key: key, file: path, range: 0...1_000_000)
+            case "maxBufferedBytes": maxBufferedBytes = try JSONFile.int(value, key: key, file: path, range: (1 << 20)...(1 << 30))
             case "kdfProfile":
                 let name = try JSONFile.string(value, key: key, file: path)
                 guard let profile = KDFProfile(rawValue: name) else {
@@ -147,17 +152,11 @@ public enum AppFiles {
             if !FileManager.default.fileExists(atPath: directory) { return [] }
             throw ConfigurationError(file: directory, reason: "cannot be listed")
         }
+        // Two files naming one executable are not an error here: the registry keeps the first that
+        // counts and says why the other does not (AppRegistry.load).
         var apps: [AppEntry] = []
-        var owners: [String: String] = [:]
         for name in names.sorted() where name.hasSuffix(".json") {
-            let app = try parse(file: directory + "/" + name)
-            for exe in app.executables {
-                if let other = owners[exe] {
-                    throw ConfigurationError(file: app.file, reason: "executable \(exe) is already registered by \(other)")
-                }
-                owners[exe] = app.file
-            }
-            apps.append(app)
+            apps.append(try parse(file: directory + "/" + name))
         }
         return apps
     }

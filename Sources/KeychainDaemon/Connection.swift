@@ -1,28 +1,64 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import Synchronization
+import CSupport
 import KeychainCore
+import KeychainItems
 import KeychainWire
+
+/// Bytes held in partial frames across all connections, against one limit, so many peers each
+/// sending most of a large frame cannot grow the daemon without bound.
+final class BufferBudget: Sendable {
+    let limit: Int
+    private let used = Atomic<Int>(0)
+
+    init(limit: Int) { self.limit = limit }
+
+    /// Takes `bytes` more (or gives back, when negative); false when that would pass the limit
+    /// (nothing is taken then).
+    func adjust(by bytes: Int) -> Bool {
+        if bytes <= 0 {
+            used.subtract(-bytes, ordering: .relaxed)
+            return true
+        }
+        let now = used.add(bytes, ordering: .relaxed).newValue
+        if now > limit {
+            used.subtract(bytes, ordering: .relaxed)
+            return false
+        }
+        return true
+    }
+
+    var inUse: Int { used.load(ordering: .relaxed) }
+}
 
 /// One client connection, served on its own thread with blocking I/O.
 ///
 /// Reads whatever has arrived, answers every complete frame in order, and writes the answers in one
-/// go (pipelined requests cost one write). A client that sends half a frame, nothing, or stops
-/// reading holds only this thread; the idle and send timeouts end it.
+/// go (pipelined requests cost one write). Every read says which process wrote the bytes
+/// (SCM_CREDENTIALS): they must come from the process identified at accept. A client that sends half
+/// a frame, nothing, or stops reading holds only this thread; the idle and send timeouts end it.
+/// Until the peer is an identified app its frames and buffers stay small.
 final class Connection: @unchecked Sendable {
+    // Safety: used only by the thread that runs it; the handler and budget are Sendable.
     let socket: UnixSocket
-    let peer: PeerIdentity
+    let peer: ConnectionPeer
     let handler: RequestHandler
     let maxFrameBytes: Int
+    let budget: BufferBudget
 
-    init(socket: UnixSocket, peer: PeerIdentity, handler: RequestHandler, maxFrameBytes: Int) {
+    /// The largest frame a peer that is not an identified app may send (a `status` request is tens of bytes).
+    static let unidentifiedFrameBytes = 16 * 1024
+    static let flushBytes = 256 * 1024
+
+    init(socket: UnixSocket, peer: ConnectionPeer, handler: RequestHandler, maxFrameBytes: Int, budget: BufferBudget) {
         self.socket = socket
         self.peer = peer
         self.handler = handler
         self.maxFrameBytes = maxFrameBytes
+        self.budget = budget
     }
-
-    static let flushBytes = 256 * 1024
 
     static func setTimeouts(fd: Int32, idleSeconds: Int, sendSeconds: Int) {
         var idle = timeval(tv_sec: idleSeconds, tv_usec: 0)
@@ -34,16 +70,28 @@ final class Connection: @unchecked Sendable {
     /// Serves until the peer closes, misbehaves, idles out, or the daemon stops reading (SHUT_RD).
     /// The caller closes the socket afterwards.
     func run() {
-        var frames = FrameBuffer(maxBytes: maxFrameBytes)
-        var input = [UInt8](repeating: 0, count: 64 * 1024)
+        var frames = FrameBuffer(maxBytes: Self.unidentifiedFrameBytes)
+        var input = [UInt8](repeating: 0, count: 4 * 1024)
         var output: [UInt8] = []
-        output.reserveCapacity(4096)
-        defer { zero(&input) }
+        var held = 0    // this connection's share of the budget
+        defer {
+            zero(&input)
+            _ = budget.adjust(by: -held)
+        }
+        let pid = peer.identity.pid
         while true {
-            let n = input.withUnsafeMutableBytes { recv(socket.fd, $0.baseAddress, $0.count, 0) }
+            // An identified app gets the configured frame limit and a larger read buffer.
+            let identified = (try? peer.app(in: handler.registrar).get()) != nil
+            frames.maxBytes = identified ? maxFrameBytes : Self.unidentifiedFrameBytes
+            if identified && input.count < 64 * 1024 {
+                zero(&input)
+                input = [UInt8](repeating: 0, count: 64 * 1024)
+            }
+            var writer: Int32 = 0
+            let n = input.withUnsafeMutableBytes { kc_recv_from_writer(socket.fd, $0.baseAddress, $0.count, &writer) }
             if n == 0 {
                 if frames.pendingCount > 0 {
-                    Log.info("connection closed: truncated frame", [("pid", String(peer.pid))])
+                    Log.info("connection closed: truncated frame", [("pid", String(pid))])
                     let r = Response(id: 0, error: .param("connection closed in the middle of a frame (\(frames.pendingCount) bytes pending)"))
                     try? socket.writeAll(r.frame())
                 }
@@ -52,8 +100,15 @@ final class Connection: @unchecked Sendable {
             if n < 0 {
                 if errno == EINTR { continue }
                 if errno == EAGAIN || errno == EWOULDBLOCK {
-                    Log.debug("connection idle timeout", [("pid", String(peer.pid))])
+                    Log.debug("connection idle timeout", [("pid", String(pid))])
                 }
+                return
+            }
+            if let refusal = AccessPolicy.checkWriter(writerPID: writer, identifiedPID: pid,
+                                                      identifiedIsRunning: peer.identity.process?.isRunning ?? true) {
+                Log.warning("connection closed: frame from another process", [("pid", String(pid)), ("writer", String(writer))])
+                try? socket.writeAll(Response(id: 0, error: refusal).frame())
+                socket.drainForClose()
                 return
             }
             input.withUnsafeBytes { frames.append(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
@@ -61,7 +116,7 @@ final class Connection: @unchecked Sendable {
             while !close {
                 let body: [UInt8]?
                 do { body = try frames.next() } catch {
-                    Log.info("connection closed: oversized frame", [("pid", String(peer.pid))])
+                    Log.info("connection closed: oversized frame", [("pid", String(pid))])
                     output.append(contentsOf: Response(id: 0, error: error).frame())
                     close = true
                     break
@@ -79,7 +134,18 @@ final class Connection: @unchecked Sendable {
                     if !ok { return }
                 }
                 if outcome.closeAfter {
-                    Log.info("connection closed: malformed request", [("pid", String(peer.pid))])
+                    Log.info("connection closed: malformed request", [("pid", String(pid))])
+                    close = true
+                }
+            }
+            // What is left is a partial frame: it counts against the daemon-wide budget.
+            if !close {
+                let pending = frames.pendingCount
+                if budget.adjust(by: pending - held) {
+                    held = pending
+                } else {
+                    Log.warning("connection closed: buffer budget exhausted", [("pid", String(pid)), ("limit", String(budget.limit))])
+                    output.append(contentsOf: Response(id: 0, error: KeychainError(.allocate, "keychaind is holding too many partial requests (\(budget.limit) bytes in all); try again")).frame())
                     close = true
                 }
             }
@@ -102,5 +168,4 @@ final class Connection: @unchecked Sendable {
             if let base = raw.baseAddress { memset(base, 0, raw.count) }
         }
     }
-
 }

@@ -17,6 +17,8 @@ public final class Daemon: @unchecked Sendable {
     let handler: RequestHandler
     let items: ItemService
     let listener: Listener
+    let registrar: Registrar
+    let budget: BufferBudget
     private let connections = Locked<[Int32: UnixSocket]>([:])
     private let stopping = Atomic<Bool>(false)
     private let drained = NSCondition()
@@ -35,6 +37,7 @@ public final class Daemon: @unchecked Sendable {
         try s.apply(configFile: s.configFile)
         if let p = options.socketPath { s.socketPath = p }
         if let d = options.dataDirectory { s.dataDirectory = d }
+        if !options.systemAppsDirectories.isEmpty { s.systemAppsDirectories = options.systemAppsDirectories }
         if let l = options.logLevel {
             guard let level = Log.Level(name: l) else {
                 throw ConfigurationError(file: "--log-level", reason: "must be error, warning, notice, info or debug")
@@ -44,18 +47,17 @@ public final class Daemon: @unchecked Sendable {
         return s
     }
 
-    /// The `keychainctl` beside this executable: an admin by default (SPEC §5).
+    /// The `keychainctl` beside this executable: an app with the group `keychainctl` unless a
+    /// registration that counts names it (SPEC §5).
     public static func bundledCLIPath() -> String? {
-        guard let exe = AppRegistry.realPath("/proc/self/exe") else { return nil }
+        guard let exe = TrustedPaths.realPath("/proc/self/exe") else { return nil }
         let cli = Listener.parentDirectory(of: exe) + "/keychainctl"
-        return access(cli, X_OK) == 0 ? (AppRegistry.realPath(cli) ?? cli) : nil
+        return access(cli, X_OK) == 0 ? (TrustedPaths.realPath(cli) ?? cli) : nil
     }
 
     public init(settings: Settings) throws {
         self.settings = settings
         self.bundledCLI = Self.bundledCLIPath()
-        let apps = try AppFiles.load(directory: settings.appsDirectory)
-        let registry = AppRegistry(apps: apps, bundledCLI: bundledCLI)
         items = try ItemService(directory: settings.dataDirectory, kdfProfile: settings.kdfProfile,
                                 lookupCacheEntries: settings.lookupCacheEntries)
         let rowCheck = items.rowCheck
@@ -65,7 +67,6 @@ public final class Daemon: @unchecked Sendable {
             Log.info("database rows match their sealed row-state record", [("rows", String(rowCheck.rows))])
         }
         if let problem = rowCheck.markProblem { Log.warning("generation mark", [("problem", problem)]) }
-        handler = RequestHandler(items: items, registry: registry, maxFrameBytes: settings.maxFrameBytes)
         Self.checkLockedMemory()
         if items.hasPassphrase {
             Log.info("keychain locked: a passphrase is set", [("kdfProfile", settings.kdfProfile.rawValue)])
@@ -73,12 +74,21 @@ public final class Daemon: @unchecked Sendable {
         } else {
             Log.write(.notice, "no passphrase set: keys are protected by the device key file alone")
         }
+        do {
+            registrar = try Registrar(systemDirectories: settings.systemAppsDirectories, userDirectory: settings.appsDirectory,
+                                      bundledCLI: bundledCLI, items: items)
+        } catch {
+            items.close()
+            throw error
+        }
+        handler = RequestHandler(items: items, registrar: registrar, maxFrameBytes: settings.maxFrameBytes)
+        budget = BufferBudget(limit: settings.maxBufferedBytes)
         if let inherited = try Listener.inherited() {
             listener = inherited
         } else {
             listener = try Listener.bind(path: settings.socketPath)
         }
-        Log.info("keychaind started", [("version", RequestHandler.version), ("apps", String(apps.count)),
+        Log.info("keychaind started", [("version", RequestHandler.version), ("apps", String(registrar.current.registry.registrations.count)),
                                         ("activated", String(listener.activated)), ("pid", String(getpid()))])
     }
 
@@ -113,14 +123,15 @@ public final class Daemon: @unchecked Sendable {
             Log.warning("connection refused: peer credentials unavailable")
             return
         }
-        guard peer.uid == getuid() else {
+        if let refusal = AccessPolicy.admit(peerUID: peer.uid, daemonUID: getuid()) {
             Log.warning("connection refused: other uid", [("uid", String(peer.uid)), ("pid", String(peer.pid))])
-            return refuse(socket, KeychainError(.missingEntitlement, "keychaind serves only uid \(getuid()); caller is uid \(peer.uid)"))
+            return refuse(socket, refusal)
         }
         Connection.setTimeouts(fd: fd, idleSeconds: settings.idleTimeoutSeconds, sendSeconds: 30)
         handler.openConnections.add(1, ordering: .relaxed)
         connections.withLock { $0[fd] = socket }
-        let connection = Connection(socket: socket, peer: peer, handler: handler, maxFrameBytes: settings.maxFrameBytes)
+        let connection = Connection(socket: socket, peer: ConnectionPeer(peer), handler: handler,
+                                    maxFrameBytes: settings.maxFrameBytes, budget: budget)
         let thread = Thread { [self] in
             connection.run()
             // Forget the fd before closing it, so a new connection reusing the number stays listed.
@@ -165,14 +176,7 @@ public final class Daemon: @unchecked Sendable {
     }
 
     func reloadApps() {
-        do {
-            let apps = try AppFiles.load(directory: settings.appsDirectory)
-            handler.replaceRegistry(AppRegistry(apps: apps, bundledCLI: bundledCLI))
-            Log.info("apps reloaded", [("apps", String(apps.count))])
-            ServiceNotifier.send("STATUS=serving (apps reloaded)")
-        } catch {
-            Log.error("apps not reloaded; keeping the previous ones", [("reason", String(describing: error))])
-        }
+        if registrar.reload("SIGHUP") { ServiceNotifier.send("STATUS=serving (apps reloaded)") }
     }
 
     // MARK: Protection

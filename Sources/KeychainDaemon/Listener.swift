@@ -34,6 +34,12 @@ public final class Listener: @unchecked Sendable {
               option(fd, SO_ACCEPTCONN) == 1 else {
             throw KeychainError(.param, "the socket passed by systemd (fd 3) is not a listening Unix stream socket")
         }
+        // Connections made from now on carry their writers' credentials (see `bind`). Those already
+        // waiting did not, unless the unit set PassCredentials=yes (ours does).
+        if option(fd, SO_PASSCRED) != 1 {
+            Log.warning("the inherited socket was created without SO_PASSCRED (PassCredentials=yes); connections made before keychaind started are refused once")
+            guard kc_pass_credentials(fd) == 0 else { throw UnixSocket.errnoError("setsockopt SO_PASSCRED") }
+        }
         return Listener(fd: fd, boundPath: nil, activated: true)
     }
 
@@ -45,13 +51,20 @@ public final class Listener: @unchecked Sendable {
     }
 
     /// Binds `path` (socket 0600; its directory created 0700 when missing). A leftover socket from a
-    /// crashed run is replaced only if it really is a socket and nobody answers on it.
+    /// crashed run is replaced only if it really is a socket and nobody answers on it. A path written
+    /// `@name` is an abstract socket: no file, no directory, no permissions (the uid check alone
+    /// keeps other users out, and another process may hold the name first).
+    ///
+    /// SO_PASSCRED is set on the listening socket before any connection exists, so every connection
+    /// inherits it and the kernel tags every byte with the pid that wrote it (Connection checks it).
     public static func bind(path: String) throws(KeychainError) -> Listener {
         var address = try SocketAddress(path: path)
-        let directory = parentDirectory(of: path)
-        try makeDirectory(directory)
+        let abstract = path.hasPrefix("@")
         var st = stat()
-        if lstat(path, &st) == 0 {
+        if !abstract {
+            try makeDirectory(parentDirectory(of: path))
+        }
+        if !abstract && lstat(path, &st) == 0 {
             guard (st.st_mode & S_IFMT) == S_IFSOCK else {
                 throw KeychainError(.param, "\(path) exists and is not a socket; refusing to replace it")
             }
@@ -63,13 +76,21 @@ public final class Listener: @unchecked Sendable {
         }
         let sock = try UnixSocket.stream()
         let fd = sock.fd
+        guard kc_pass_credentials(fd) == 0 else { throw UnixSocket.errnoError("setsockopt SO_PASSCRED") }
         let rc = address.withSockaddr { Glibc.bind(fd, $0, $1) }
-        guard rc == 0 else { throw UnixSocket.errnoError("bind \(path)") }
-        guard chmod(path, 0o600) == 0 else { throw UnixSocket.errnoError("chmod \(path)") }
+        guard rc == 0 else {
+            if abstract && errno == EADDRINUSE {
+                throw KeychainError(.param, "the abstract socket \(path) is already taken (another keychaind, or another program holds the name)")
+            }
+            throw UnixSocket.errnoError("bind \(path)")
+        }
+        if !abstract {
+            guard chmod(path, 0o600) == 0 else { throw UnixSocket.errnoError("chmod \(path)") }
+        }
         guard listen(fd, 1024) == 0 else { throw UnixSocket.errnoError("listen") }
         let owned = dup(fd)
         _ = fcntl(owned, F_SETFD, FD_CLOEXEC)
-        return Listener(fd: owned, boundPath: path, activated: false)
+        return Listener(fd: owned, boundPath: abstract ? nil : path, activated: false)
     }
 
     static func parentDirectory(of path: String) -> String {

@@ -8,6 +8,8 @@ public struct Options: Sendable {
     public var dataDirectory: String?
     public var configFile: String?
     public var logLevel: String?
+    /// Replaces the default system registration directories (repeatable).
+    public var systemAppsDirectories: [String] = []
     public var checkConfig = false
     public var acceptDatabase = false
 
@@ -16,7 +18,7 @@ public struct Options: Sendable {
     database and serves SecItemAdd / CopyMatching / Update / Delete on a Unix socket.
 
     Usage: keychaind [--socket PATH] [--data-dir DIR] [--config FILE] [--log-level LEVEL]
-                     [--check-config | --accept-database]
+                     [--system-apps-dir DIR]… [--check-config | --accept-database]
 
       --socket PATH      socket to serve (default $XDG_RUNTIME_DIR/keychaind/keychaind.sock; directory
                          0700, socket 0600). Ignored when systemd passes a socket (LISTEN_FDS).
@@ -26,6 +28,10 @@ public struct Options: Sendable {
                          read from apps.d/*.json beside it. A missing or empty file means defaults.
       --log-level LEVEL  error, warning, notice, info (default) or debug; logs go to stderr with
                          journald priority prefixes and never contain secrets or attribute values
+      --system-apps-dir DIR
+                         read root-owned registrations from DIR instead of /etc/keychaind/apps.d and
+                         /usr/share/keychaind/apps.d (repeatable; first wins). A file there counts only
+                         when it and every directory above it belong to root and others cannot write them
       --check-config     validate the configuration and apps.d, print the apps, and exit
       --accept-database  trust the database's rows as they are now and exit. keychaind refuses to start
                          when rows were removed, added, swapped or restored from an older copy of
@@ -36,7 +42,11 @@ public struct Options: Sendable {
 
     Settings in keychaind.json: socket, dataDirectory, maxFrameBytes (1048576), maxConnections (4096),
     idleTimeoutSeconds (900; 0 = never), autoLockSeconds (0 = never), kdfProfile (moderate|interactive),
-    lookupCacheEntries (4096; 0 = off), logLevel.
+    lookupCacheEntries (4096; 0 = off), maxBufferedBytes (67108864), logLevel.
+
+    Apps: registrations in the system directories count when root-owned; those in apps.d beside the
+    config file count as they are while no passphrase is set, and afterwards only when approved with
+    it (keychainctl approve / register). See keychainctl status for what counts now.
 
     Signals: SIGTERM/SIGINT stop accepting, finish in-flight requests and exit 0; SIGHUP re-reads apps.d.
     With NOTIFY_SOCKET set it sends READY=1, STATUS=… and STOPPING=1 (systemd Type=notify).
@@ -73,6 +83,7 @@ public struct Options: Sendable {
             case "--data-dir": o.dataDirectory = try next()
             case "--config": o.configFile = try next()
             case "--log-level": o.logLevel = try next()
+            case "--system-apps-dir": o.systemAppsDirectories.append(try next())
             case "--check-config": o.checkConfig = true
             case "--accept-database": o.acceptDatabase = true
             case "-h", "--help": return .help

@@ -4,29 +4,86 @@ import Glibc
 import CSupport
 import KeychainCore
 
-/// The process on the other end of a connection, identified once at accept time.
+/// A file as the kernel knows it: device and inode. Two paths name the same file when these agree;
+/// a bind mount over a path, or a new file renamed over it, gives a different identity.
+public struct FileIdentity: Hashable, Sendable, CustomStringConvertible {
+    public let device: UInt64
+    public let inode: UInt64
+
+    public init(device: UInt64, inode: UInt64) {
+        self.device = device
+        self.inode = inode
+    }
+
+    /// `stat(2)` of `path`, following symlinks; nil when it cannot be read.
+    public static func of(path: String) -> FileIdentity? {
+        var st = stat()
+        guard stat(path, &st) == 0 else { return nil }
+        return FileIdentity(device: UInt64(st.st_dev), inode: UInt64(st.st_ino))
+    }
+
+    public var description: String { "dev \(device) ino \(inode)" }
+}
+
+/// A pidfd for the process on the other end of a connection, kept open for the connection's life:
+/// while it is open and the process runs, no other process can be that process.
+public final class PeerProcess: @unchecked Sendable {
+    // Safety: `pidfd` is set once at init and closed only in deinit.
+    public let pid: Int32
+    private let pidfd: Int32
+
+    init(pid: Int32, pidfd: Int32) {
+        self.pid = pid
+        self.pidfd = pidfd
+    }
+
+    deinit { close(pidfd) }
+
+    /// Whether the process still runs (its pidfd is not yet readable).
+    public var isRunning: Bool { kc_pidfd_exited(pidfd) == 0 }
+
+    /// Whether the pidfd still names a running process with this pid (right after pinning).
+    var isPinned: Bool { isRunning && kc_pidfd_pid(pidfd) == pid }
+}
+
+/// The process on the other end of a connection, as far as the daemon could establish it at accept
+/// time: its uid, its executable file, and whether it shares the daemon's mount namespace.
 public struct PeerIdentity: Sendable {
     public let pid: Int32
     public let uid: UInt32
-    /// The real path of the peer's executable, or nil when it could not be read race-free.
+    /// The path of the peer's executable as `/proc/<pid>/exe` shows it, or nil when unreadable.
     public let executable: String?
-    /// Why `executable` is nil, for the error message the client gets.
+    /// The executable's device and inode (the file, not the path), read through `/proc/<pid>/exe`.
+    public let executableFile: FileIdentity?
+    /// Why the peer cannot be identified, for the error message the client gets.
     public let problem: String?
+    /// The pinned process (nil when it could not be pinned): frames are checked against it.
+    public let process: PeerProcess?
 
-    public init(pid: Int32, uid: UInt32, executable: String?, problem: String?) {
+    public init(pid: Int32, uid: UInt32, executable: String?, executableFile: FileIdentity?,
+                problem: String?, process: PeerProcess? = nil) {
         self.pid = pid
         self.uid = uid
         self.executable = executable
+        self.executableFile = executableFile
         self.problem = problem
+        self.process = process
     }
 
-    /// Reads SO_PEERCRED, then the executable through a pidfd: the pidfd pins the process, so after
-    /// reading `/proc/<pid>/exe` we check that the pidfd still names a live process with that pid —
-    /// a pid recycled in between cannot lend its executable to an impostor.
+    /// This process's mount namespace; a peer in another one sees other files at the same paths.
+    static let ownMountNamespace = FileIdentity.of(path: "/proc/self/ns/mnt")
+
+    /// Reads SO_PEERCRED and pins the peer with a pidfd (SO_PEERPIDFD), then reads its executable
+    /// (path and file identity) and mount namespace through /proc, and checks that the pidfd still
+    /// names a live process with that pid — so a pid recycled in between cannot lend its executable
+    /// to an impostor.
     public static func of(socket fd: Int32) throws(KeychainError) -> PeerIdentity {
         var cred = kc_peer_cred()
         guard kc_peer_credentials(fd, &cred) == 0 else {
             throw KeychainError(.io, "SO_PEERCRED failed: \(String(cString: strerror(errno)))")
+        }
+        func unidentified(_ problem: String, _ process: PeerProcess? = nil) -> PeerIdentity {
+            PeerIdentity(pid: cred.pid, uid: cred.uid, executable: nil, executableFile: nil, problem: problem, process: process)
         }
         var pidfd = kc_peer_pidfd(fd)
         // Kernels before 6.5 lack SO_PEERPIDFD (ENOPROTOOPT): pidfd_open right after accept, the best
@@ -34,24 +91,25 @@ public struct PeerIdentity: Sendable {
         // peer): pidfd_open(pid) then could pin whatever process now has that recycled pid.
         if pidfd < 0 && errno == ENOPROTOOPT { pidfd = kc_pidfd_open(cred.pid) }
         guard pidfd >= 0 else {
-            return PeerIdentity(pid: cred.pid, uid: cred.uid, executable: nil,
-                                problem: "the calling process (pid \(cred.pid)) could not be pinned with a pidfd")
+            return unidentified("the calling process (pid \(cred.pid)) could not be pinned with a pidfd")
         }
-        defer { close(pidfd) }
+        let process = PeerProcess(pid: cred.pid, pidfd: pidfd)
         let exe = readExecutable(pid: cred.pid)
-        guard kc_pidfd_exited(pidfd) == 0, kc_pidfd_pid(pidfd) == cred.pid else {
-            return PeerIdentity(pid: cred.pid, uid: cred.uid, executable: nil,
-                                problem: "the calling process (pid \(cred.pid)) exited before it could be identified")
+        let file = FileIdentity.of(path: "/proc/\(cred.pid)/exe")
+        let namespace = FileIdentity.of(path: "/proc/\(cred.pid)/ns/mnt")
+        guard process.isPinned else {
+            return unidentified("the calling process (pid \(cred.pid)) exited before it could be identified")
         }
-        guard let exe else {
-            return PeerIdentity(pid: cred.pid, uid: cred.uid, executable: nil,
-                                problem: "the executable of pid \(cred.pid) cannot be read (is it non-dumpable?)")
+        guard let exe, let file else {
+            return unidentified("the executable of pid \(cred.pid) cannot be read (is it non-dumpable?)", process)
         }
         if exe.hasSuffix(" (deleted)") {
-            return PeerIdentity(pid: cred.pid, uid: cred.uid, executable: nil,
-                                problem: "the executable of pid \(cred.pid) was deleted or replaced after it started")
+            return unidentified("the executable of pid \(cred.pid) was deleted or replaced after it started", process)
         }
-        return PeerIdentity(pid: cred.pid, uid: cred.uid, executable: exe, problem: nil)
+        guard let namespace, namespace == ownMountNamespace else {
+            return unidentified("pid \(cred.pid) runs in another mount namespace than keychaind, where \(exe) may be another file; run it in keychaind's mount namespace", process)
+        }
+        return PeerIdentity(pid: cred.pid, uid: cred.uid, executable: exe, executableFile: file, problem: nil, process: process)
     }
 
     static func readExecutable(pid: Int32) -> String? {

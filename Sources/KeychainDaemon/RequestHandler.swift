@@ -7,29 +7,31 @@ import KeychainWire
 import KeychainItems
 import KeychainCrypto
 
-/// Turns one frame body into one response: decodes the request, finds who is calling, applies the
-/// access policy, and calls the item service. Knows no sockets.
+/// Turns one frame body into one response: decodes the request, finds who is calling, asks the
+/// access policy (KeychainItems/AccessPolicy.swift), and calls the item service. Knows no sockets.
 public final class RequestHandler: Sendable {
     public static let version = "0.1.0"
 
     private let items: ItemService
-    private let registry: Locked<AppRegistry>
+    let registrar: Registrar
     private let started = MonotonicClock.now()
     let openConnections = Atomic<Int>(0)
-    /// Monotonic milliseconds of the last request other than `status` (the auto-lock idle clock).
+    /// Monotonic milliseconds of the last request that counts as activity for auto-lock: an item
+    /// request or an unlock from an identified app (never `status`, never an unidentified peer).
     let lastActivity = Atomic<Int64>(MonotonicClock.milliseconds())
 
     /// The largest request frame accepted (`maxFrameBytes`): a backup must fit in a restore request.
     private let maxFrameBytes: Int
 
-    public init(items: ItemService, registry: AppRegistry, maxFrameBytes: Int = Frame.defaultMaxBytes) {
+    init(items: ItemService, registrar: Registrar, maxFrameBytes: Int = Frame.defaultMaxBytes) {
         self.items = items
-        self.registry = Locked(registry)
+        self.registrar = registrar
         self.maxFrameBytes = maxFrameBytes
     }
 
-    public func replaceRegistry(_ new: AppRegistry) {
-        registry.withLock { $0 = new }
+    /// A handler over a fixed registry (the fuzz target; tests).
+    public convenience init(items: ItemService, registry: AppRegistry, maxFrameBytes: Int = Frame.defaultMaxBytes) {
+        self.init(items: items, registrar: Registrar(registry: registry, items: items), maxFrameBytes: maxFrameBytes)
     }
 
     /// What to send back, and whether the connection must close after it (the bytes were not a
@@ -39,7 +41,12 @@ public final class RequestHandler: Sendable {
         public var closeAfter: Bool
     }
 
+    /// One request from a peer identified afresh (the fuzz target; connections use a `ConnectionPeer`).
     public func handle(frame body: [UInt8], peer: PeerIdentity) -> Outcome {
+        handle(frame: body, peer: ConnectionPeer(peer))
+    }
+
+    func handle(frame body: [UInt8], peer: ConnectionPeer) -> Outcome {
         let value: Value
         do { value = try CBOR.decode(body) } catch {
             return Outcome(response: Response(id: 0, error: KeychainError(.param, "request is not valid CBOR: \(error.message)")),
@@ -52,9 +59,6 @@ public final class RequestHandler: Sendable {
         do { request = try Request(value) } catch {
             return Outcome(response: Response(id: Request.id(of: value) ?? 0, error: error), closeAfter: false)
         }
-        // The idle clock of auto-lock counts from the end of a request too, so a slow one (an unlock
-        // spends most of a second in Argon2id) is not followed by an immediate lock.
-        defer { if request.op != Operation.status.rawValue { lastActivity.store(MonotonicClock.milliseconds(), ordering: .relaxed) } }
         do {
             let result = try serve(request, peer: peer)
             return Outcome(response: Response(id: request.id, result: result), closeAfter: false)
@@ -63,53 +67,110 @@ public final class RequestHandler: Sendable {
         }
     }
 
-    private func serve(_ request: Request, peer: PeerIdentity) throws(KeychainError) -> Value? {
-        guard let op = Operation(rawValue: request.op) else {
+    private func serve(_ request: Request, peer: ConnectionPeer) throws(KeychainError) -> Value? {
+        guard let action = AccessPolicy.Action(rawValue: request.op) else {
             throw .param("unknown op \"\(request.op)\" (known: \(Operation.allCases.map(\.rawValue).joined(separator: ", ")))")
         }
-        let app = registry.withLock { reg in peer.executable.flatMap { reg.app(forExecutable: $0) } }
-        if op != .status { lastActivity.store(MonotonicClock.milliseconds(), ordering: .relaxed) }
-        switch op {
-        case .add, .copy, .delete, .update:
-            for key in request.arguments.keys {
-                throw .param("unknown request key \"\(key)\" for op \"\(op.rawValue)\"")
+        // Secrets in the request's arguments are copied into guarded memory when used and the
+        // decoded request's copies wiped, whatever happens (wrong type, unknown key, refusal).
+        let args = Arguments(request.arguments)
+        defer { args.wipe() }
+        let identified = peer.app(in: registrar)
+        let app = try? identified.get()
+        var caller = app.map { Caller(applicationIdentifier: $0.applicationIdentifier, accessGroups: $0.accessGroups, isAdmin: $0.admin) }
+        let unidentified: String
+        switch identified {
+        case .failure(let e): unidentified = e.message
+        case .success: unidentified = ""
+        }
+        let passphraseSet = items.hasPassphrase
+        switch AccessPolicy.decide(action, caller: caller, unidentified: unidentified, passphraseSet: passphraseSet) {
+        case .deny(let error):
+            throw error
+        case .allowWithPresence:
+            // Admin ops on the whole keychain: the keychain passphrase in this very request.
+            // approve/revoke hand it to the item service, which checks it as it writes.
+            if action != .approve && action != .revoke {
+                try items.verifyPresence(passphrase: try requiredPresence(args, action))
             }
-            guard let query = request.query else { throw .param("op \"\(op.rawValue)\" needs a \"query\" map") }
-            let caller = try self.caller(app, peer: peer)
-            switch op {
-            case .add:
-                guard request.attributes == nil else { throw .param("op \"add\" takes no \"attributes\"; put them in \"query\"") }
-                return try items.add(query, caller: caller)
-            case .copy:
-                guard request.attributes == nil else { throw .param("op \"copy\" takes no \"attributes\"") }
-                return try items.copyMatching(query, caller: caller)
-            case .delete:
-                guard request.attributes == nil else { throw .param("op \"delete\" takes no \"attributes\"") }
-                try items.delete(query, caller: caller)
-                return nil
-            default:
-                guard let attributes = request.attributes else { throw .param("op \"update\" needs an \"attributes\" map") }
-                try items.update(query, attributes: attributes, caller: caller)
-                return nil
-            }
+        case .allow:
+            break
+        }
+        if action.isItemAction, let c = caller {
+            // Activity for auto-lock, counted before the work so a slow request is not followed by a lock.
+            touch()
+            caller = try withPresence(c, args, passphraseSet: passphraseSet)
+        }
+        switch action {
+        case .add, .copy, .update, .delete:
+            return try item(action, request, caller: caller!)
         case .status:
-            return try status(app: app)
-        case .lock, .unlock, .passwd, .backup, .restore:
-            guard let app, app.admin else {
-                throw KeychainError(.missingEntitlement, "op \"\(op.rawValue)\" is for admin apps (keychainctl); this caller is not one")
-            }
-            return try admin(op, request.arguments)
+            return try status(app: app, identified: identified)
+        case .lock, .unlock, .passwd, .backup, .restore, .approve, .revoke:
+            return try admin(action, args, caller: caller!)
+        }
+    }
+
+    /// Restarts the auto-lock idle clock.
+    private func touch() {
+        lastActivity.store(MonotonicClock.milliseconds(), ordering: .relaxed)
+    }
+
+    /// An admin item request that carries the keychain passphrase proves presence (checked here,
+    /// counted like an unlock attempt); without one it acts on its own groups only. Nothing to prove
+    /// without a passphrase set.
+    private func withPresence(_ caller: Caller, _ args: Arguments, passphraseSet: Bool) throws(KeychainError) -> Caller {
+        var c = caller
+        let offered = try args.secret(Arguments.presenceKey, required: false)
+        if offered != nil && !caller.isAdmin {
+            throw .param("\"\(Arguments.presenceKey)\" is for admin apps; this caller is not one")
+        }
+        guard passphraseSet else { return c }
+        c.hasPresence = false
+        if let offered {
+            try items.verifyPresence(passphrase: offered)
+            c.hasPresence = true
+        }
+        return c
+    }
+
+    private func requiredPresence(_ args: Arguments, _ action: AccessPolicy.Action) throws(KeychainError) -> SecureBytes {
+        guard let p = try args.secret(Arguments.presenceKey, required: false) else {
+            throw KeychainError.passphraseNeeded("op \"\(action.rawValue)\" needs the keychain passphrase (\"\(Arguments.presenceKey)\"): an administrator proves the user's presence while a passphrase is set")
+        }
+        return p
+    }
+
+    // MARK: SecItem calls
+
+    private func item(_ action: AccessPolicy.Action, _ request: Request, caller: Caller) throws(KeychainError) -> Value? {
+        let op = action.rawValue
+        for key in request.arguments.keys where key != Arguments.presenceKey {
+            throw .param("unknown request key \"\(Arguments.printable(key))\" for op \"\(op)\"")
+        }
+        guard let query = request.query else { throw .param("op \"\(op)\" needs a \"query\" map") }
+        switch action {
+        case .add:
+            guard request.attributes == nil else { throw .param("op \"add\" takes no \"attributes\"; put them in \"query\"") }
+            return try items.add(query, caller: caller)
+        case .copy:
+            guard request.attributes == nil else { throw .param("op \"copy\" takes no \"attributes\"") }
+            return try items.copyMatching(query, caller: caller)
+        case .delete:
+            guard request.attributes == nil else { throw .param("op \"delete\" takes no \"attributes\"") }
+            try items.delete(query, caller: caller)
+            return nil
+        default:
+            guard let attributes = request.attributes else { throw .param("op \"update\" needs an \"attributes\" map") }
+            try items.update(query, attributes: attributes, caller: caller)
+            return nil
         }
     }
 
     // MARK: Admin operations (docs/protocol.md §11)
 
-    private func admin(_ op: Operation, _ arguments: [String: Value]) throws(KeychainError) -> Value? {
-        // Secrets are copied into guarded memory at once and the decoded request's copies wiped,
-        // whatever happens next (wrong type, unknown key, wrong passphrase).
-        let args = Arguments(arguments)
-        defer { args.wipe() }
-        switch op {
+    private func admin(_ action: AccessPolicy.Action, _ args: Arguments, caller: Caller) throws(KeychainError) -> Value? {
+        switch action {
         case .lock:
             try args.expect([])
             try items.lock()
@@ -121,32 +182,41 @@ public final class RequestHandler: Sendable {
                 if !items.hasPassphrase { return nil }
                 throw KeychainError(.authFailed, "the passphrase is empty")
             }
+            let wasLocked = items.isLocked
             do {
                 try items.unlock(passphrase: passphrase)
             } catch {
                 Log.warning("unlock refused", [("failures", String(items.protectionStatus.failedUnlocks))])
                 throw error
             }
+            touch()
             Log.info("keychain unlocked")
+            // The approved registrations are sealed under the passphrase: readable from now on.
+            if wasLocked { registrar.reload("unlock") }
             return nil
         case .passwd:
             try args.expect(["old", "new"])
             let old = try args.secret("old", required: false)
             let new = try args.secret("new", required: true)
             let hadPassphrase = items.hasPassphrase
+            // Setting the first passphrase approves the user registrations that counted until now,
+            // so they (and the admin making the change) keep counting afterwards.
+            let approving = hadPassphrase ? [] : registrar.trustedUserRegistrations()
             let removed: Int
-            do { removed = try items.changePassphrase(old: old, new: new) } catch {
+            do { removed = try items.changePassphrase(old: old, new: new, approving: approving) } catch {
                 if error.status == .authFailed { Log.warning("passphrase change refused") }
                 throw error
             }
+            registrar.reload("passwd")
             if new == nil {
                 if hadPassphrase { Log.write(.notice, "passphrase removed: akpu items destroyed", [("items", String(removed))]) }
-            } else {
-                Log.write(.notice, hadPassphrase ? "passphrase changed" : "passphrase set")
+                return nil
             }
-            return nil
+            Log.write(.notice, hadPassphrase ? "passphrase changed" : "passphrase set")
+            guard !hadPassphrase else { return nil }
+            return .map(["approved": .array(approving.map { .text($0.applicationIdentifier) })])
         case .backup:
-            try args.expect(["passphrase"])
+            try args.expect(["passphrase", Arguments.presenceKey])
             guard let passphrase = try args.secret("passphrase", required: true) else {
                 throw KeychainError(.param, "the backup passphrase must not be empty")
             }
@@ -155,32 +225,83 @@ public final class RequestHandler: Sendable {
             guard file.count + 1024 <= maxFrameBytes else {
                 throw KeychainError(.allocate, "the backup would be \(file.count) bytes, more than a restore request may carry (maxFrameBytes \(maxFrameBytes)); raise maxFrameBytes in keychaind.json (up to 67108864) here and where you restore")
             }
-            Log.info("backup made", [("bytes", String(file.count))])
+            Log.info("backup made", [("bytes", String(file.count)), ("by", caller.applicationIdentifier)])
             return .bytes(file)
         case .restore:
-            try args.expect(["passphrase", "data"])
+            try args.expect(["passphrase", "data", Arguments.presenceKey])
             guard let passphrase = try args.secret("passphrase", required: true) else {
                 throw KeychainError(.authFailed, "the backup passphrase is empty")
             }
-            guard case .bytes(let data)? = arguments["data"] else {
+            guard case .bytes(let data)? = args.values["data"] else {
                 throw .param("op \"restore\" needs \"data\" (bytes: the backup file's content)")
             }
             let counts = try items.restore(passphrase: passphrase, data: data)
             Log.info("backup restored", [("restored", String(counts.restored)), ("skipped", String(counts.skipped))])
             return .map(["restored": .int(Int64(counts.restored)), "skipped": .int(Int64(counts.skipped))])
+        case .approve:
+            try args.expect(["file", Arguments.presenceKey])
+            guard case .text(let name)? = args.values["file"], !name.isEmpty, !name.contains("/"),
+                  name.hasSuffix(".json"), !name.hasPrefix(".") else {
+                throw .param("op \"approve\" needs \"file\": the name of a *.json file in \(registrar.userAppsDirectory)")
+            }
+            let entry: AppEntry
+            do { entry = try AppFiles.parse(file: registrar.userAppsDirectory + "/" + name) } catch {
+                throw KeychainError(.param, "cannot approve: \(error)")
+            }
+            let principal = TrustedPaths.Principal.current()
+            if principal.uid != 0 {
+                for exe in entry.executables {
+                    if let problem = TrustedPaths.modifiableProblem(exe, by: principal) {
+                        throw KeychainError(.param, "cannot approve \(name): executable \(exe) can be modified by this user (\(problem)); install it root-owned (for example under /usr/local/bin) and register that path")
+                    }
+                }
+            }
+            let presence = items.hasPassphrase ? try requiredPresence(args, action) : nil
+            var list = try approvals()
+            list.removeAll { $0.applicationIdentifier.utf8.elementsEqual(entry.applicationIdentifier.utf8) }
+            list.append(Registrar.approval(entry))
+            try items.setApprovedRegistrations(list, passphrase: presence)
+            registrar.reload("approve")
+            Log.write(.notice, "registration approved", [("file", entry.file), ("app", entry.applicationIdentifier),
+                                                         ("admin", String(entry.admin)), ("by", caller.applicationIdentifier)])
+            return .map(["approved": .text(entry.applicationIdentifier), "file": .text(entry.file)])
+        case .revoke:
+            try args.expect(["application-identifier", Arguments.presenceKey])
+            guard case .text(let id)? = args.values["application-identifier"], !id.isEmpty else {
+                throw .param("op \"revoke\" needs \"application-identifier\" (text)")
+            }
+            let presence = items.hasPassphrase ? try requiredPresence(args, action) : nil
+            var list = try approvals()
+            let before = list.count
+            list.removeAll { $0.applicationIdentifier.utf8.elementsEqual(id.utf8) }
+            guard list.count < before else { throw KeychainError(.itemNotFound, "no approved registration has that application-identifier") }
+            try items.setApprovedRegistrations(list, passphrase: presence)
+            registrar.reload("revoke")
+            Log.write(.notice, "approval revoked", [("app", id), ("by", caller.applicationIdentifier)])
+            return nil
         default:
-            throw .param("op \"\(op.rawValue)\" is not an admin operation")
+            throw .param("op \"\(action.rawValue)\" is not an admin operation")
         }
     }
 
-    /// The top-level keys of an admin request.
+    private func approvals() throws(KeychainError) -> [ApprovedRegistration] {
+        guard let list = try items.approvedRegistrations() else {
+            throw KeychainError(.interactionNotAllowed, "the keychain has not been unlocked since keychaind started: unlock it first")
+        }
+        return list
+    }
+
+    /// The top-level keys of a request besides the envelope.
     private struct Arguments {
+        /// The keychain passphrase an administrator sends to prove the user's presence.
+        static let presenceKey = "keychainPassphrase"
+
         let values: [String: Value]
         init(_ values: [String: Value]) { self.values = values }
 
         func expect(_ known: [String]) throws(KeychainError) {
             for key in values.keys where !known.contains(key) {
-                throw .param("unknown request key \"\(printable(key))\" for this op (known: \(known.isEmpty ? "none" : known.joined(separator: ", ")))")
+                throw .param("unknown request key \"\(Self.printable(key))\" for this op (known: \(known.isEmpty ? "none" : known.joined(separator: ", ")))")
             }
         }
 
@@ -199,35 +320,26 @@ public final class RequestHandler: Sendable {
 
         /// Zeroes the passphrase bytes of the decoded request in place (shared storage included).
         func wipe() {
-            for key in ["passphrase", "old", "new"] {
+            for key in ["passphrase", "old", "new", Self.presenceKey] {
                 if case .bytes(let b)? = values[key] { Sodium.wipeShared(b) }
             }
         }
 
-        private func printable(_ key: String) -> String {
+        static func printable(_ key: String) -> String {
             String(key.unicodeScalars.prefix(32).map { $0.isASCII && $0.value >= 0x20 && $0.value < 0x7F ? Character($0) : "?" })
         }
     }
 
-    private func caller(_ app: AppEntry?, peer: PeerIdentity) throws(KeychainError) -> Caller {
-        guard let exe = peer.executable else {
-            throw KeychainError(.missingEntitlement, "caller not identified: \(peer.problem ?? "unknown executable")")
-        }
-        guard let app else {
-            throw KeychainError(.missingEntitlement,
-                                "executable \(exe) is not registered with keychaind; add an apps.d/*.json entry with \"application-identifier\", \"keychain-access-groups\" and \"executables\": [\"\(exe)\"], then send SIGHUP to keychaind")
-        }
-        return Caller(accessGroups: app.accessGroups, isAdmin: app.admin)
-    }
+    // MARK: status
 
-    private func status(app: AppEntry?) throws(KeychainError) -> Value {
+    private func status(app: AppEntry?, identified: Result<AppEntry, KeychainIdentityError>) throws(KeychainError) -> Value {
         // Only what the caller may see: all items for an admin, its groups' items for an app, and no
         // count at all for an unregistered executable.
         let count = try app.map { (a) throws(KeychainError) in
             try items.itemCount(visibleTo: Caller(accessGroups: a.accessGroups, isAdmin: a.admin))
         } ?? 0
         let protection = items.protectionStatus
-        return .map([
+        var result: [String: Value] = [
             "version": .text(Self.version),
             "locked": .bool(protection.locked),
             "passphraseSet": .bool(protection.passphraseSet),
@@ -242,7 +354,12 @@ public final class RequestHandler: Sendable {
             "caller": app.map { .text($0.applicationIdentifier) } ?? .null,
             "admin": .bool(app?.admin ?? false),
             "groups": app.map { .array($0.accessGroups.map(Value.text)) } ?? .null,
-        ])
+            "isolation": Isolation.report(registry: registrar.current.registry, passphraseSet: protection.passphraseSet,
+                                          approvalsReadable: (try? items.approvedRegistrations()) != nil,
+                                          withRegistrations: app != nil, userAppsDirectory: registrar.userAppsDirectory),
+        ]
+        if case .failure(let why) = identified { result["unidentified"] = .text(why.message) }
+        return .map(result)
     }
 }
 

@@ -93,10 +93,11 @@ public final class ItemService: Sendable {
         let query = try ParsedQuery(attributes, for: .add)
         let group: String
         if let named = query.attributes[.accessGroup]?.text {
-            try Self.checkEntitlement(named, caller)
+            try AccessPolicy.checkEntitlement(named, caller)
+            try AccessPolicy.checkAdminReach([named], .write, caller)
             group = named
         } else {
-            guard let first = caller.accessGroups.first else { throw Self.noGroups }
+            guard let first = caller.accessGroups.first else { throw AccessPolicy.noGroups }
             group = first
         }
         let protection = try protectionForWrite(query.attributes[.accessible]?.text)
@@ -130,7 +131,7 @@ public final class ItemService: Sendable {
 
     public func copyMatching(_ query: [String: Value], caller: Caller) throws(KeychainError) -> Value? {
         let parsed = try ParsedQuery(query, for: .copy)
-        let scope = try Self.scope(of: parsed, caller)
+        let scope = try AccessPolicy.scope(naming: parsed.attributes[.accessGroup]?.text, caller)
         let filter = rowFilter(parsed, scope: scope, withSecret: parsed.returns.data)
         let maximum = parsed.limit.maximum
         // A point lookup by the uniqueness digest that asks for no attributes and filters on nothing
@@ -148,6 +149,10 @@ public final class ItemService: Sendable {
             }
         }
         guard !found.isEmpty else { throw Self.notFound }
+        if parsed.returns.data {
+            // The group of a key-only match is the one the query's digest was computed for.
+            try AccessPolicy.checkAdminReach(found.map { $0.attributes["agrp"]?.text ?? scope?.first ?? "" }, .readSecrets, caller)
+        }
         guard parsed.returns.any else { return nil }
         let values = found.map {
             ResultShape.value(attributes: $0.attributes, secret: $0.secret ?? [], ref: $0.row.ref, returns: parsed.returns)
@@ -160,8 +165,11 @@ public final class ItemService: Sendable {
     public func update(_ query: [String: Value], attributes: [String: Value], caller: Caller) throws(KeychainError) {
         let parsed = try ParsedQuery(query, for: .update)
         let changes = try ParsedChanges(attributes)
-        let scope = try Self.scope(of: parsed, caller)
-        if let newGroup = changes.attributes[.accessGroup]?.text { try Self.checkEntitlement(newGroup, caller) }
+        let scope = try AccessPolicy.scope(naming: parsed.attributes[.accessGroup]?.text, caller)
+        if let newGroup = changes.attributes[.accessGroup]?.text {
+            try AccessPolicy.checkEntitlement(newGroup, caller)
+            try AccessPolicy.checkAdminReach([newGroup], .write, caller)
+        }
         let newProtection = try changes.attributes[.accessible].map { (v) throws(KeychainError) in try protectionForWrite(v.text) }
         let filter = rowFilter(parsed, scope: scope, withSecret: true)
         do {
@@ -174,6 +182,7 @@ public final class ItemService: Sendable {
                     return true
                 }
                 guard !matches.isEmpty else { throw Self.notFound }
+                try AccessPolicy.checkAdminReach(matches.map { $0.attributes["agrp"]?.text ?? "" }, .write, caller)
                 for item in matches {
                     var merged = item.attributes
                     for (attribute, value) in changes.attributes { merged[attribute.rawValue] = value }
@@ -210,16 +219,21 @@ public final class ItemService: Sendable {
 
     public func delete(_ query: [String: Value], caller: Caller) throws(KeychainError) {
         let parsed = try ParsedQuery(query, for: .delete)
-        let scope = try Self.scope(of: parsed, caller)
+        let scope = try AccessPolicy.scope(naming: parsed.attributes[.accessGroup]?.text, caller)
         let filter = rowFilter(parsed, scope: scope, withSecret: false)
         try store.write { (w) throws(KeychainError) in
             var rowids: [Int64] = []
+            var groups: [String] = []
             try w.reader.forEach(filter) { (row) throws(KeychainError) -> Bool in
                 let item = try codec.open(row, withSecret: false)
-                if Self.matches(item, parsed, scope) { rowids.append(row.rowid) }
+                if Self.matches(item, parsed, scope) {
+                    rowids.append(row.rowid)
+                    groups.append(item.attributes["agrp"]?.text ?? "")
+                }
                 return true
             }
             guard !rowids.isEmpty else { throw Self.notFound }
+            try AccessPolicy.checkAdminReach(groups, .write, caller)
             for rowid in rowids { try w.delete(rowid: rowid) }
         }
     }
@@ -227,32 +241,6 @@ public final class ItemService: Sendable {
     // MARK: Rules shared by the calls
 
     static let notFound = KeychainError(.itemNotFound, "no item matches the query")
-    static let noGroups = KeychainError(.missingEntitlement,
-        "the caller has no keychain access groups; register the application with keychain-access-groups")
-
-    /// The groups a query may see: the one it names (if the caller holds it), else all of the caller's
-    /// (nil: every group, for administrators).
-    static func scope(of query: ParsedQuery, _ caller: Caller) throws(KeychainError) -> [String]? {
-        if let named = query.attributes[.accessGroup]?.text {
-            try checkEntitlement(named, caller)
-            return [named]
-        }
-        if caller.isAdmin { return nil }
-        guard !caller.accessGroups.isEmpty else { throw noGroups }
-        var groups: [String] = []
-        groups.reserveCapacity(caller.accessGroups.count)
-        for g in caller.accessGroups where !groups.contains(g) { groups.append(g) }
-        return groups
-    }
-
-    static func checkEntitlement(_ group: String, _ caller: Caller) throws(KeychainError) {
-        if caller.isAdmin { return }
-        guard !caller.accessGroups.isEmpty else { throw noGroups }
-        guard caller.accessGroups.contains(group) else {
-            throw KeychainError(.missingEntitlement, "the caller is not entitled to the access group named in agrp")
-        }
-    }
-
     /// The class an add or update writes, defaulting to `ak`; `akpu` needs a passphrase (Apple: a
     /// passcode), errSecAuthFailed otherwise.
     func protectionForWrite(_ code: String?) throws(KeychainError) -> ProtectionClass {
@@ -298,7 +286,7 @@ public final class ItemService: Sendable {
     /// The decrypted attributes checked against the whole query, whatever the index columns said.
     static func matches(_ item: OpenedItem, _ query: ParsedQuery, _ scope: [String]?) -> Bool {
         guard let group = item.attributes["agrp"]?.text else { return false }
-        if let scope, !scope.contains(group) { return false }
+        if let scope, !scope.contains(where: { AccessPolicy.sameGroup($0, group) }) { return false }
         if let ref = query.persistentRef, ref != item.row.ref { return false }
         guard query.sync.accepts(item.attributes["sync"]?.bool ?? false) else { return false }
         for (attribute, value) in query.attributes where !attribute.matches(stored: item.attributes[attribute.rawValue], query: value) {

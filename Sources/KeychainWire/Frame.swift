@@ -31,7 +31,8 @@ public enum Frame {
 /// `append` what was read, then call `next()` until it returns nil. A header announcing more than
 /// `maxBytes` throws at once, before the body arrives, so a client cannot make the reader buffer it.
 public struct FrameBuffer: Sendable {
-    public let maxBytes: Int
+    /// The largest body accepted; may change between reads (it grows once a peer is identified).
+    public var maxBytes: Int
     private var storage: [UInt8] = []
     private var start = 0
 

@@ -4,6 +4,8 @@ import KeychainCore
 public enum Operation: String, Sendable, CaseIterable {
     case add, copy, update, delete
     case status, lock, unlock, passwd, backup, restore
+    /// Registrations: approve an `apps.d` file, revoke an approval (admins, with the passphrase).
+    case approve, revoke
 }
 
 /// Protocol version carried in every request's `v`.
@@ -77,24 +79,29 @@ public struct Response: Sendable {
     public var status: Status
     public var message: String?
     public var result: Value?
+    /// Set on errSecAuthFailed when the request needs the keychain passphrase (`keychainPassphrase`).
+    public var needsPassphrase: Bool
 
-    public init(id: Int64, status: Status = .success, message: String? = nil, result: Value? = nil) {
+    public init(id: Int64, status: Status = .success, message: String? = nil, result: Value? = nil,
+                needsPassphrase: Bool = false) {
         self.id = id
         self.status = status
         self.message = message
         self.result = result
+        self.needsPassphrase = needsPassphrase
     }
 
     public init(id: Int64, error: KeychainError) {
-        self.init(id: id, status: error.status, message: error.message)
+        self.init(id: id, status: error.status, message: error.message, needsPassphrase: error.needsPassphrase)
     }
 
     /// The response as one frame, written field by field in canonical key order (id, result, status,
-    /// message): the same bytes as `Frame.encode(value)`, without building a map on the hot path.
+    /// message, needsPassphrase): the same bytes as `Frame.encode(value)`, without building a map on
+    /// the hot path.
     public func frame() -> [UInt8] {
         var out: [UInt8] = [0, 0, 0, 0]
         out.reserveCapacity(64 + (result.map { if case .bytes(let b) = $0 { return b.count }; return 64 } ?? 0))
-        CBOR.appendMapHeader(2 + (result == nil ? 0 : 1) + (message == nil ? 0 : 1), into: &out)
+        CBOR.appendMapHeader(2 + (result == nil ? 0 : 1) + (message == nil ? 0 : 1) + (needsPassphrase ? 1 : 0), into: &out)
         CBOR.appendText("id", into: &out)
         CBOR.encode(.int(id), into: &out)
         if let result {
@@ -107,6 +114,10 @@ public struct Response: Sendable {
             CBOR.appendText("message", into: &out)
             CBOR.encode(.text(message), into: &out)
         }
+        if needsPassphrase {
+            CBOR.appendText("needsPassphrase", into: &out)
+            CBOR.encode(.bool(true), into: &out)
+        }
         Frame.patchLength(&out)
         return out
     }
@@ -115,6 +126,7 @@ public struct Response: Sendable {
         var m: [String: Value] = ["id": .int(id), "status": .int(Int64(status.rawValue))]
         if let message { m["message"] = .text(message) }
         if let result { m["result"] = result }
+        if needsPassphrase { m["needsPassphrase"] = .bool(true) }
         return .map(m)
     }
 
@@ -128,10 +140,14 @@ public struct Response: Sendable {
         self.status = Status(rawValue: s32)
         if case .text(let msg)? = m["message"] { message = msg } else { message = nil }
         result = m["result"]
+        needsPassphrase = m["needsPassphrase"] == .bool(true)
     }
 
     /// Success, or the error this response carries.
     public func check() throws(KeychainError) {
-        if status != .success { throw KeychainError(status, message) }
+        guard status != .success else { return }
+        var error = KeychainError(status, message)
+        error.needsPassphrase = needsPassphrase
+        throw error
     }
 }

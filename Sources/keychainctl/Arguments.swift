@@ -4,25 +4,37 @@ import KeychainClient
 enum Verb: String, CaseIterable {
     case add, find, update, delete, list
     case deviceID = "device-id"
-    case status, lock, unlock, passwd, backup, restore, help
+    case status, lock, unlock, passwd, backup, restore
+    case apps, register, approve, unregister, help
 
     var options: Set<Opt> {
         switch self {
-        case .add: return [.service, .account, .group, .secret, .stdin, .accessible, .label, .comment, .description, .updateExisting]
-        case .find: return [.service, .account, .group, .printSecret, .all]
-        case .update: return [.service, .account, .group, .secret, .stdin, .accessible, .label, .comment, .description]
-        case .delete: return [.service, .account, .group, .all]
+        case .add: return [.service, .account, .group, .secret, .stdin, .accessible, .label, .comment, .description, .updateExisting, .keychainPassphraseFile]
+        case .find: return [.service, .account, .group, .printSecret, .all, .keychainPassphraseFile]
+        case .update: return [.service, .account, .group, .secret, .stdin, .accessible, .label, .comment, .description, .keychainPassphraseFile]
+        case .delete: return [.service, .account, .group, .all, .keychainPassphraseFile]
         case .list, .deviceID: return [.group]
-        case .status, .lock, .help: return []
-        case .unlock, .backup, .restore: return [.passphraseFile]
+        case .status, .lock, .apps, .help: return []
+        case .unlock: return [.passphraseFile]
+        case .backup, .restore: return [.passphraseFile, .keychainPassphraseFile]
         case .passwd: return [.passphraseFile, .newPassphraseFile]
+        case .register: return [.appID, .group, .executable, .admin, .keychainPassphraseFile]
+        case .approve, .unregister: return [.keychainPassphraseFile]
         }
     }
 
-    /// How many positional arguments the verb takes (and their names for messages).
+    /// Options that may be given more than once (their values are kept in order).
+    var repeatable: Set<Opt> {
+        self == .register ? [.group, .executable] : []
+    }
+
+    /// How many positional arguments the verb takes (and their names for messages); "[X]" is optional.
     var positionals: [String] {
         switch self {
         case .backup, .restore: return ["FILE"]
+        case .approve: return ["NAME"]
+        case .unregister: return ["APPLICATION-ID"]
+        case .register: return ["[NAME]"]
         case .help: return ["[VERB]"]
         default: return []
         }
@@ -40,8 +52,12 @@ enum Verb: String, CaseIterable {
         case .lock: return "keychainctl lock"
         case .unlock: return "keychainctl unlock [--passphrase-file FILE]"
         case .passwd: return "keychainctl passwd [--passphrase-file OLD_FILE] [--new-passphrase-file NEW_FILE]"
-        case .backup: return "keychainctl backup FILE [--passphrase-file FILE]"
-        case .restore: return "keychainctl restore FILE [--passphrase-file FILE]"
+        case .backup: return "keychainctl backup FILE [--passphrase-file FILE] [--keychain-passphrase-file FILE]"
+        case .restore: return "keychainctl restore FILE [--passphrase-file FILE] [--keychain-passphrase-file FILE]"
+        case .apps: return "keychainctl apps"
+        case .register: return "keychainctl register -i APPLICATION-ID -g GROUP [-g GROUP]… -e EXECUTABLE [-e EXECUTABLE]… [--admin] [NAME]"
+        case .approve: return "keychainctl approve NAME [--keychain-passphrase-file FILE]"
+        case .unregister: return "keychainctl unregister APPLICATION-ID [--keychain-passphrase-file FILE]"
         case .help: return "keychainctl help [VERB]"
         }
     }
@@ -60,6 +76,10 @@ enum Verb: String, CaseIterable {
         case .passwd: return "set or change the keychain passphrase"
         case .backup: return "write an encrypted backup of the items to FILE"
         case .restore: return "restore the items of a backup FILE"
+        case .apps: return "list the registered apps and whether each one counts"
+        case .register: return "register an app in your apps.d (and approve it)"
+        case .approve: return "approve a registration file in your apps.d with the passphrase"
+        case .unregister: return "remove an app's registration and its approval"
         case .help: return "show help for keychainctl or a verb"
         }
     }
@@ -76,7 +96,8 @@ enum Verb: String, CaseIterable {
         case .find: return """
             Without -w prints the first matching item's attributes; with -w prints only its secret and a
             newline. --all prints every match. Matching is exact; no filter matches any item. Exit 44 when
-            nothing matches.
+            nothing matches. An admin reading secrets of another app's group needs the keychain passphrase
+            while one is set: it is asked for (or read from --keychain-passphrase-file).
             """
         case .update: return """
             Updates every item matching SERVICE and ACCOUNT (and GROUP). The new secret comes from -w,
@@ -95,8 +116,35 @@ enum Verb: String, CaseIterable {
             Asks for the current passphrase (when one is set) and the new one twice, or reads them from
             --passphrase-file and --new-passphrase-file. Once a passphrase is set the daemon starts locked.
             """
-        case .backup: return "The backup is encrypted under a passphrase (asked twice, or --passphrase-file); FILE is written with mode 0600. ThisDeviceOnly items restore only on this device."
-        case .restore: return "The passphrase is the one the backup was made with."
+        case .backup: return """
+            The backup is encrypted under a passphrase (asked twice, or --passphrase-file); FILE is written
+            with mode 0600. ThisDeviceOnly items are not included. Needs an admin caller and, while a
+            passphrase is set, the keychain passphrase (asked, or --keychain-passphrase-file).
+            """
+        case .restore: return """
+            The passphrase is the one the backup was made with. Like backup, needs an admin caller and,
+            while a passphrase is set, the keychain passphrase (asked, or --keychain-passphrase-file).
+            """
+        case .apps: return """
+            Every registration keychaind read: the system ones (/etc/keychaind/apps.d,
+            /usr/share/keychaind/apps.d: root-owned, from packages or the administrator), yours (apps.d
+            beside keychaind.json) and the built-in keychainctl, with whether each counts and why not.
+            Your registrations count as they are while no passphrase is set; afterwards only those made
+            or approved with it (register, approve), and only from the first unlock after keychaind started.
+            """
+        case .register: return """
+            Writes NAME.json (default: the APPLICATION-ID) into your apps.d with the given access groups
+            (the first is where adds without a group go) and executables (absolute paths of files you
+            cannot modify: install them root-owned, e.g. under /usr/local/bin), then approves it, which
+            needs an admin caller and, while a passphrase is set, the keychain passphrase. --admin makes
+            the app an administrator (every group; secrets of other groups need the passphrase).
+            """
+        case .approve: return """
+            Approves apps.d/NAME(.json) as it is now, so it counts while a passphrase is set. Needs an
+            admin caller and the keychain passphrase. Changing the file afterwards makes it stop counting
+            until it is approved again.
+            """
+        case .unregister: return "Revokes the approval of APPLICATION-ID (admin, keychain passphrase) and deletes the files in your apps.d that register it."
         case .help: return ""
         }
     }
@@ -120,7 +168,8 @@ func pad(_ s: String) -> String { s + String(repeating: " ", count: max(1, 30 - 
 
 enum Opt: CaseIterable {
     case service, account, group, secret, printSecret, stdin, accessible, label, comment, description
-    case updateExisting, all, passphraseFile, newPassphraseFile
+    case updateExisting, all, passphraseFile, newPassphraseFile, keychainPassphraseFile
+    case appID, executable, admin
 
     var spellings: [String] {
         switch self {
@@ -137,12 +186,16 @@ enum Opt: CaseIterable {
         case .all: return ["--all"]
         case .passphraseFile: return ["--passphrase-file"]
         case .newPassphraseFile: return ["--new-passphrase-file"]
+        case .keychainPassphraseFile: return ["--keychain-passphrase-file"]
+        case .appID: return ["-i", "--id"]
+        case .executable: return ["-e", "--executable"]
+        case .admin: return ["--admin"]
         }
     }
 
     var takesValue: Bool {
         switch self {
-        case .printSecret, .stdin, .updateExisting, .all: return false
+        case .printSecret, .stdin, .updateExisting, .all, .admin: return false
         default: return true
         }
     }
@@ -152,7 +205,7 @@ enum Opt: CaseIterable {
         switch self {
         case .service: return pad(names + " SERVICE") + "the item's service (kSecAttrService)"
         case .account: return pad(names + " ACCOUNT") + "the item's account (kSecAttrAccount)"
-        case .group: return pad(names + " GROUP") + "the access group (kSecAttrAccessGroup)"
+        case .group: return pad(names + " GROUP") + (verb == .register ? "an access group of the app (repeatable; the first is its default)" : "the access group (kSecAttrAccessGroup)")
         case .secret: return pad(names + " SECRET") + (verb == .update ? "the new secret" : "the secret (visible to other users in ps; prefer --stdin or the prompt)")
         case .printSecret: return pad(names) + "print only the secret, followed by a newline"
         case .stdin: return pad(names) + "read the secret from standard input"
@@ -164,6 +217,10 @@ enum Opt: CaseIterable {
         case .all: return pad(names) + (verb == .find ? "show every matching item" : "delete every matching item")
         case .passphraseFile: return pad(names + " FILE") + (verb == .passwd ? "read the current passphrase from FILE" : "read the passphrase from FILE (first line)")
         case .newPassphraseFile: return pad(names + " FILE") + "read the new passphrase from FILE"
+        case .keychainPassphraseFile: return pad(names + " FILE") + "the keychain passphrase (an admin proving presence) from FILE"
+        case .appID: return pad(names + " ID") + "the app's application-identifier (TEAMID.bundle.id)"
+        case .executable: return pad(names + " PATH") + "an absolute path of the app's executable (repeatable)"
+        case .admin: return pad(names) + "make the app an administrator"
         }
     }
 }
@@ -175,6 +232,8 @@ struct Invocation {
     var help = false
     var socket: String?
     var values: [Opt: String] = [:]
+    /// Every value of a repeatable option, in order.
+    var repeated: [Opt: [String]] = [:]
     var flags: Set<Opt> = []
     var positional: [String] = []
     /// `-w` given without a value (add/update at the end of the line): ask on the terminal.
@@ -234,8 +293,10 @@ struct Invocation {
             if opt.takesValue {
                 if let v = inlineValue {
                     inv.values[opt] = v
+                    inv.repeated[opt, default: []].append(v)
                 } else if i < args.count {
                     inv.values[opt] = args[i]
+                    inv.repeated[opt, default: []].append(args[i])
                     i += 1
                 } else if opt == .secret {
                     inv.promptForSecret = true  // `-w` last, as macOS security: ask
@@ -249,10 +310,14 @@ struct Invocation {
         }
         if inv.help { return inv }
         guard let verb = inv.verb else { throw usageError("no verb given") }
+        for (opt, values) in inv.repeated where values.count > 1 && !verb.repeatable.contains(opt) {
+            throw usageError("\(opt.spellings[0]) may be given once")
+        }
         let maxPositionals = verb.positionals.count
-        if verb == .help {
-            if inv.positional.count > 1 { throw usageError("help takes one verb") }
-        } else if inv.positional.count != maxPositionals {
+        let optional = verb.positionals.filter { $0.hasPrefix("[") }.count
+        if verb == .help || verb == .register {
+            if inv.positional.count > 1 { throw usageError("\(verb.rawValue) takes at most one argument") }
+        } else if inv.positional.count < maxPositionals - optional || inv.positional.count > maxPositionals {
             if inv.positional.count > maxPositionals {
                 throw usageError("unexpected argument \"\(inv.positional[maxPositionals])\"")
             }
@@ -264,6 +329,13 @@ struct Invocation {
                 throw usageError("\(verb.rawValue) needs -s SERVICE and -a ACCOUNT")
             }
             if inv.value(.secret) != nil && inv.has(.stdin) { throw usageError("-w and --stdin exclude each other") }
+        case .register:
+            guard inv.value(.appID) != nil, inv.repeated[.group] != nil, inv.repeated[.executable] != nil else {
+                throw usageError("register needs -i APPLICATION-ID, -g GROUP and -e EXECUTABLE")
+            }
+            for exe in inv.repeated[.executable] ?? [] where !exe.hasPrefix("/") {
+                throw usageError("executable \(exe) must be an absolute path")
+            }
         default: break
         }
         if let c = inv.value(.accessible), !accessibilityClasses.contains(c) {
@@ -282,7 +354,7 @@ let toolHelp: String = {
         verbs:
 
         """
-    for v in Verb.allCases { s += "  " + v.rawValue + String(repeating: " ", count: 11 - v.rawValue.count) + v.summary + "\n" }
+    for v in Verb.allCases { s += "  " + v.rawValue + String(repeating: " ", count: max(1, 11 - v.rawValue.count)) + v.summary + "\n" }
     s += """
 
         `keychainctl VERB --help` shows a verb's options. --json on any verb prints JSON on stdout.

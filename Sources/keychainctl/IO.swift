@@ -87,6 +87,23 @@ enum IO {
         }
     }
 
+    /// `mkdir -p` (mode 0700 for what it creates).
+    static func makeDirectories(_ path: String) throws(KeychainError) {
+        var current = ""
+        for part in path.split(separator: "/") {
+            current += "/" + part
+            if mkdir(current, 0o700) != 0 && errno != EEXIST {
+                throw KeychainError(.io, "cannot create \(current): \(String(cString: strerror(errno)))")
+            }
+        }
+    }
+
+    static func removeFile(_ path: String) throws(KeychainError) {
+        if unlink(path) != 0 && errno != ENOENT {
+            throw KeychainError(.io, "cannot remove \(path): \(String(cString: strerror(errno)))")
+        }
+    }
+
     /// Drops one trailing newline ("\n" or "\r\n") — what `echo` and most editors add.
     static func chompNewline(_ b: inout [UInt8]) {
         if b.last == 10 { b.removeLast(); if b.last == 13 { b.removeLast() } }

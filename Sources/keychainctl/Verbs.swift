@@ -29,7 +29,46 @@ struct Command {
         case .passwd: try passwd()
         case .backup: try backup()
         case .restore: try restore()
+        case .apps: try apps()
+        case .register: try register()
+        case .approve: try approve(inv.positional[0])
+        case .unregister: try unregister()
         }
+    }
+
+    // MARK: Presence (an admin's keychain passphrase)
+
+    static let presenceKey = "keychainPassphrase"
+
+    /// The keychain passphrase: from --keychain-passphrase-file, else asked on the terminal.
+    private func keychainPassphrase() throws(KeychainError) -> [UInt8] {
+        try passphrase(file: .keychainPassphraseFile, prompt: "keychain passphrase: ")
+    }
+
+    /// Runs `body` with the request arguments that prove presence: the keychain passphrase when a
+    /// file gives it, else none at first and — when the daemon answers that it needs it — asked on the
+    /// terminal, and `body` run once more.
+    private func withPresence<R>(_ body: ([String: Value]) throws(KeychainError) -> R) throws(KeychainError) -> R {
+        if inv.value(.keychainPassphraseFile) != nil {
+            var p = try keychainPassphrase()
+            defer { IO.wipe(&p) }
+            return try body([Self.presenceKey: .bytes(p)])
+        }
+        do {
+            return try body([:])
+        } catch where error.needsPassphrase {
+            var p = try keychainPassphrase()
+            defer { IO.wipe(&p) }
+            return try body([Self.presenceKey: .bytes(p)])
+        }
+    }
+
+    /// Presence for an admin op that always needs it while a passphrase is set.
+    private func presenceArguments(_ admin: KeychainAdmin) throws(KeychainError) -> [UInt8]? {
+        if inv.value(.keychainPassphraseFile) == nil {
+            guard try admin.status().passphraseSet else { return nil }
+        }
+        return try keychainPassphrase()
     }
 
     private mutating func help() {
@@ -92,7 +131,7 @@ struct Command {
         if inv.json { q["r_Attributes"] = .bool(true) }
         var result: Value?
         do throws(KeychainError) {
-            result = try connection.call(.add, query: q)
+            result = try withPresence { (p) throws(KeychainError) in try connection.call(.add, query: q, arguments: p) }
         } catch where error.status == .duplicateItem && inv.has(.updateExisting) {
             var attrs = attributeOptions()
             attrs["v_Data"] = .bytes(data)
@@ -102,7 +141,7 @@ struct Command {
             if target["agrp"] == nil, let group = try KeychainAdmin(connection: connection).status().groups.first {
                 target["agrp"] = .text(group)
             }
-            _ = try connection.call(.update, query: target, attributes: attrs)
+            _ = try withPresence { (p) throws(KeychainError) in try connection.call(.update, query: target, attributes: attrs, arguments: p) }
             if inv.json {
                 var read = target
                 read["r_Attributes"] = .bool(true)
@@ -118,7 +157,7 @@ struct Command {
         let printSecret = inv.has(.printSecret)
         if printSecret { q["r_Data"] = .bool(true) }
         if !printSecret || inv.json { q["r_Attributes"] = .bool(true) }
-        let result = try connection.call(.copy, query: q)
+        let result = try withPresence { (p) throws(KeychainError) in try connection.call(.copy, query: q, arguments: p) }
         let items = Self.items(result)
         if inv.json {
             let shaped = items.map { item -> Value in
@@ -145,7 +184,8 @@ struct Command {
             data = try secret(newItem: false)
             attrs["v_Data"] = .bytes(data)
         }
-        _ = try connection.call(.update, query: filters(), attributes: attrs)
+        let q = filters()
+        _ = try withPresence { (p) throws(KeychainError) in try connection.call(.update, query: q, attributes: attrs, arguments: p) }
         ok()
     }
 
@@ -156,12 +196,13 @@ struct Command {
         refsQuery["m_Limit"] = .text("m_LimitAll")
         let refs = Self.items(try connection.call(.copy, query: refsQuery))
         if inv.has(.all) {
-            _ = try connection.call(.delete, query: q)
+            _ = try withPresence { (p) throws(KeychainError) in try connection.call(.delete, query: q, arguments: p) }
         } else {
             guard refs.count == 1, case .bytes(let ref) = refs[0] else {
                 throw .param("\(refs.count) items match; narrow the match with -s, -a and -g, or pass --all to delete them all")
             }
-            _ = try connection.call(.delete, query: ["class": .text("genp"), "v_PersistentRef": .bytes(ref)])
+            let one: [String: Value] = ["class": .text("genp"), "v_PersistentRef": .bytes(ref)]
+            _ = try withPresence { (p) throws(KeychainError) in try connection.call(.delete, query: one, arguments: p) }
         }
         if inv.json { out.line("{\"deleted\":\(refs.count)}") }
     }
@@ -241,9 +282,121 @@ struct Command {
             rows.append(("readable", available.isEmpty ? "none" : available.joined(separator: " ")))
             if !unavailable.isEmpty { rows.append(("unreadable", unavailable.joined(separator: " "))) }
         }
-        rows.append(("caller", s.caller + (s.admin ? " (admin)" : "")))
+        rows.append(("caller", s.caller.isEmpty ? "not identified" : s.caller + (s.admin ? " (admin)" : "")))
         if !s.groups.isEmpty { rows.append(("groups", s.groups.joined(separator: " "))) }
+        if case .text(let why)? = s.raw["unidentified"] { rows.append(("why", why)) }
+        let isolation = s.raw["isolation"]?.map ?? [:]
+        switch isolation["level"]?.text {
+        case "none"?: rows.append(("isolation", "none against your own processes (no passphrase)"))
+        case "apps"?: rows.append(("isolation", "apps are told apart by their executables"))
+        default: break
+        }
+        for note in (isolation["notes"]?.array ?? []).compactMap(\.text) { rows.append(("", "- " + note)) }
+        let registrations = (isolation["registrations"]?.array ?? []).compactMap(\.map)
+        let ignored = registrations.filter { $0["trusted"]?.bool == false || $0["refused"] != nil }
+        for r in ignored {
+            rows.append(("not counting", (r["file"]?.text ?? "?") + ": " + (r["reason"]?.text
+                ?? (r["refused"]?.map ?? [:]).values.compactMap(\.text).joined(separator: "; "))))
+        }
         out.line(Human.aligned(rows))
+    }
+
+    // MARK: Registrations
+
+    private mutating func apps() throws(KeychainError) {
+        let s = try KeychainAdmin(connection: connection).status()
+        let registrations = (s.raw["isolation"]?.map?["registrations"]?.array ?? []).compactMap(\.map)
+        if inv.json {
+            out.line(JSON.encode(.array(registrations.map(Value.map))))
+            return
+        }
+        guard s.raw["isolation"]?.map?["registrations"] != nil else {
+            throw KeychainError(.missingEntitlement, "keychaind shows registrations to identified apps only; this keychainctl is not one")
+        }
+        var rows: [[String]] = [["APP", "SOURCE", "ADMIN", "COUNTS", "FILE"]]
+        for r in registrations {
+            rows.append([r["application-identifier"]?.text ?? "?", r["source"]?.text ?? "?",
+                         r["admin"]?.bool == true ? "yes" : "no",
+                         r["trusted"]?.bool == true ? (r["refused"] == nil ? "yes" : "partly") : "no",
+                         r["file"]?.text ?? ""])
+        }
+        var widths = [Int](repeating: 0, count: 5)
+        for r in rows { for (i, c) in r.enumerated() { widths[i] = max(widths[i], c.count) } }
+        for r in rows {
+            out.line(r.enumerated().map { i, c in i == r.count - 1 ? c : c + String(repeating: " ", count: widths[i] - c.count + 2) }.joined())
+        }
+        for r in registrations {
+            if let why = r["reason"]?.text { out.line("  \(r["file"]?.text ?? "?"): \(why)") }
+            for (_, why) in (r["refused"]?.map ?? [:]).sorted(by: { $0.key < $1.key }) {
+                if let why = why.text { out.line("  \(r["file"]?.text ?? "?"): \(why)") }
+            }
+        }
+    }
+
+    /// Writes NAME.json into the daemon's user apps.d and approves it.
+    private mutating func register() throws(KeychainError) {
+        let admin = KeychainAdmin(connection: connection)
+        let s = try admin.status()
+        guard let directory = s.raw["isolation"]?.map?["userAppsDirectory"]?.text else {
+            throw KeychainError(.missingEntitlement, "keychaind tells identified apps only where registrations go; this keychainctl is not one")
+        }
+        let id = inv.value(.appID)!
+        var name = inv.positional.first ?? id
+        if !name.hasSuffix(".json") { name += ".json" }
+        guard !name.contains("/"), !name.hasPrefix(".") else { throw .param("NAME must be a plain file name") }
+        var object: [(String, Value)] = [
+            ("application-identifier", .text(id)),
+            ("keychain-access-groups", .array((inv.repeated[.group] ?? []).map(Value.text))),
+            ("executables", .array((inv.repeated[.executable] ?? []).map(Value.text))),
+        ]
+        if inv.has(.admin) { object.append(("admin", .bool(true))) }
+        let text = "{\n" + object.map { "  \(JSON.string($0.0)): \(JSON.encode($0.1))" }.joined(separator: ",\n") + "\n}\n"
+        try IO.makeDirectories(directory)
+        try IO.writeFilePrivately(directory + "/" + name, Array(text.utf8))
+        if !inv.json { out.line("wrote \(directory)/\(name)") }
+        do throws(KeychainError) {
+            try approve(name)
+        } catch where error.status == .missingEntitlement && !s.passphraseSet {
+            // Without a passphrase the file counts as it is; a non-admin just cannot ask for the reload.
+            out.line("keychaind reads it on its next start or SIGHUP (pkill -HUP -u \"$(id -u)\" -x keychaind)")
+        }
+    }
+
+    private mutating func approve(_ file: String) throws(KeychainError) {
+        let admin = KeychainAdmin(connection: connection)
+        var name = file
+        if !name.hasSuffix(".json") { name += ".json" }
+        var p = try presenceArguments(admin)
+        defer { if p != nil { IO.wipe(&p!) } }
+        let id = try admin.approve(file: name, keychainPassphrase: p)
+        if inv.json { out.line("{\"approved\":\(JSON.string(id)),\"file\":\(JSON.string(name))}") } else { out.line("approved \(id) (\(name))") }
+    }
+
+    private mutating func unregister() throws(KeychainError) {
+        let admin = KeychainAdmin(connection: connection)
+        let s = try admin.status()
+        let id = inv.positional[0]
+        let registrations = (s.raw["isolation"]?.map?["registrations"]?.array ?? []).compactMap(\.map)
+        let files = registrations.filter {
+            $0["source"]?.text == "user" && $0["application-identifier"]?.text.map { $0.utf8.elementsEqual(id.utf8) } == true
+        }.compactMap { $0["file"]?.text }
+        var p = try presenceArguments(admin)
+        defer { if p != nil { IO.wipe(&p!) } }
+        var revoked = false
+        do throws(KeychainError) {
+            try admin.revoke(applicationIdentifier: id, keychainPassphrase: p)
+            revoked = true
+        } catch where error.status == .itemNotFound || (error.status == .missingEntitlement && !s.passphraseSet) {
+            // Nothing was approved (or nothing needs to be, without a passphrase): the files are all there is.
+        }
+        for f in files { try IO.removeFile(f) }
+        guard revoked || !files.isEmpty else { throw KeychainError(.itemNotFound, "no registration of yours has that application-identifier") }
+        if inv.json {
+            out.line("{\"revoked\":\(revoked),\"removed\":\(JSON.encode(.array(files.map(Value.text))))}")
+        } else {
+            for f in files { out.line("removed \(f)") }
+            if revoked { out.line("revoked the approval of \(id)") }
+        }
     }
 
     private func passphrase(file: Opt, prompt: String) throws(KeychainError) -> [UInt8] {
@@ -283,8 +436,12 @@ struct Command {
             if old != nil { IO.wipe(&old!) }
         }
         guard !new.isEmpty else { throw .param("the new passphrase must not be empty") }
-        try admin.changePassphrase(old: old, new: new)
-        ok()
+        let approved = try admin.changePassphrase(old: old, new: new)
+        if inv.json {
+            out.line("{\"ok\":true,\"approved\":\(JSON.encode(.array(approved.map(Value.text))))}")
+        } else if !approved.isEmpty {
+            out.line("passphrase set; these registrations in your apps.d counted until now and stay approved: \(approved.joined(separator: ", "))")
+        }
     }
 
     private mutating func backup() throws(KeychainError) {
@@ -294,7 +451,10 @@ struct Command {
             : try Prompt.readNewSecret("backup passphrase: ", "retype backup passphrase: ")
         defer { IO.wipe(&p) }
         guard !p.isEmpty else { throw .param("the backup passphrase must not be empty") }
-        let bytes = try KeychainAdmin(connection: connection).backup(passphrase: p)
+        let admin = KeychainAdmin(connection: connection)
+        var presence = try presenceArguments(admin)
+        defer { if presence != nil { IO.wipe(&presence!) } }
+        let bytes = try admin.backup(passphrase: p, keychainPassphrase: presence)
         try IO.writeFilePrivately(path, bytes)
         if inv.json {
             out.line("{\"bytes\":\(bytes.count),\"file\":\(JSON.string(path))}")
@@ -308,7 +468,10 @@ struct Command {
         let data = try IO.readFile(path)
         var p = try passphrase(file: .passphraseFile, prompt: "backup passphrase: ")
         defer { IO.wipe(&p) }
-        let r = try KeychainAdmin(connection: connection).restore(passphrase: p, data: data)
+        let admin = KeychainAdmin(connection: connection)
+        var presence = try presenceArguments(admin)
+        defer { if presence != nil { IO.wipe(&presence!) } }
+        let r = try admin.restore(passphrase: p, data: data, keychainPassphrase: presence)
         if inv.json {
             out.line("{\"restored\":\(r.restored),\"skipped\":\(r.skipped)}")
         } else {

@@ -9,7 +9,14 @@ import KeychainDaemon
 /// app so inputs reach the item layer's validation and the store.
 enum FuzzHarness {
     nonisolated(unsafe) static var handler: RequestHandler?
-    static let peer = PeerIdentity(pid: 1, uid: getuid(), executable: "/fuzz/app", problem: nil)
+    /// This very process, registered as the app: identification succeeds as for a real client.
+    static let executable: String = {
+        guard let p = realpath("/proc/self/exe", nil) else { return "/proc/self/exe" }
+        defer { free(p) }
+        return String(cString: p)
+    }()
+    static let peer = PeerIdentity(pid: getpid(), uid: getuid(), executable: executable,
+                                   executableFile: FileIdentity.of(path: executable), problem: nil)
 
     static func setUp() {
         let tmp = getenv("TMPDIR").map { String(cString: $0) }.flatMap { $0.isEmpty ? nil : $0 } ?? "/tmp"
@@ -20,7 +27,7 @@ enum FuzzHarness {
         do {
             let items = try ItemService(directory: path + "/data")
             let app = AppEntry(applicationIdentifier: "FUZZ.app", accessGroups: ["FUZZ.app", "FUZZ.shared"],
-                               executables: ["/fuzz/app"], admin: false, file: "fuzz")
+                               executables: [executable], admin: false, file: "fuzz")
             handler = RequestHandler(items: items, registry: AppRegistry(apps: [app], bundledCLI: nil))
         } catch {
             print("keychaind-fuzz: cannot create the store: \(error)")

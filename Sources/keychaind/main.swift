@@ -57,10 +57,16 @@ case .run(let options):
     Log.threshold = settings.logLevel
     if options.checkConfig {
         do {
-            let apps = try AppFiles.load(directory: settings.appsDirectory)
             print("configuration ok: \(settings.configFile)")
-            for app in apps {
-                print("app \(app.applicationIdentifier) groups=\(app.accessGroups.joined(separator: ",")) admin=\(app.admin) executables=\(app.executables.joined(separator: ","))")
+            for directory in settings.systemAppsDirectories + [settings.appsDirectory] {
+                let system = directory != settings.appsDirectory
+                let dirProblem = system ? TrustedPaths.rootOwnedProblem(directory) : nil
+                for app in try AppFiles.load(directory: directory) {
+                    let problem = system ? (dirProblem ?? TrustedPaths.rootOwnedProblem(app.file)) : nil
+                    let trust = problem.map { "not trusted (\($0))" }
+                        ?? (system ? "trusted" : "trusted while no passphrase is set, else when approved")
+                    print("app \(app.applicationIdentifier) groups=\(app.accessGroups.joined(separator: ",")) admin=\(app.admin) executables=\(app.executables.joined(separator: ",")) file=\(app.file): \(trust)")
+                }
             }
             exit(0)
         } catch {

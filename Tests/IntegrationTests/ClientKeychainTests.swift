@@ -118,6 +118,9 @@ final class ClientKeychainTests: XCTestCase {
         XCTAssertEqual(attrs[kSecValueData as String] as? Data, Data(first.uuidString.utf8))
         XCTAssertEqual(attrs[kSecAttrAccessible as String] as? String, "cku")
 
+        // keychainctl registered as an admin (as the package does) reads the same group's identifier.
+        try daemon.register(KeychainctlTests.cliAdmin, name: "keychainctl")
+        daemon.reloadApps()
         let cli = try daemon.run(DaemonHarness.cliPath, ["device-id", "-g", "TEAM.shared"])
         XCTAssertEqual(cli.status, 0, cli.stderr)
         XCTAssertEqual(cli.stdout, first.uuidString + "\n")

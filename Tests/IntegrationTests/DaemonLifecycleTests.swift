@@ -209,13 +209,60 @@ final class DaemonLifecycleTests: XCTestCase {
             return client != nil
         }
         let c = try XCTUnwrap(client, "systemd-socket-activate never listened on \(d.socketPath)")
-        let r = try c.call("status")
-        XCTAssertEqual(r.status, .success)
+        // systemd-socket-activate's socket lacks SO_PASSCRED (systemd's PassCredentials=yes, which
+        // our unit sets): the connection that started the daemon carries no sender credentials, so it
+        // is refused once, saying why; the next connection is served.
+        try c.send(Request(id: 1, op: "status"))
+        let first = try c.receive()
+        XCTAssertEqual(first.status, .missingEntitlement)
+        XCTAssertTrue(first.message?.contains("PassCredentials=yes") ?? false, first.message ?? "")
+        XCTAssertTrue(c.isClosed())
+        XCTAssertEqual(try d.connect().call("status").status, .success)
         XCTAssertTrue(notify.waitFor("READY=1"), "READY=1 sent once serving")
         kill(p.processIdentifier, SIGTERM)
         p.waitUntilExit()
         XCTAssertEqual(p.terminationStatus, 0)
         XCTAssertTrue(notify.waitFor("STOPPING=1"))
+    }
+}
+
+extension DaemonLifecycleTests {
+    /// systemd with PassCredentials=yes (our keychaind.socket): the listening socket has SO_PASSCRED
+    /// before anyone connects, so the request that triggers activation — written before keychaind
+    /// even runs — carries its writer's pid and is answered.
+    func testActivationWithPassCredentialsServesTheFirstRequest() throws {
+        let d = try DaemonHarness(start: false)
+        try FileManager.default.createDirectory(atPath: (d.socketPath as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+        let frame = Frame.encode(Request(id: 7, op: "status").value).map { String(format: "%02x", $0) }.joined()
+        let script = """
+        import os, socket, sys
+        path, frame, daemon = sys.argv[1], bytes.fromhex(sys.argv[2]), sys.argv[3:]
+        l = socket.socket(socket.AF_UNIX); l.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+        l.bind(path); os.chmod(path, 0o600); l.listen(16)
+        c = socket.socket(socket.AF_UNIX); c.connect(path); c.sendall(frame)   # before keychaind runs
+        pid = os.fork()
+        if pid == 0:
+            os.dup2(l.fileno(), 3)
+            os.set_inheritable(3, True)
+            os.environ['LISTEN_PID'] = str(os.getpid()); os.environ['LISTEN_FDS'] = '1'
+            os.execv(daemon[0], daemon)
+        data = b''
+        while len(data) < 4 or len(data) < 4 + int.from_bytes(data[:4], 'big'):
+            chunk = c.recv(65536)
+            if not chunk: break
+            data += chunk
+        print(data[4:].hex(), flush=True)
+        os.kill(pid, 15); os.waitpid(pid, 0)
+        """
+        let out = try d.run("/usr/bin/python3", ["-c", script, d.socketPath, frame, DaemonHarness.daemonPath] + d.arguments)
+        XCTAssertEqual(out.status, 0, out.stderr)
+        let hex = out.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        var bytes: [UInt8] = []
+        var rest = Substring(hex)
+        while rest.count >= 2 { bytes.append(UInt8(rest.prefix(2), radix: 16)!); rest = rest.dropFirst(2) }
+        let r = try Response(CBOR.decode(bytes))
+        XCTAssertEqual(r.id, 7)
+        XCTAssertEqual(r.status, .success, r.message ?? "")
     }
 }
 

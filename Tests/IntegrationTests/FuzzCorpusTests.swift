@@ -26,9 +26,20 @@ final class FuzzCorpusTests: XCTestCase {
 
     /// Found by the fuzzer: tag 1 heads nested without limit recursed once per byte; a 100 KB frame of
     /// 0xC1 overflowed a connection thread's stack and killed the daemon, before any identity check.
+    /// An unregistered peer may now send at most 16 KiB, so the long chains come from a registered app.
     func testALongChainOfTagsIsErrSecParamAndTheDaemonKeepsServing() throws {
-        let d = try DaemonHarness(apps: [])          // unregistered: this needs no entitlement at all
-        for n in [3_000, 100_000, 1_048_000] {
+        let unregistered = try DaemonHarness(apps: [])
+        try tagChains([3_000], unregistered)
+        let big = try unregistered.connect()
+        try big.sendRaw([0, 1, 0x86, 0xA0] + [0xA1, 0x61, 0x76] + [UInt8](repeating: 0xC1, count: 10))
+        let refused = try big.receive()
+        XCTAssertEqual(refused.status, .param)
+        XCTAssertTrue(refused.message?.contains("exceeds the limit of 16384 bytes") ?? false, refused.message ?? "")
+        try tagChains([3_000, 100_000, 1_048_000], try DaemonHarness())
+    }
+
+    func tagChains(_ sizes: [Int], _ d: DaemonHarness) throws {
+        for n in sizes {
             let c = try d.connect()
             let body: [UInt8] = [0xA1, 0x61, 0x76] + [UInt8](repeating: 0xC1, count: n) + [0x01]
             let n = UInt32(body.count)

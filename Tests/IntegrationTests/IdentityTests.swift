@@ -170,7 +170,8 @@ final class IdentityTests: XCTestCase {
         print("pid recycling: connecting pid \(result?["pid"] ?? "?") \(recycled ? "was handed to the registered app before the daemon looked" : "could not be handed to the registered app; tested the exited-peer case only")")
         let r = try response(result?["response"] as? String)
         XCTAssertEqual(r.status, .missingEntitlement, "a connection whose process is gone must not be served as anyone")
-        XCTAssertTrue(r.message?.contains("exited before it could be identified") ?? false, r.message ?? "")
+        // B's frame is refused before anything else: B is not the process that connected.
+        XCTAssertTrue(r.message?.contains("not by pid \(result?["pid"] ?? "?"), the process that connected") ?? false, r.message ?? "")
         XCTAssertEqual(try d.connect().call("status").status, .success, "the daemon keeps serving")
     }
 }

@@ -6,8 +6,12 @@ import KeychainServices
 final class KeychainctlTests: XCTestCase {
     var daemon: DaemonHarness!
 
+    /// keychainctl registered as the package registers it: an admin with the group `keychainctl`.
+    static let cliAdmin = DaemonHarness.App(id: "keychainctl", groups: ["keychainctl"],
+                                            executables: [DaemonHarness.cliPath], admin: true)
+
     override func setUpWithError() throws {
-        daemon = try DaemonHarness()
+        daemon = try DaemonHarness(apps: DaemonHarness.defaultApps + [Self.cliAdmin])
     }
 
     override func tearDown() {
@@ -34,7 +38,8 @@ final class KeychainctlTests: XCTestCase {
     func testHelpForTheToolAndEveryVerb() throws {
         let tool = try ctl("--help")
         XCTAssertEqual(tool.status, 0)
-        for verb in ["add", "find", "update", "delete", "list", "device-id", "status", "lock", "unlock", "passwd", "backup", "restore"] {
+        for verb in ["add", "find", "update", "delete", "list", "device-id", "status", "lock", "unlock", "passwd", "backup", "restore",
+                     "apps", "register", "approve", "unregister"] {
             XCTAssertTrue(tool.stdout.contains("  \(verb) "), verb)
             let help = try ctl(verb, "--help")
             XCTAssertEqual(help.status, 0, verb)
@@ -197,14 +202,19 @@ final class KeychainctlTests: XCTestCase {
         XCTAssertEqual(try ctl("find", "-s", "com.example.locked", "-w").stdout, "secret\n")
         XCTAssertEqual(try ctl("passwd", "--passphrase-file", pass, "--new-passphrase-file", newPass).status, 0)
 
-        let backup = try ctl("backup", backupFile, "--passphrase-file", pass, "--json")
+        // While a passphrase is set, backup and restore also need the keychain passphrase (presence).
+        assertFailure(try ctl("backup", backupFile, "--passphrase-file", pass, "--keychain-passphrase-file", pass),
+                      errSecAuthFailed, "errSecAuthFailed")
+        let backup = try ctl("backup", backupFile, "--passphrase-file", pass, "--keychain-passphrase-file", newPass, "--json")
         XCTAssertEqual(backup.status, 0, backup.stderr)
         let mode = try FileManager.default.attributesOfItem(atPath: backupFile)[.posixPermissions] as? Int
         XCTAssertEqual(mode, 0o600)
         XCTAssertEqual(try ctl("delete", "-s", "com.example.locked", "-a", "a").status, 0)
-        let restored = try XCTUnwrap(try json(ctl("restore", backupFile, "--passphrase-file", pass, "--json").stdout) as? [String: Any])
+        let restored = try XCTUnwrap(try json(ctl("restore", backupFile, "--passphrase-file", pass, "--keychain-passphrase-file", newPass,
+                                                  "--json").stdout) as? [String: Any])
         XCTAssertGreaterThanOrEqual(restored["restored"] as? Int ?? 0, 1)
         XCTAssertEqual(try ctl("find", "-s", "com.example.locked", "-w").stdout, "secret\n")
-        XCTAssertNotEqual(try ctl("restore", backupFile, "--passphrase-file", newPass).status, 0, "wrong backup passphrase")
+        XCTAssertNotEqual(try ctl("restore", backupFile, "--passphrase-file", newPass, "--keychain-passphrase-file", newPass).status, 0,
+                          "wrong backup passphrase")
     }
 }

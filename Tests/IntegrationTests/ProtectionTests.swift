@@ -155,9 +155,12 @@ final class ProtectionTests: XCTestCase {
     func testAdminOpsNeedAnAdminAndCheckTheirArguments() throws {
         let d = try DaemonHarness(config: #"{"kdfProfile": "interactive"}"#)   // runner registered without admin
         let c = try d.connect()
-        for op in ["lock", "unlock", "passwd", "backup", "restore"] {
+        for op in ["passwd", "backup", "restore", "approve", "revoke"] {
             XCTAssertEqual(try c.call(op).status, .missingEntitlement, op)
         }
+        // lock and unlock are for any identified app: the passphrase is the proof (none is set here).
+        XCTAssertEqual(try c.call("lock").status, .param, "nothing to lock without a passphrase")
+        XCTAssertEqual(try c.call("unlock", arguments: ["passphrase": bytes("x")]).status, .success)
         let a = try harness()
         let admin = try a.connect()
         XCTAssertEqual(try admin.call("unlock").status, .param, "passphrase missing")
@@ -378,9 +381,15 @@ final class ProtectionTests: XCTestCase {
 
         // Locked: no backup.
         XCTAssertEqual(try c.call("lock").status, .success)
-        XCTAssertEqual(try c.call("backup", arguments: ["passphrase": bytes("backup passphrase")]).status, .interactionNotAllowed)
+        XCTAssertEqual(try c.call("backup", arguments: ["passphrase": bytes("backup passphrase"),
+                                                        "keychainPassphrase": bytes("keychain passphrase")]).status, .interactionNotAllowed)
         XCTAssertEqual(try unlock(c, "keychain passphrase").status, .success)
-        let made = try c.call("backup", arguments: ["passphrase": bytes("backup passphrase")])
+        // An admin proves presence with the keychain passphrase while one is set.
+        let unproven = try c.call("backup", arguments: ["passphrase": bytes("backup passphrase")])
+        XCTAssertEqual(unproven.status, .authFailed)
+        XCTAssertTrue(unproven.needsPassphrase, unproven.message ?? "")
+        let made = try c.call("backup", arguments: ["passphrase": bytes("backup passphrase"),
+                                                    "keychainPassphrase": bytes("keychain passphrase")])
         XCTAssertEqual(made.status, .success, made.message ?? "")
         let file = try XCTUnwrap(made.result?.bytes)
         XCTAssertEqual(Array(file.prefix(8)), Array("KCBACKUP".utf8))

@@ -14,7 +14,7 @@ final class ReviewRegressionTests: XCTestCase {
     }
 
     func testKeychainctlAddUpdateExistingChangesOnlyTheItemItCollidedWith() throws {
-        let d = try DaemonHarness()
+        let d = try DaemonHarness(apps: DaemonHarness.defaultApps + [KeychainctlTests.cliAdmin])
         let app = try d.connect()
         let appItem: [String: Value] = ["class": .text("genp"), "svce": .text("svc"), "acct": .text("acct"),
                                         "agrp": .text("TEAM.shared"), "v_Data": .bytes(Array("app's".utf8))]
@@ -106,7 +106,8 @@ final class ReviewRegressionTests: XCTestCase {
     }
 
     func testABackupThatNoRestoreCouldCarryIsRefusedWithTheRemedy() throws {
-        let d = try DaemonHarness(config: #"{"maxFrameBytes": 4096, "kdfProfile": "interactive"}"#)
+        let d = try DaemonHarness(apps: DaemonHarness.defaultApps + [KeychainctlTests.cliAdmin],
+                                  config: #"{"maxFrameBytes": 4096, "kdfProfile": "interactive"}"#)
         let c = try d.connect()
         for i in 0..<4 {
             XCTAssertEqual(try c.call("add", query: ["class": .text("genp"), "svce": .text("bulk"), "acct": .text("a\(i)"),
@@ -138,7 +139,7 @@ extension ReviewRegressionTests {
 
 extension ReviewRegressionTests {
     func testStatusCountsOnlyTheItemsTheCallerCanSee() throws {
-        let d = try DaemonHarness()
+        let d = try DaemonHarness(apps: DaemonHarness.defaultApps + [KeychainctlTests.cliAdmin])
         let app = try d.connect()
         for account in ["a", "b"] {
             XCTAssertEqual(try app.call("add", query: ["class": .text("genp"), "svce": .text("count"), "acct": .text(account),

@@ -161,7 +161,7 @@ import KeychainCrypto
         try withKeychain { (fx) throws in
             try fx.add("svc", "alice")
             let parsed = try ParsedQuery(query("svc", "alice", ["r_Data": .bool(true)]), for: .copy)
-            let scope = try ItemService.scope(of: parsed, Fixture.app)
+            let scope = try AccessPolicy.scope(naming: parsed.attributes[.accessGroup]?.text, Fixture.app)
             let filter = fx.service.rowFilter(parsed, scope: scope, withSecret: true)
             #expect(filter.uniqueIndexes?.count == 2)      // one digest per caller group
             let plan = try explain(fx, filter.sql, parameters: filter.uniqueIndexes!)

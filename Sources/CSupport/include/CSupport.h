@@ -22,6 +22,12 @@ int kc_pidfd_open(int32_t pid);
 int kc_pidfd_exited(int pidfd);
 /* The pid a pidfd refers to, read from /proc/self/fdinfo; -1 if gone or unknown. */
 int32_t kc_pidfd_pid(int pidfd);
+/* setsockopt(SO_PASSCRED, 1): the kernel then attaches the writer's credentials to what is read. */
+int kc_pass_credentials(int fd);
+/* recv() through recvmsg() with SCM_CREDENTIALS: reads up to `len` bytes written by one process
+ * (the kernel never joins data of two writers in one read once SO_PASSCRED is set) and stores that
+ * writer's pid in *writer_pid, or 0 when the data carried no credentials. Returns what recvmsg does. */
+long kc_recv_from_writer(int fd, void *buf, size_t len, int32_t *writer_pid);
 /* accept4(fd, NULL, NULL, SOCK_CLOEXEC). */
 int kc_accept_cloexec(int fd);
 /* prctl(PR_SET_DUMPABLE, 0) and RLIMIT_CORE = 0. */

@@ -31,7 +31,11 @@ final class DaemonHarness: @unchecked Sendable {
     let socketPath: String
     let dataDirectory: String
     let configFile: String
+    /// The user's apps.d (beside the config file): trusted as it is only while no passphrase is set.
     let appsDirectory: String
+    /// A root-owned directory passed as `--system-apps-dir`: trusted whatever the passphrase (the
+    /// suite runs as root, and everything on the way to it is root's).
+    let systemAppsDirectory: String
     let logFile: String
     private(set) var process: Process?
 
@@ -41,8 +45,10 @@ final class DaemonHarness: @unchecked Sendable {
         dataDirectory = root + "/data"
         configFile = root + "/config/keychaind.json"
         appsDirectory = root + "/config/apps.d"
+        systemAppsDirectory = root + "/system/apps.d"
         logFile = root + "/daemon.log"
         try FileManager.default.createDirectory(atPath: appsDirectory, withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(atPath: systemAppsDirectory, withIntermediateDirectories: true)
         try config.write(toFile: configFile, atomically: true, encoding: .utf8)
         for (i, app) in apps.enumerated() { try register(app, name: "app\(i)") }
         if start { try self.start() }
@@ -53,15 +59,21 @@ final class DaemonHarness: @unchecked Sendable {
         try? FileManager.default.removeItem(atPath: root)
     }
 
-    func register(_ app: App, name: String) throws {
+    /// Writes a registration: by default into the root-owned system directory (counts whatever the
+    /// passphrase); with `user: true` into the user's apps.d (counts while no passphrase is set, or
+    /// once approved).
+    func register(_ app: App, name: String, user: Bool = false) throws {
         var object: [String: Any] = ["application-identifier": app.id, "keychain-access-groups": app.groups,
                                      "executables": app.executables]
         if app.admin { object["admin"] = true }
         let data = try JSONSerialization.data(withJSONObject: object)
-        try data.write(to: URL(fileURLWithPath: appsDirectory + "/\(name).json"))
+        try data.write(to: URL(fileURLWithPath: (user ? appsDirectory : systemAppsDirectory) + "/\(name).json"))
     }
 
-    var arguments: [String] { ["--socket", socketPath, "--data-dir", dataDirectory, "--config", configFile, "--log-level", "debug"] }
+    var arguments: [String] {
+        ["--socket", socketPath, "--data-dir", dataDirectory, "--config", configFile, "--log-level", "debug",
+         "--system-apps-dir", systemAppsDirectory]
+    }
 
     /// Launches the daemon and waits until its socket answers.
     func start(extraEnvironment: [String: String] = [:]) throws {

@@ -1,0 +1,117 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import KeychainCore
+import KeychainItems
+
+/// Keeps the app registry current: loads it at start, and again on SIGHUP and whenever something
+/// that decides which registrations count changes (an unlock makes approvals readable, a passphrase
+/// is set or removed, a registration is approved or revoked). Each load gets a new generation, so a
+/// connection re-identifies its peer only when the registry changed.
+final class Registrar: Sendable {
+    private let systemDirectories: [String]
+    private let userDirectory: String
+    private let bundledCLI: String?
+    private let items: ItemService
+    private let state: Locked<(registry: AppRegistry, generation: Int)>
+
+    init(systemDirectories: [String], userDirectory: String, bundledCLI: String?, items: ItemService) throws(ConfigurationError) {
+        self.systemDirectories = systemDirectories
+        self.userDirectory = userDirectory
+        self.bundledCLI = bundledCLI
+        self.items = items
+        let registry = try Self.load(systemDirectories: systemDirectories, userDirectory: userDirectory,
+                                     bundledCLI: bundledCLI, items: items)
+        state = Locked((registry, 1))
+        Self.logUntrusted(registry)
+    }
+
+    /// The registry for tests and tools that build one by hand.
+    init(registry: AppRegistry, items: ItemService) {
+        systemDirectories = []
+        userDirectory = ""
+        bundledCLI = nil
+        self.items = items
+        state = Locked((registry, 1))
+    }
+
+    var current: (registry: AppRegistry, generation: Int) { state.withLock { $0 } }
+
+    /// The user's `apps.d`, where `approve` reads files.
+    var userAppsDirectory: String { userDirectory }
+
+    /// Reads the registrations again; on a malformed file keeps the previous registry and says why.
+    @discardableResult
+    func reload(_ why: String) -> Bool {
+        guard !userDirectory.isEmpty else { return true }
+        do {
+            let registry = try Self.load(systemDirectories: systemDirectories, userDirectory: userDirectory,
+                                         bundledCLI: bundledCLI, items: items)
+            state.withLock { $0 = (registry, $0.generation + 1) }
+            Log.info("apps reloaded", [("why", why), ("apps", String(registry.registrations.count)),
+                                       ("untrusted", String(registry.untrusted.count))])
+            Self.logUntrusted(registry)
+            return true
+        } catch {
+            Log.error("apps not reloaded; keeping the previous ones", [("why", why), ("reason", String(describing: error))])
+            return false
+        }
+    }
+
+    /// The user registrations that count now (what setting the first passphrase approves).
+    func trustedUserRegistrations() -> [ApprovedRegistration] {
+        current.registry.registrations.filter { $0.source == .user && $0.untrusted == nil }.map { Self.approval($0.entry) }
+    }
+
+    static func approval(_ entry: AppEntry) -> ApprovedRegistration {
+        ApprovedRegistration(applicationIdentifier: entry.applicationIdentifier, accessGroups: entry.accessGroups,
+                             executables: entry.executables, admin: entry.admin)
+    }
+
+    private static func load(systemDirectories: [String], userDirectory: String, bundledCLI: String?,
+                             items: ItemService) throws(ConfigurationError) -> AppRegistry {
+        let approvals: [AppEntry]?
+        do {
+            approvals = try items.approvedRegistrations()?.map {
+                AppEntry(applicationIdentifier: $0.applicationIdentifier, accessGroups: $0.accessGroups,
+                         executables: $0.executables, admin: $0.admin, file: "(approved)")
+            }
+        } catch {
+            // A damaged approvals record must not make every user app an unknown: it makes them untrusted.
+            Log.error("approved registrations cannot be read; user registrations do not count", [("reason", error.message)])
+            approvals = []
+        }
+        return try AppRegistry.load(RegistryContext(systemDirectories: systemDirectories, userDirectory: userDirectory,
+                                                    bundledCLI: bundledCLI, passphraseSet: items.hasPassphrase,
+                                                    approvals: approvals))
+    }
+
+    private static func logUntrusted(_ registry: AppRegistry) {
+        for r in registry.untrusted {
+            if let reason = r.untrusted {
+                Log.warning("registration ignored", [("file", r.entry.file), ("reason", reason)])
+            }
+            for (exe, reason) in r.refusedExecutables.sorted(by: { $0.key < $1.key }) {
+                Log.warning("registered executable refused", [("file", r.entry.file), ("executable", exe), ("reason", reason)])
+            }
+        }
+    }
+}
+
+/// What one connection knows about its peer: the facts read at accept, and the app they map to in a
+/// given registry generation (looked up again only when the registry changed).
+final class ConnectionPeer: @unchecked Sendable {
+    // Safety: used by its connection's thread only.
+    let identity: PeerIdentity
+    private var cached: (generation: Int, result: Result<AppEntry, KeychainIdentityError>)?
+
+    init(_ identity: PeerIdentity) { self.identity = identity }
+
+    func app(in registrar: Registrar) -> Result<AppEntry, KeychainIdentityError> {
+        let (registry, generation) = registrar.current
+        if let cached, cached.generation == generation { return cached.result }
+        let result = registry.identify(identity)
+        cached = (generation, result)
+        return result
+    }
+}
