@@ -1,4 +1,6 @@
 import Foundation
+internal import KeychainClient
+internal import KeychainCore
 
 // Linux stand-ins for the Core Foundation names that keychain code written for Apple platforms uses.
 //

@@ -1,6 +1,9 @@
 import Foundation
 import XCTest
 import KeychainServices
+import KeychainClient
+import KeychainCore
+import KeychainWire
 
 // Swift ports of the iOS keychain code in /work/shared/seeds (LZKeychain / CHKeychain, KeyChainManager,
 // XPQKeychainManager) and of Apple's GenericKeychain sample, written as one would on iOS: only
