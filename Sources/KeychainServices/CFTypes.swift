@@ -1,5 +1,4 @@
 import Foundation
-internal import KeychainClient
 internal import KeychainCore
 
 // Linux stand-ins for the Core Foundation names that keychain code written for Apple platforms uses.

@@ -1,5 +1,4 @@
 import Foundation
-internal import KeychainClient
 internal import KeychainCore
 
 /// Between SecItem dictionaries (`[String: Any]` bridged to `NSDictionary`) and the wire's `Value`s.

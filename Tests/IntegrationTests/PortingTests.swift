@@ -274,6 +274,47 @@ final class PortingTests: XCTestCase {
                        errSecSuccess)
     }
 
+    /// What was confirmed to match Apple before stays so through `import Security`.
+    func testWhatWasConfirmedToMatchAppleStillDoes() throws {
+        let base: [String: Any] = [kSecClass as String: kSecClassGenericPassword, kSecAttrService as String: "com.example.confirmed",
+                                   kSecAttrAccount as String: "a"]
+        func with(_ extra: [String: Any]) -> CFDictionary { base.merging(extra) { $1 } as CFDictionary }
+        // akpu without a passphrase is refused, as on a device without a passcode.
+        XCTAssertEqual(SecItemAdd(with([kSecValueData as String: Data("x".utf8),
+                                        kSecAttrAccessible as String: kSecAttrAccessibleWhenPasscodeSetThisDeviceOnly]), nil),
+                       errSecAuthFailed)
+        XCTAssertEqual(SecItemAdd(with([kSecValueData as String: Data("plain".utf8)]), nil), errSecSuccess)
+        XCTAssertEqual(SecItemAdd(with([kSecValueData as String: Data("again".utf8)]), nil), errSecDuplicateItem)
+        // A synchronizable twin is another item; plain queries see only the non-synchronizable one.
+        XCTAssertEqual(SecItemAdd(with([kSecValueData as String: Data("synced".utf8), kSecAttrSynchronizable as String: true]), nil),
+                       errSecSuccess)
+        var item: CFTypeRef?
+        XCTAssertEqual(SecItemCopyMatching(with([kSecReturnData as String: true]), &item), errSecSuccess)
+        XCTAssertEqual(item as? Data, Data("plain".utf8))
+        XCTAssertEqual(SecItemCopyMatching(with([kSecReturnData as String: true, kSecAttrSynchronizable as String: kCFBooleanTrue!]), &item),
+                       errSecSuccess)
+        XCTAssertEqual(item as? Data, Data("synced".utf8))
+        XCTAssertEqual(SecItemCopyMatching(with([kSecReturnData as String: true, kSecMatchLimit as String: kSecMatchLimitAll,
+                                                 kSecAttrSynchronizable as String: kSecAttrSynchronizableAny]), &item), errSecSuccess)
+        XCTAssertEqual(Set(item as? [Data] ?? []), [Data("plain".utf8), Data("synced".utf8)])
+        // Accessibility in an update query narrows it: the item is WhenUnlocked, not AfterFirstUnlock.
+        XCTAssertEqual(SecItemUpdate(with([kSecAttrAccessible as String: kSecAttrAccessibleAfterFirstUnlock]),
+                                     [kSecValueData as String: Data("changed".utf8)] as CFDictionary), errSecItemNotFound)
+        XCTAssertEqual(SecItemUpdate(with([kSecAttrAccessible as String: kSecAttrAccessibleWhenUnlocked]),
+                                     [kSecValueData as String: Data("changed".utf8)] as CFDictionary), errSecSuccess)
+        // Persistent references are Data and name one item.
+        XCTAssertEqual(SecItemCopyMatching(with([kSecReturnPersistentRef as String: true]), &item), errSecSuccess)
+        let ref = try XCTUnwrap(item as? Data)
+        XCTAssertEqual(SecItemCopyMatching([kSecValuePersistentRef as String: ref, kSecReturnData as String: true] as CFDictionary, &item),
+                       errSecSuccess)
+        XCTAssertEqual(item as? Data, Data("changed".utf8))
+        XCTAssertEqual(SecItemDelete([kSecClass as String: kSecClassGenericPassword, kSecValuePersistentRef as String: ref] as CFDictionary),
+                       errSecSuccess)
+        XCTAssertEqual(SecItemCopyMatching(with([:]), nil), errSecItemNotFound)
+        // A group the app lacks is errSecMissingEntitlement, not "not found".
+        XCTAssertEqual(SecItemCopyMatching(with([kSecAttrAccessGroup as String: "OTHER.group"]), nil), errSecMissingEntitlement)
+    }
+
     func testFoundationOperationIsNotShadowed() {
         let job = CountingJob()
         let queue = OperationQueue()
