@@ -7,7 +7,9 @@ import PackageDescription
 let package = Package(
     name: "keychaind",
     products: [
-        .library(name: "KeychainServices", targets: ["KeychainServices"]),
+        // One product, two modules: `import KeychainServices`, or `import Security` so that code written
+        // for Apple platforms compiles unchanged.
+        .library(name: "KeychainServices", targets: ["KeychainServices", "Security"]),
         .executable(name: "keychaind", targets: ["keychaind"]),
         .executable(name: "keychainctl", targets: ["keychainctl"]),
     ],
@@ -36,6 +38,8 @@ let package = Package(
         .target(name: "KeychainClient", dependencies: ["KeychainCore", "KeychainWire"]),
         // The client library: Apple's SecItem API, a Swift-native API, DeviceIdentifier.
         .target(name: "KeychainServices", dependencies: ["KeychainCore", "KeychainWire", "KeychainClient"]),
+        // `import Security` on Linux: a thin re-export of KeychainServices.
+        .target(name: "Security", dependencies: ["KeychainServices"]),
 
         .executableTarget(name: "keychaind", dependencies: ["KeychainDaemon"]),
         .executableTarget(name: "keychainctl", dependencies: ["KeychainClient"]),
@@ -48,7 +52,7 @@ let package = Package(
 
         .testTarget(name: "KeychainCoreTests", dependencies: ["KeychainCore", "KeychainWire"]),
         .testTarget(name: "KeychainItemsTests", dependencies: ["KeychainItems", "KeychainStore", "KeychainCrypto", "KeychainCore"]),
-        .testTarget(name: "IntegrationTests", dependencies: ["KeychainServices", "KeychainCore", "KeychainWire"]),
+        .testTarget(name: "IntegrationTests", dependencies: ["KeychainServices", "Security", "KeychainClient", "KeychainCore", "KeychainWire"]),
     ],
     swiftLanguageModes: [.v6]
 )

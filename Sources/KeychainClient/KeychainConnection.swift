@@ -79,8 +79,13 @@ public final class KeychainConnection: Sendable {
         old?.shutdown()
     }
 
-    /// Whether a link to the daemon is currently open (for tests and diagnostics).
-    public var isConnected: Bool { state.withLock { $0.link != nil } }
+    /// Whether this process has a link to the daemon open (for tests and diagnostics). A link inherited
+    /// through `fork()` does not count: it belongs to the parent.
+    public var isConnected: Bool { state.withLock { $0.link.map { $0.pid == getpid() } ?? false } }
+
+    /// How many links this connection has opened so far; a call that had to reconnect raises it
+    /// (for tests and diagnostics).
+    package var linkGeneration: Int { state.withLock { $0.generation } }
 
     // MARK: Calls
 
@@ -88,7 +93,7 @@ public final class KeychainConnection: Sendable {
     ///
     /// Returns the response's `result` (nil when the operation returns none); a non-zero status is
     /// thrown as `KeychainError` with the daemon's message.
-    public func call(_ op: Operation, query: [String: Value]? = nil, attributes: [String: Value]? = nil,
+    package func call(_ op: Operation, query: [String: Value]? = nil, attributes: [String: Value]? = nil,
                      arguments: [String: Value] = [:]) throws(KeychainError) -> Value? {
         var plan = RetryPlan(op: op)
         while true {
@@ -104,7 +109,7 @@ public final class KeychainConnection: Sendable {
     }
 
     /// Sends one request and suspends until its answer arrives; the reader thread resumes the caller.
-    public func call(_ op: Operation, query: [String: Value]? = nil, attributes: [String: Value]? = nil,
+    package func call(_ op: Operation, query: [String: Value]? = nil, attributes: [String: Value]? = nil,
                      arguments: [String: Value] = [:]) async throws(KeychainError) -> Value? {
         var plan = RetryPlan(op: op)
         while true {
@@ -175,7 +180,8 @@ public final class KeychainConnection: Sendable {
     private func currentLink() throws(KeychainError) -> Link {
         let pid = getpid()
         // A link inherited through fork() belongs to the parent (its reader thread did not come
-        // along): the child leaves it alone and opens its own.
+        // along, and the daemon identified the parent at connect): the child leaves it alone and opens
+        // its own, which the daemon identifies as the child.
         if let l = state.withLock({ $0.link }), l.pid == pid { return l }
         return try connectLock.withLock { () throws(KeychainError) -> Link in
             if let l = state.withLock({ $0.link }), l.pid == pid { return l }
@@ -266,7 +272,12 @@ private final class Link: Sendable {
     }
 
     /// Wakes the reader (which owns the close, via the socket's deinit) without racing on the fd number.
+    ///
+    /// Only in the process that opened the link: after `fork()` the child shares the parent's socket,
+    /// and shutting it down would cut the parent's connection. The child just drops its copy (closed
+    /// when the link is released) and connects on its own.
     func shutdown() {
+        guard pid == getpid() else { return }
         _ = Glibc.shutdown(socket.fd, Int32(SHUT_RDWR))
     }
 }

@@ -1,4 +1,5 @@
 import Foundation
+internal import KeychainCore
 
 // Linux stand-ins for the Core Foundation names that keychain code written for Apple platforms uses.
 //

@@ -4,82 +4,116 @@ import Foundation
 // `kSecClass as String`, `[kSecClass: kSecClassGenericPassword] as CFDictionary` and
 // `query[kSecMatchLimit as String] = kSecMatchLimitOne` in a `[String: AnyObject]` compile as on Apple
 // platforms. They are `NSString`s (`CFString` here), immutable, hence `nonisolated(unsafe)`.
+//
+// Each one is a `SecConstant`, an `NSString` that hashes as the equal Swift `String` when it becomes an
+// `AnyHashable` — as every `NSString` does on Apple platforms, where Foundation gives `NSString` a
+// `String` as its `AnyHashable` representation. swift-corelibs-foundation does not, so with a plain
+// `NSString` the iOS spelling `(result as? [AnyHashable: Any])?[kSecAttrAccount]` would find nothing.
+
+/// An immutable `NSString` whose `AnyHashable` form is the equal Swift `String`, as on Apple platforms.
+final class SecConstant: NSString {
+    private let value: String
+    private let units: [unichar]
+
+    /// A constant holding `value`.
+    init(_ value: String) {
+        self.value = value
+        let units = Array(value.utf16)
+        self.units = units
+        super.init(characters: units, length: units.count)
+    }
+
+    required convenience init(string aString: String) { self.init(aString) }
+    required convenience init(stringLiteral value: StaticString) { self.init("\(value)") }
+    required convenience init(unicodeScalarLiteral value: StaticString) { self.init("\(value)") }
+    required convenience init(extendedGraphemeClusterLiteral value: StaticString) { self.init("\(value)") }
+    required convenience init?(coder aDecoder: NSCoder) { return nil }
+
+    override var length: Int { units.count }
+    override func character(at index: Int) -> unichar { units[index] }
+    /// Immutable: a copy is the constant itself (so a copied dictionary key keeps hashing as a String).
+    override func copy(with zone: NSZone? = nil) -> Any { self }
+}
+
+extension SecConstant: _HasCustomAnyHashableRepresentation {
+    func _toCustomAnyHashable() -> AnyHashable? { AnyHashable(value) }
+}
 
 // MARK: Item class
 /// The item class key; the only class keychaind stores is `kSecClassGenericPassword`.
-nonisolated(unsafe) public let kSecClass: CFString = "class"
-nonisolated(unsafe) public let kSecClassGenericPassword: CFString = "genp"
+nonisolated(unsafe) public let kSecClass: CFString = SecConstant("class")
+nonisolated(unsafe) public let kSecClassGenericPassword: CFString = SecConstant("genp")
 /// Accepted by the compiler only: keychaind answers `errSecNoSuchClass`.
-nonisolated(unsafe) public let kSecClassInternetPassword: CFString = "inet"
+nonisolated(unsafe) public let kSecClassInternetPassword: CFString = SecConstant("inet")
 /// Accepted by the compiler only: keychaind answers `errSecNoSuchClass`.
-nonisolated(unsafe) public let kSecClassCertificate: CFString = "cert"
+nonisolated(unsafe) public let kSecClassCertificate: CFString = SecConstant("cert")
 /// Accepted by the compiler only: keychaind answers `errSecNoSuchClass`.
-nonisolated(unsafe) public let kSecClassKey: CFString = "keys"
+nonisolated(unsafe) public let kSecClassKey: CFString = SecConstant("keys")
 /// Accepted by the compiler only: keychaind answers `errSecNoSuchClass`.
-nonisolated(unsafe) public let kSecClassIdentity: CFString = "idnt"
+nonisolated(unsafe) public let kSecClassIdentity: CFString = SecConstant("idnt")
 
 // MARK: Attributes of a generic password
-nonisolated(unsafe) public let kSecAttrService: CFString = "svce"
-nonisolated(unsafe) public let kSecAttrAccount: CFString = "acct"
-nonisolated(unsafe) public let kSecAttrAccessGroup: CFString = "agrp"
-nonisolated(unsafe) public let kSecAttrAccessible: CFString = "pdmn"
-nonisolated(unsafe) public let kSecAttrLabel: CFString = "labl"
-nonisolated(unsafe) public let kSecAttrDescription: CFString = "desc"
-nonisolated(unsafe) public let kSecAttrComment: CFString = "icmt"
-nonisolated(unsafe) public let kSecAttrGeneric: CFString = "gena"
-nonisolated(unsafe) public let kSecAttrCreator: CFString = "crtr"
-nonisolated(unsafe) public let kSecAttrType: CFString = "type"
-nonisolated(unsafe) public let kSecAttrIsInvisible: CFString = "invi"
-nonisolated(unsafe) public let kSecAttrIsNegative: CFString = "nega"
-nonisolated(unsafe) public let kSecAttrSynchronizable: CFString = "sync"
-nonisolated(unsafe) public let kSecAttrCreationDate: CFString = "cdat"
-nonisolated(unsafe) public let kSecAttrModificationDate: CFString = "mdat"
+nonisolated(unsafe) public let kSecAttrService: CFString = SecConstant("svce")
+nonisolated(unsafe) public let kSecAttrAccount: CFString = SecConstant("acct")
+nonisolated(unsafe) public let kSecAttrAccessGroup: CFString = SecConstant("agrp")
+nonisolated(unsafe) public let kSecAttrAccessible: CFString = SecConstant("pdmn")
+nonisolated(unsafe) public let kSecAttrLabel: CFString = SecConstant("labl")
+nonisolated(unsafe) public let kSecAttrDescription: CFString = SecConstant("desc")
+nonisolated(unsafe) public let kSecAttrComment: CFString = SecConstant("icmt")
+nonisolated(unsafe) public let kSecAttrGeneric: CFString = SecConstant("gena")
+nonisolated(unsafe) public let kSecAttrCreator: CFString = SecConstant("crtr")
+nonisolated(unsafe) public let kSecAttrType: CFString = SecConstant("type")
+nonisolated(unsafe) public let kSecAttrIsInvisible: CFString = SecConstant("invi")
+nonisolated(unsafe) public let kSecAttrIsNegative: CFString = SecConstant("nega")
+nonisolated(unsafe) public let kSecAttrSynchronizable: CFString = SecConstant("sync")
+nonisolated(unsafe) public let kSecAttrCreationDate: CFString = SecConstant("cdat")
+nonisolated(unsafe) public let kSecAttrModificationDate: CFString = SecConstant("mdat")
 /// Internet-password attribute: compiles, keychaind answers `errSecNoSuchAttr`.
-nonisolated(unsafe) public let kSecAttrServer: CFString = "srvr"
+nonisolated(unsafe) public let kSecAttrServer: CFString = SecConstant("srvr")
 /// Internet-password attribute: compiles, keychaind answers `errSecNoSuchAttr`.
-nonisolated(unsafe) public let kSecAttrPort: CFString = "port"
+nonisolated(unsafe) public let kSecAttrPort: CFString = SecConstant("port")
 /// Internet-password attribute: compiles, keychaind answers `errSecNoSuchAttr`.
-nonisolated(unsafe) public let kSecAttrProtocol: CFString = "ptcl"
+nonisolated(unsafe) public let kSecAttrProtocol: CFString = SecConstant("ptcl")
 
 // MARK: Values of kSecAttrSynchronizable
 /// In a query: match synchronizable and non-synchronizable items alike.
-nonisolated(unsafe) public let kSecAttrSynchronizableAny: CFString = "syna"
+nonisolated(unsafe) public let kSecAttrSynchronizableAny: CFString = SecConstant("syna")
 
 // MARK: Values of kSecAttrAccessible
 /// The default, as on Apple platforms.
-nonisolated(unsafe) public let kSecAttrAccessibleWhenUnlocked: CFString = "ak"
-nonisolated(unsafe) public let kSecAttrAccessibleAfterFirstUnlock: CFString = "ck"
-nonisolated(unsafe) public let kSecAttrAccessibleAlways: CFString = "dk"
-nonisolated(unsafe) public let kSecAttrAccessibleWhenPasscodeSetThisDeviceOnly: CFString = "akpu"
-nonisolated(unsafe) public let kSecAttrAccessibleWhenUnlockedThisDeviceOnly: CFString = "aku"
-nonisolated(unsafe) public let kSecAttrAccessibleAfterFirstUnlockThisDeviceOnly: CFString = "cku"
-nonisolated(unsafe) public let kSecAttrAccessibleAlwaysThisDeviceOnly: CFString = "dku"
+nonisolated(unsafe) public let kSecAttrAccessibleWhenUnlocked: CFString = SecConstant("ak")
+nonisolated(unsafe) public let kSecAttrAccessibleAfterFirstUnlock: CFString = SecConstant("ck")
+nonisolated(unsafe) public let kSecAttrAccessibleAlways: CFString = SecConstant("dk")
+nonisolated(unsafe) public let kSecAttrAccessibleWhenPasscodeSetThisDeviceOnly: CFString = SecConstant("akpu")
+nonisolated(unsafe) public let kSecAttrAccessibleWhenUnlockedThisDeviceOnly: CFString = SecConstant("aku")
+nonisolated(unsafe) public let kSecAttrAccessibleAfterFirstUnlockThisDeviceOnly: CFString = SecConstant("cku")
+nonisolated(unsafe) public let kSecAttrAccessibleAlwaysThisDeviceOnly: CFString = SecConstant("dku")
 
 // MARK: Values
 /// The secret: `Data` only (a `String` is `errSecParam`, as on Apple platforms).
-nonisolated(unsafe) public let kSecValueData: CFString = "v_Data"
-nonisolated(unsafe) public let kSecValuePersistentRef: CFString = "v_PersistentRef"
+nonisolated(unsafe) public let kSecValueData: CFString = SecConstant("v_Data")
+nonisolated(unsafe) public let kSecValuePersistentRef: CFString = SecConstant("v_PersistentRef")
 
 // MARK: Search
-nonisolated(unsafe) public let kSecMatchLimit: CFString = "m_Limit"
-nonisolated(unsafe) public let kSecMatchLimitOne: CFString = "m_LimitOne"
-nonisolated(unsafe) public let kSecMatchLimitAll: CFString = "m_LimitAll"
+nonisolated(unsafe) public let kSecMatchLimit: CFString = SecConstant("m_Limit")
+nonisolated(unsafe) public let kSecMatchLimitOne: CFString = SecConstant("m_LimitOne")
+nonisolated(unsafe) public let kSecMatchLimitAll: CFString = SecConstant("m_LimitAll")
 /// Accepted; matching stays byte-exact, as in Apple's data-protection keychain.
-nonisolated(unsafe) public let kSecMatchCaseInsensitive: CFString = "m_CaseInsensitive"
+nonisolated(unsafe) public let kSecMatchCaseInsensitive: CFString = SecConstant("m_CaseInsensitive")
 
 // MARK: Return types
-nonisolated(unsafe) public let kSecReturnData: CFString = "r_Data"
-nonisolated(unsafe) public let kSecReturnAttributes: CFString = "r_Attributes"
-nonisolated(unsafe) public let kSecReturnPersistentRef: CFString = "r_PersistentRef"
+nonisolated(unsafe) public let kSecReturnData: CFString = SecConstant("r_Data")
+nonisolated(unsafe) public let kSecReturnAttributes: CFString = SecConstant("r_Attributes")
+nonisolated(unsafe) public let kSecReturnPersistentRef: CFString = SecConstant("r_PersistentRef")
 /// Generic passwords have no reference type on iOS: the key is accepted and returns nothing.
-nonisolated(unsafe) public let kSecReturnRef: CFString = "r_Ref"
+nonisolated(unsafe) public let kSecReturnRef: CFString = SecConstant("r_Ref")
 
 // MARK: Use keys (accepted and ignored by the client, as Apple's client library strips them)
 /// A no-op: keychaind always behaves as the data-protection keychain.
-nonisolated(unsafe) public let kSecUseDataProtectionKeychain: CFString = "nleg"
-nonisolated(unsafe) public let kSecUseOperationPrompt: CFString = "u_OpPrompt"
-nonisolated(unsafe) public let kSecUseAuthenticationUI: CFString = "u_AuthUI"
-nonisolated(unsafe) public let kSecUseAuthenticationUIAllow: CFString = "u_AuthUIA"
-nonisolated(unsafe) public let kSecUseAuthenticationUIFail: CFString = "u_AuthUIF"
-nonisolated(unsafe) public let kSecUseAuthenticationUISkip: CFString = "u_AuthUIS"
-nonisolated(unsafe) public let kSecUseAuthenticationContext: CFString = "u_AuthCtx"
+nonisolated(unsafe) public let kSecUseDataProtectionKeychain: CFString = SecConstant("nleg")
+nonisolated(unsafe) public let kSecUseOperationPrompt: CFString = SecConstant("u_OpPrompt")
+nonisolated(unsafe) public let kSecUseAuthenticationUI: CFString = SecConstant("u_AuthUI")
+nonisolated(unsafe) public let kSecUseAuthenticationUIAllow: CFString = SecConstant("u_AuthUIA")
+nonisolated(unsafe) public let kSecUseAuthenticationUIFail: CFString = SecConstant("u_AuthUIF")
+nonisolated(unsafe) public let kSecUseAuthenticationUISkip: CFString = SecConstant("u_AuthUIS")
+nonisolated(unsafe) public let kSecUseAuthenticationContext: CFString = SecConstant("u_AuthCtx")

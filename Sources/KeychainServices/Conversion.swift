@@ -1,20 +1,26 @@
 import Foundation
+internal import KeychainCore
 
 /// Between SecItem dictionaries (`[String: Any]` bridged to `NSDictionary`) and the wire's `Value`s.
 ///
 /// Inbound, known keys are converted to their wire type the way Apple's client coerces them
 /// (a boolean key takes `Bool`, `kCFBooleanTrue`, or a number; `crtr`/`type` take any integer or
-/// `NSNumber`; `v_Data` takes only `Data`); unknown keys are converted by their Swift type and left
-/// for the daemon to judge. Anything that has no wire form is `errSecParam`, naming the key.
+/// `NSNumber`; `v_Data` takes only `Data`; the blob attributes `svce`, `acct`, `labl`, `desc`, `icmt`
+/// and `gena` take a `String` or `Data` and keep which one it was); unknown keys are converted by their
+/// Swift type and left for the daemon to judge. Anything that has no wire form is `errSecParam`,
+/// naming the key.
 ///
-/// Outbound, results take the types Apple's client hands back: `Data` for bytes, `String` for text,
+/// Outbound, results take the types Apple's client hands back: `Data` for bytes (so a blob attribute
+/// written as `Data` reads back as `Data`, one written as a `String` as a `String`), `String` for text,
 /// `Date` for dates, and `NSNumber` for booleans (0/1) and integers — an `NSNumber` answers both
 /// `as? Bool` and `as? Int`, as a CFNumber does on Apple platforms.
 enum Conversion {
     private static let boolKeys: Set<String> = [
         "invi", "nega", "sync", "m_CaseInsensitive", "r_Data", "r_Attributes", "r_PersistentRef", "r_Ref",
     ]
-    private static let textKeys: Set<String> = ["class", "svce", "acct", "agrp", "pdmn", "labl", "desc", "icmt"]
+    private static let textKeys: Set<String> = ["class", "agrp", "pdmn"]
+    /// Apple's blob columns: a `String` or `Data`, stored and returned as written, matched by bytes.
+    static let blobKeys: Set<String> = ["svce", "acct", "labl", "desc", "icmt", "gena"]
     private static let integerKeys: Set<String> = ["crtr", "type"]
     private static let dateKeys: Set<String> = ["cdat", "mdat"]
 
@@ -42,10 +48,10 @@ enum Conversion {
         case "v_Data", "v_PersistentRef":
             guard let b = bytes(v) else { throw wrong("Data") }
             return .bytes(b)
-        case "gena":
+        case _ where blobKeys.contains(key):
+            if let s = text(v) { return .text(s) }
             if let b = bytes(v) { return .bytes(b) }
-            if let s = text(v) { return .bytes(Array(s.utf8)) }  // Apple tolerates strings here
-            throw wrong("Data")
+            throw wrong("a String or Data")
         case "sync":
             if let s = text(v), s == "syna" { return .text(s) }
             guard let b = bool(v) else { throw wrong("a Bool or kSecAttrSynchronizableAny") }
@@ -105,6 +111,7 @@ enum Conversion {
 
     static func bytes(_ v: Any) -> [UInt8]? {
         if let d = v as? Data { return [UInt8](d) }
+        if let d = v as? NSData { return [UInt8](d as Data) }
         if let b = v as? [UInt8] { return b }
         return nil
     }

@@ -1,4 +1,6 @@
 import Foundation
+internal import KeychainClient
+internal import KeychainCore
 
 /// The error every Swift-native call throws: the `OSStatus` (as `status`, a `Status`) and the
 /// daemon's one-line message. Its description never contains a secret or an attribute value.
@@ -143,7 +145,14 @@ public struct Keychain: Sendable, Equatable {
         case .map?: items = [v!]
         default: items = []
         }
-        return items.compactMap { $0.map?["acct"]?.text }.sorted()
+        // An account written as Data by SecItem code (as some wrappers do) is listed by its UTF-8 text.
+        return items.compactMap { item -> String? in
+            switch item.map?["acct"] {
+            case .text(let s)?: return s
+            case .bytes(let b)?: return String(validating: b, as: UTF8.self)
+            default: return nil
+            }
+        }.sorted()
     }
 
     private static func data(_ v: Value?) throws(KeychainError) -> Data {

@@ -1,5 +1,6 @@
 import Foundation
-@_exported import KeychainClient
+internal import KeychainClient
+internal import KeychainCore
 
 // Apple's four SecItem calls, with Apple's signatures and semantics (the daemon implements the
 // semantics; these functions convert the dictionaries, send one request on the shared connection and

@@ -1,6 +1,9 @@
 import Foundation
 import XCTest
 import KeychainServices
+import KeychainClient
+import KeychainCore
+import KeychainWire
 
 /// A scripted stand-in for keychaind, to put the shared connection through what the real daemon
 /// rarely does on cue: dying mid-request, answering out of order, answering slowly.
@@ -157,5 +160,60 @@ final class ClientConnectionTests: XCTestCase {
         }
         XCTAssertNoThrow(try connection.call(.copy))
         XCTAssertEqual(fake.requests.count, 1)
+    }
+
+    /// After `fork()` the child must not speak on the parent's connection (the daemon identified the
+    /// parent when it connected): it opens its own, and nothing it does cuts the parent's.
+    func testAForkedChildOpensItsOwnConnectionAndLeavesTheParentsAlone() throws {
+        // ThreadSanitizer kills a child that starts a thread after a multi-threaded fork (its own
+        // limitation; the test runs in the plain and the AddressSanitizer suites).
+        if dlsym(UnsafeMutableRawPointer(bitPattern: 0), "__tsan_init") != nil {
+            throw XCTSkip("ThreadSanitizer does not support threads in a child of a multi-threaded fork")
+        }
+        let daemon = try DaemonHarness()
+        let connection = KeychainConnection(socketPath: daemon.socketPath)
+        let keychain = Keychain(service: "com.example.fork", connection: connection)
+        try keychain.set("parent", forKey: "k")
+        XCTAssertTrue(connection.isConnected)
+        let generation = connection.linkGeneration
+
+        let pid = fork()
+        if pid == 0 {
+            // The child: no XCTest here; the exit status says what went wrong.
+            var code: Int32 = 0
+            let inherited = connection.isConnected
+            connection.disconnect()                         // drops the inherited link: must not shut it down
+            if inherited {
+                code = 10                                   // the parent's link counted as the child's
+            } else if (try? keychain.string(forKey: "k")) != "parent" {
+                code = 11
+            } else if (try? keychain.set("child", forKey: "k")) == nil {
+                code = 12
+            } else if connection.linkGeneration != generation + 1 {
+                code = 13                                   // not exactly one new connection of its own
+            }
+            connection.disconnect()
+            _exit(code)
+        }
+        XCTAssertGreaterThan(pid, 0, "fork failed: \(String(cString: strerror(errno)))")
+        XCTAssertEqual(try waitForExit(pid), 0, "the child's check failed (see the codes above)")
+        XCTAssertEqual(try keychain.string(forKey: "k"), "child")
+        XCTAssertEqual(connection.linkGeneration, generation, "the parent kept its own connection")
+        XCTAssertTrue(connection.isConnected)
+    }
+
+    /// The exit status of child `pid`, waiting up to 60 s (then it is killed and the test fails).
+    private func waitForExit(_ pid: pid_t) throws -> Int32 {
+        let deadline = Date().addingTimeInterval(60)
+        var status: Int32 = 0
+        while Date() < deadline {
+            let r = waitpid(pid, &status, WNOHANG)
+            if r == pid { return (status & 0x7F) == 0 ? (status >> 8) & 0xFF : 128 + (status & 0x7F) }
+            if r < 0 && errno != EINTR { throw HarnessError("waitpid: \(String(cString: strerror(errno)))") }
+            usleep(10_000)
+        }
+        kill(pid, SIGKILL)
+        _ = waitpid(pid, &status, 0)
+        throw HarnessError("the forked child did not finish within 60 s")
     }
 }

@@ -1,6 +1,9 @@
 import Foundation
 import XCTest
 import KeychainServices
+import KeychainClient
+import KeychainCore
+import KeychainWire
 
 /// The Swift-native layer (`Keychain`, `DeviceIdentifier`) against the real daemon.
 final class ClientKeychainTests: XCTestCase {

@@ -1,10 +1,13 @@
 import Foundation
 import XCTest
 import KeychainServices
+import KeychainClient
+import KeychainCore
+import KeychainWire
 
-// Swift ports of the iOS keychain code in /work/shared/seeds (LZKeychain / CHKeychain, KeyChainManager,
+// Swift ports of published iOS device-identifier keychain code (LZKeychain / CHKeychain, KeyChainManager,
 // XPQKeychainManager) and of Apple's GenericKeychain sample, written as one would on iOS: only
-// `import Security` became `import KeychainServices`.
+// `import Security` became `import KeychainServices` (PortingTests keeps `import Security` itself).
 
 /// Seeds 000/001: save = delete then add an NSKeyedArchiver payload; load = copy kSecReturnData.
 enum LZKeychain {

@@ -1,6 +1,9 @@
 import Foundation
 import XCTest
 @testable import KeychainServices
+import KeychainClient
+import KeychainCore
+import KeychainWire
 
 /// KeychainServices without a daemon: constants, the CF stand-ins, conversions both ways, errors.
 final class ClientUnitTests: XCTestCase {
@@ -75,7 +78,7 @@ final class ClientUnitTests: XCTestCase {
         let m = try Conversion.map(dict as CFDictionary, what: "the query")
         XCTAssertEqual(m, [
             "invi": .bool(true), "nega": .bool(false), "sync": .text("syna"), "crtr": .int(0x41424344),
-            "type": .int(7), "cdat": .date(1_700_000_000.5), "gena": .bytes(Array("text-is-tolerated".utf8)),
+            "type": .int(7), "cdat": .date(1_700_000_000.5), "gena": .text("text-is-tolerated"),
             "m_Limit": .int(5), "m_CaseInsensitive": .bool(false), "r_Attributes": .bool(true), "custom": .float(3.5),
         ])
     }
@@ -91,7 +94,10 @@ final class ClientUnitTests: XCTestCase {
         let uuid = failure(["zzzz": UUID()])
         XCTAssertEqual(uuid?.status, .param)
         XCTAssertTrue(uuid?.message.contains("zzzz") ?? false)
-        XCTAssertEqual(failure([kSecAttrService as String: Data()])?.status, .param)
+        let numberAccount = failure([kSecAttrAccount as String: 42])
+        XCTAssertEqual(numberAccount?.status, .param)
+        XCTAssertTrue(numberAccount?.message.contains("a String or Data") ?? false, numberAccount?.message ?? "")
+        XCTAssertEqual(failure([kSecAttrAccessGroup as String: Data("TEAM.tests".utf8)])?.status, .param)
         XCTAssertEqual(failure([kSecReturnData as String: "maybe"])?.status, .param)
     }
 

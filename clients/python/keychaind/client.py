@@ -7,6 +7,7 @@ import os
 import socket
 import threading
 import uuid
+import weakref
 
 from . import constants as C
 from . import wire
@@ -60,6 +61,10 @@ class _Connection:
             with self._send_lock:
                 self.sock.sendall(data)
         except OSError as e:
+            # The daemon may have refused the frame (an id-0 error, e.g. over its maxFrameBytes) and
+            # closed: let the reader hand that reason to the waiters before the generic one.
+            if threading.current_thread() is not self._reader:
+                self._reader.join(5.0)
             self._fail(KeychainError(C.errSecNotAvailable, f"cannot send to keychaind: {e.strerror or e}"))
         return pending
 
@@ -136,13 +141,23 @@ class Client:
     """
 
     def __init__(self, path: str | None = None, *, timeout: float | None = 60.0,
-                 max_frame_bytes: int = wire.DEFAULT_MAX_FRAME_BYTES):
+                 max_frame_bytes: int = wire.MAX_REQUEST_BYTES):
         self.path = path or wire.socket_path()
         self.timeout = timeout
+        # Requests above this are refused here; below it the daemon applies its own maxFrameBytes
+        # (1 MiB unless configured) and answers a larger frame with errSecParam and its limit.
         self.max_frame_bytes = max_frame_bytes
         self._lock = threading.Lock()
         self._conn: _Connection | None = None
         self._ids = itertools.count(1)  # never 0: the daemon answers unattributable errors with id 0
+        _clients.add(self)
+
+    def _after_fork_in_child(self) -> None:
+        # The connection belongs to the parent (the daemon identified the parent when it connected,
+        # and the reader thread stayed there): forget it without shutting it down — that would cut
+        # the parent's connection too — and start fresh. Locks may have been held by parent threads.
+        self._lock = threading.Lock()
+        self._conn = None
 
     # -- connection --------------------------------------------------------------------------------
 
@@ -258,6 +273,22 @@ def _uuid_text(data) -> str:
     if not isinstance(data, (bytes, bytearray)):
         raise KeychainError(C.errSecDecode, "device identifier item holds no data")
     return bytes(data).decode("ascii")
+
+
+# -- fork -----------------------------------------------------------------------------------------------
+
+_clients: "weakref.WeakSet[Client]" = weakref.WeakSet()
+
+
+def _reinit_after_fork() -> None:
+    global _shared_lock
+    _shared_lock = threading.Lock()
+    for c in list(_clients):
+        c._after_fork_in_child()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reinit_after_fork)
 
 
 # -- Apple-style functions on a shared client ---------------------------------------------------------

@@ -4,13 +4,28 @@
 select it explicitly with ``PYTHON_KEYRING_BACKEND=keychaind.keyring_backend.KeychaindKeyring``.
 
 Each password is a generic-password item: ``svce`` = service, ``acct`` = username, ``v_Data`` = the
-password in UTF-8, in the calling app's default access group (its first ``keychain-access-groups``
-entry) unless the ``group`` property names another. Properties (also from the environment as
-``KEYRING_PROPERTY_SOCKET`` / ``KEYRING_PROPERTY_GROUP``): ``socket`` (path of the daemon's socket),
-``group`` (access group).
+password in UTF-8. The backend has **one namespace**, one access group, for reads, writes and deletes
+alike: the ``group`` property when set, else the calling app's default group (the first of its
+``keychain-access-groups``). Items of the same service and username in the app's other groups (shared
+with other apps) are neither read, nor overwritten, nor deleted.
+
+Properties (also from the environment as ``KEYRING_PROPERTY_SOCKET`` / ``KEYRING_PROPERTY_GROUP``):
+``socket`` (path of the daemon's socket; default ``$KEYCHAIND_SOCKET``, else
+``$XDG_RUNTIME_DIR/keychaind/keychaind.sock``), ``group`` (the access group).
+
+The backend is viable only when a round trip to the daemon works and the daemon knows this program
+(for Python: this interpreter), checked once and remembered for a few seconds. Only keyring's own
+exceptions leave it: ``PasswordSetError``, ``PasswordDeleteError``, ``KeyringError``.
 """
 
 from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+import threading
+import time
 
 try:
     from keyring.compat import properties
@@ -26,6 +41,90 @@ from . import wire
 from .client import Client
 from .errors import KeychainError
 
+#: How long a viability check is remembered (keyring asks for the priority several times per call).
+PROBE_TTL_SECONDS = 5.0
+#: Attempts of add-then-update while other processes delete the same item in between.
+SET_ATTEMPTS = 100
+
+
+def interpreter_path() -> str:
+    """What keychaind sees as this program's executable: the interpreter's real path."""
+    return os.path.realpath(sys.executable)
+
+
+def registration_hint(socket_path: str | None = None) -> str:
+    """What to register, and where, so that keychaind knows this interpreter."""
+    exe = interpreter_path()
+    name = os.path.basename(exe) or "python"
+    config = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    entry = {
+        "application-identifier": f"LOCAL.{name}",
+        "keychain-access-groups": [f"LOCAL.{name}"],
+        "executables": [exe],
+    }
+    where = f" at {socket_path}" if socket_path else ""
+    return (
+        f"keychaind{where} does not know this program. Python programs are identified by their "
+        f"interpreter, {exe} (the real path of sys.executable {sys.executable}). Register it: create "
+        f"{os.path.join(config, 'keychaind', 'apps.d', name + '.json')} (the apps.d directory beside "
+        f"the daemon's keychaind.json) containing {json.dumps(entry)}, then "
+        f"reload keychaind (systemctl --user reload keychaind, or pkill -HUP -u \"$(id -u)\" -x keychaind). "
+        f"Every Python program this interpreter runs then shares that app's items."
+    )
+
+
+class _Probe:
+    """The outcome of one viability check: the caller's groups, or why (and with which OSStatus) the
+    backend is unusable."""
+
+    def __init__(self, groups: list[str] | None = None, problem: str | None = None, status: int = 0):
+        self.groups = groups or []
+        self.problem = problem
+        self.status = status
+        self.when = time.monotonic()
+
+
+_probes: dict[tuple, _Probe] = {}
+_probes_lock = threading.Lock()
+
+
+def _probe(path: str, group: str | None, *, trust_failures: bool = True) -> _Probe:
+    """One cheap round trip (`status`), remembered for PROBE_TTL_SECONDS per socket, group and
+    process. With ``trust_failures=False`` a remembered failure is checked again (a call about to be
+    made should not fail because the daemon was down a moment ago)."""
+    key = (path, group, os.getpid())
+    with _probes_lock:
+        found = _probes.get(key)
+        if (found is not None and time.monotonic() - found.when < PROBE_TTL_SECONDS
+                and (trust_failures or not found.problem)):
+            return found
+    try:
+        with Client(path, timeout=10.0) as c:
+            status = c.status() or {}
+    except KeychainError as e:
+        if e.status == C.errSecNotAvailable:
+            result = _Probe(problem=f"keychaind is not running or not reachable at {path} ({e.message})",
+                            status=e.status)
+        else:
+            result = _Probe(problem=f"keychaind at {path} does not answer status: {e}", status=e.status)
+    else:
+        groups = status.get("groups")
+        if status.get("caller") is None or not isinstance(groups, list) or not groups:
+            result = _Probe(problem=registration_hint(path), status=C.errSecMissingEntitlement)
+        elif group is not None and group not in groups:
+            result = _Probe(problem=f"the keyring group {group!r} is not one of this app's access groups "
+                                    f"({', '.join(map(str, groups))})", status=C.errSecMissingEntitlement)
+        else:
+            result = _Probe(groups=[g for g in groups if isinstance(g, str)])
+    with _probes_lock:
+        _probes[key] = result
+    return result
+
+
+def _forget_probes() -> None:
+    with _probes_lock:
+        _probes.clear()
+
 
 class KeychaindKeyring(KeyringBackend):
     """keychaind (Apple's Keychain Services for Linux)."""
@@ -33,32 +132,70 @@ class KeychaindKeyring(KeyringBackend):
     socket: str | None = None
     group: str | None = None
 
+    @classmethod
+    def _socket_setting(cls) -> str:
+        return os.environ.get("KEYRING_PROPERTY_SOCKET") or cls.socket or wire.socket_path()
+
+    @classmethod
+    def _group_setting(cls) -> str | None:
+        return os.environ.get("KEYRING_PROPERTY_GROUP") or cls.group or None
+
     @properties.classproperty
     def priority(cls) -> float:
-        """9 when the daemon's socket exists: above every backend keyring ships (≤ 5). When other
-        backends are viable too, keyring's chainer (10) is chosen and consults this backend first."""
-        path = wire.socket_path()
-        if not wire.socket_exists(path):
-            raise RuntimeError(f"keychaind is not running (no socket at {path})")
+        """9 when the daemon answers and knows this program: above every backend keyring ships (≤ 5).
+        When other backends are viable too, keyring's chainer (10) is chosen and consults this backend
+        first. Raises RuntimeError, saying why, when the backend cannot be used."""
+        probe = _probe(cls._socket_setting(), cls._group_setting())
+        if probe.problem:
+            raise RuntimeError(probe.problem)
         return 9
 
     def __init__(self):
-        super().__init__()
+        super().__init__()  # applies KEYRING_PROPERTY_* to this instance
         self._client: Client | None = None
+        self._client_path: str | None = None
+
+    # -- the namespace ----------------------------------------------------------------------------------
+
+    @property
+    def _path(self) -> str:
+        return self.socket or wire.socket_path()
 
     @property
     def client(self) -> Client:
-        if self._client is None:
-            self._client = Client(self.socket or None)
+        path = self._path
+        if self._client is None or self._client_path != path:
+            if self._client is not None:
+                self._client.close()
+            self._client = Client(path)
+            self._client_path = path
         return self._client
 
+    def _namespace(self) -> str:
+        """The one access group this backend reads, writes and deletes in. Raises KeychainError."""
+        probe = _probe(self._path, self.group or None, trust_failures=False)
+        if probe.problem:
+            raise KeychainError(probe.status, probe.problem)
+        return self.group or probe.groups[0]
+
     def _query(self, service: str, username: str | None) -> dict:
-        q = {C.kSecClass: C.kSecClassGenericPassword, C.kSecAttrService: service}
+        q = {C.kSecClass: C.kSecClassGenericPassword, C.kSecAttrService: service,
+             C.kSecAttrAccessGroup: self._namespace()}
         if username is not None:
             q[C.kSecAttrAccount] = username
-        if self.group:
-            q[C.kSecAttrAccessGroup] = self.group
         return q
+
+    @staticmethod
+    def _text(value, what: str) -> str:
+        if isinstance(value, str):
+            return value
+        try:
+            return bytes(value or b"").decode("utf-8")
+        except UnicodeDecodeError:
+            raise KeyringError(f"the stored {what} is not UTF-8 text (another client wrote raw bytes); "
+                               f"read it with keychaind.Client") from None
+
+    # -- keyring's API -------------------------------------------------------------------------------------
 
     def get_password(self, service: str, username: str) -> str | None:
         try:
@@ -67,28 +204,41 @@ class KeychaindKeyring(KeyringBackend):
             if e.status == C.errSecItemNotFound:
                 return None
             raise KeyringError(str(e)) from e
-        return bytes(data).decode("utf-8")
+        return self._text(data, "password")
 
     def set_password(self, service: str, username: str, password: str) -> None:
-        self._validate_username(username)
-        secret = password.encode("utf-8")
-        item = dict(self._query(service, username), **{
-            C.kSecValueData: secret,
-            C.kSecAttrLabel: f"Password for '{username}' on '{service}'",
-        })
         try:
-            self.client.add(item)
-            return
-        except KeychainError as e:
-            if e.status != C.errSecDuplicateItem:
-                raise PasswordSetError(str(e)) from e
-        try:  # Apple's upsert: add, and on errSecDuplicateItem update the existing item
-            # ...the one the add collided with, in the group the add went to, not every group.
+            secret = password.encode("utf-8")
+        except UnicodeEncodeError:
+            raise PasswordSetError("the password is not valid Unicode text (it holds a lone surrogate)") from None
+        except AttributeError:
+            raise PasswordSetError(f"the password must be a str, not {type(password).__name__}") from None
+        try:
             query = self._query(service, username)
-            query.setdefault(C.kSecAttrAccessGroup, self.client.default_group())
-            self.client.update(query, {C.kSecValueData: secret})
+            item = dict(query, **{
+                C.kSecValueData: secret,
+                C.kSecAttrLabel: f"Password for '{username}' on '{service}'",
+            })
+            # Apple's upsert: add, and on errSecDuplicateItem update that item (same group). Another
+            # process may delete it in between: then add again.
+            for attempt in range(SET_ATTEMPTS):
+                try:
+                    self.client.add(item)
+                    return
+                except KeychainError as e:
+                    if e.status != C.errSecDuplicateItem:
+                        raise
+                try:
+                    self.client.update(query, {C.kSecValueData: secret})
+                    return
+                except KeychainError as e:
+                    if e.status != C.errSecItemNotFound:
+                        raise
+                if attempt >= 3:
+                    time.sleep(random.uniform(0, 0.002 * attempt))
         except KeychainError as e:
             raise PasswordSetError(str(e)) from e
+        raise PasswordSetError(f"the item kept being added and removed by other processes ({SET_ATTEMPTS} attempts)")
 
     def delete_password(self, service: str, username: str) -> None:
         try:
@@ -109,4 +259,5 @@ class KeychaindKeyring(KeyringBackend):
             if e.status == C.errSecItemNotFound:
                 return None
             raise KeyringError(str(e)) from e
-        return SimpleCredential(item.get(C.kSecAttrAccount, ""), bytes(item.get(C.kSecValueData, b"")).decode("utf-8"))
+        return SimpleCredential(self._text(item.get(C.kSecAttrAccount, ""), "username"),
+                                self._text(item.get(C.kSecValueData, b""), "password"))

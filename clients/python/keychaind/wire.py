@@ -16,8 +16,11 @@ from .errors import KeychainError
 from . import constants as C
 
 PROTOCOL_VERSION = 1
-#: Default largest request body the daemon accepts (protocol.md §2).
+#: Default largest request body the daemon accepts (protocol.md §2); a daemon may be set higher.
 DEFAULT_MAX_FRAME_BYTES = 1 << 20
+#: The highest ``maxFrameBytes`` a daemon can be set to: no daemon accepts a larger request body, so
+#: the client refuses those itself. Below it, the daemon in use judges by its own limit.
+MAX_REQUEST_BYTES = 64 << 20
 #: Largest response body this client accepts; responses are not bound by maxFrameBytes.
 MAX_RESPONSE_BYTES = 256 << 20
 MAX_DEPTH = 16
@@ -80,7 +83,13 @@ def connect(path: str, timeout: float | None = None) -> socket.socket:
 def _check(value, depth: int, where: str) -> None:
     """Refuses, before sending, what the daemon would reject as undecodable (which would close the
     connection): only the CBOR subset of protocol.md §3 passes."""
-    if value is None or isinstance(value, (bool, float, str, bytes, bytearray, memoryview, _dt.datetime)):
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise KeychainError(C.errSecParam, f"{where}: text is not valid Unicode (it holds a lone surrogate)") from None
+        return
+    if value is None or isinstance(value, (bool, float, bytes, bytearray, memoryview, _dt.datetime)):
         return
     if isinstance(value, int):
         if not _INT_MIN <= value <= _INT_MAX:
@@ -102,6 +111,7 @@ def _check(value, depth: int, where: str) -> None:
         for k, v in value.items():
             if not isinstance(k, str):
                 raise KeychainError(C.errSecParam, f"{where}: map keys must be text, not {type(k).__name__}")
+            _check(k, depth + 1, f"{where}: a key")
             _check(v, depth + 1, f"{where}.{k}")
         return
     raise KeychainError(C.errSecParam, f"{where}: a {type(value).__name__} cannot be sent to keychaind")

@@ -23,6 +23,8 @@ import pytest
 
 from keychaind import Client, KeychainError, wire
 
+from fakes import FakeDaemon
+
 HERE = Path(__file__).resolve().parent
 CLIENT_DIR = HERE.parent
 REPO = Path(os.environ.get("KEYCHAIND_REPO") or CLIENT_DIR.parent.parent).resolve()
@@ -216,3 +218,17 @@ class Raw:
 
     def __exit__(self, *exc):
         self.close()
+
+
+@pytest.fixture
+def fake():
+    servers = []
+
+    def make(handler):
+        s = FakeDaemon(handler)
+        servers.append(s)
+        return s
+
+    yield make
+    for s in servers:
+        s.close()

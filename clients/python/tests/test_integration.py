@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 import re
 import socket
 import struct
@@ -323,6 +324,44 @@ def test_pipelined_requests_on_one_connection(daemon, service):
     assert [r["id"] for r in responses] == list(range(1, 52))
     assert all(r["status"] == 0 for r in responses)
     assert all(r["result"] == b"p" for r in responses[1:])
+
+
+def test_a_forked_child_connects_on_its_own_and_leaves_the_parents_connection(client, service):
+    """The daemon identifies the process that connected: after fork() the child must open its own
+    connection, and nothing it does may cut the parent's."""
+    client.add(item(service, **{kSecValueData: b"parent"}))
+    parent_connection = client._conn
+    pid = os.fork()
+    if pid == 0:  # the child: no pytest here; the exit status says what went wrong
+        code = 0
+        try:
+            inherited = client._conn
+            client.close()  # must not shut the parent's socket down
+            if inherited is not None:
+                code = 10
+            elif client.copy(item(service, **{kSecReturnData: True})) != b"parent":
+                code = 11
+            else:
+                client.update(item(service), {kSecValueData: b"child"})
+                if client._conn is None or client._conn.pid != os.getpid():
+                    code = 12
+            client.close()
+        except BaseException:  # noqa: BLE001
+            code = 13
+        os._exit(code)
+    deadline = time.monotonic() + 60
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child did not finish within 60 s")
+        time.sleep(0.01)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    assert client.copy(item(service, **{kSecReturnData: True})) == b"child"
+    assert client._conn is parent_connection and parent_connection.usable, "the parent kept its connection"
 
 
 def test_one_client_many_threads(client, service):

@@ -1,0 +1,11 @@
+// What `import KeychainServices` (and `import Security`) brings, and nothing more: Apple's SecItem API
+// with its `kSec…` constants, `OSStatus` codes and CF type names (declared in this module), the
+// Swift-native `Keychain` and `DeviceIdentifier`, the error they throw (`KeychainError`, whose `status`
+// is a `Status`), and `KeychainConnection` (to point a `Keychain` at another socket).
+//
+// The modules underneath are imported `internal`ly everywhere else: their `Operation`, `Value`,
+// `Frame`, `UnixSocket`, `Lock` … would otherwise collide with Foundation's names (`Operation`) or the
+// app's own.
+@_exported public import struct KeychainCore.KeychainError
+@_exported public import struct KeychainCore.Status
+@_exported public import class KeychainClient.KeychainConnection
