@@ -149,6 +149,11 @@ final class Connection: @unchecked Sendable {
                     close = true
                 }
             }
+            if close {
+                // Nothing more of this peer is kept: its share goes back before it hears why.
+                _ = budget.adjust(by: -held)
+                held = 0
+            }
             if !output.isEmpty {
                 let ok = (try? socket.writeAll(output)) != nil
                 zero(&output)

@@ -18,7 +18,6 @@ public final class Daemon: @unchecked Sendable {
     let items: ItemService
     let listener: Listener
     let registrar: Registrar
-    let budget: BufferBudget
     private let connections = Locked<[Int32: UnixSocket]>([:])
     private let stopping = Atomic<Bool>(false)
     private let drained = NSCondition()
@@ -81,8 +80,8 @@ public final class Daemon: @unchecked Sendable {
             items.close()
             throw error
         }
-        handler = RequestHandler(items: items, registrar: registrar, maxFrameBytes: settings.maxFrameBytes)
-        budget = BufferBudget(limit: settings.maxBufferedBytes)
+        handler = RequestHandler(items: items, registrar: registrar, maxFrameBytes: settings.maxFrameBytes,
+                                 maxBufferedBytes: settings.maxBufferedBytes)
         if let inherited = try Listener.inherited() {
             listener = inherited
         } else {
@@ -131,7 +130,7 @@ public final class Daemon: @unchecked Sendable {
         handler.openConnections.add(1, ordering: .relaxed)
         connections.withLock { $0[fd] = socket }
         let connection = Connection(socket: socket, peer: ConnectionPeer(peer), handler: handler,
-                                    maxFrameBytes: settings.maxFrameBytes, budget: budget)
+                                    maxFrameBytes: settings.maxFrameBytes, budget: handler.budget)
         let thread = Thread { [self] in
             connection.run()
             // Forget the fd before closing it, so a new connection reusing the number stays listed.

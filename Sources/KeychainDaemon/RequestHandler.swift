@@ -22,11 +22,15 @@ public final class RequestHandler: Sendable {
 
     /// The largest request frame accepted (`maxFrameBytes`): a backup must fit in a restore request.
     private let maxFrameBytes: Int
+    /// Partial frames held across all connections (`maxBufferedBytes`).
+    let budget: BufferBudget
 
-    init(items: ItemService, registrar: Registrar, maxFrameBytes: Int = Frame.defaultMaxBytes) {
+    init(items: ItemService, registrar: Registrar, maxFrameBytes: Int = Frame.defaultMaxBytes,
+         maxBufferedBytes: Int = 64 << 20) {
         self.items = items
         self.registrar = registrar
         self.maxFrameBytes = maxFrameBytes
+        budget = BufferBudget(limit: maxBufferedBytes)
     }
 
     /// A handler over a fixed registry (the fuzz target; tests).
@@ -350,6 +354,7 @@ public final class RequestHandler: Sendable {
             // The auto-lock idle clock: seconds since the last request that counts as activity.
             "idleSeconds": .float(Double(MonotonicClock.milliseconds() - lastActivity.load(ordering: .relaxed)) / 1000),
             "connections": .int(Int64(openConnections.load(ordering: .relaxed))),
+            "bufferedBytes": .int(Int64(budget.inUse)),
             "classes": .map(protection.classes.mapValues(Value.bool)),
             "caller": app.map { .text($0.applicationIdentifier) } ?? .null,
             "admin": .bool(app?.admin ?? false),

@@ -197,6 +197,16 @@ final class ProtectionTests: XCTestCase {
         let afterRequest = try idle()
         XCTAssertLessThanOrEqual(afterRequest, Date().timeIntervalSince(sent) + 0.01,
                                  "the request restarted the idle clock")
+        // Requests from a process that is not a registered app do not count either.
+        let idleBefore = try idle()
+        let probe = try d.run("/usr/bin/python3", ["-c", """
+            import socket, sys
+            s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); s.sendall(bytes.fromhex(sys.argv[2]))
+            print(len(s.recv(65536)))
+            """, d.socketPath, Frame.encode(Request(id: 1, op: "copy", query: ["class": .text("genp")]).value)
+                .map { String(format: "%02x", $0) }.joined()])
+        XCTAssertEqual(probe.status, 0, probe.stderr)
+        XCTAssertGreaterThan(try idle(), idleBefore, "an unregistered peer's request restarted the idle clock")
         // With nothing but status requests it locks once a second has passed, however long that takes here.
         XCTAssertTrue(try d.waitFor { try status(c)["locked"] == .bool(true) }, d.log)
         XCTAssertGreaterThanOrEqual(try idle(), 1)

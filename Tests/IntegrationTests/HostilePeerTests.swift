@@ -1,0 +1,72 @@
+import Foundation
+import XCTest
+import KeychainCore
+import KeychainWire
+
+/// What peers that are not well-behaved apps can cost the daemon: partial frames against a
+/// daemon-wide budget, and abstract socket names.
+final class HostilePeerTests: XCTestCase {
+    func header(_ n: Int) -> [UInt8] {
+        [UInt8(n >> 24 & 0xFF), UInt8(n >> 16 & 0xFF), UInt8(n >> 8 & 0xFF), UInt8(n & 0xFF)]
+    }
+
+    func buffered(_ d: DaemonHarness) throws -> Int {
+        Int(try d.connect().call("status").result?.map?["bufferedBytes"]?.int ?? -1)
+    }
+
+    /// Partial frames count against `maxBufferedBytes` across connections: once it is used up, the
+    /// next peer to pile up bytes is refused (errSecAllocate) and closed, while the first one
+    /// completes its request and gives its share back.
+    func testPartialFramesShareOneBudget() throws {
+        let d = try DaemonHarness(config: #"{"maxBufferedBytes": 1048576, "maxFrameBytes": 2097152}"#)
+        let secret = [UInt8](repeating: 0x5A, count: 900 << 10)
+        let request = Frame.encode(Request(id: 1, op: "add", query: ["class": .text("genp"), "svce": .text("big"),
+                                                                      "acct": .text("a"), "v_Data": .bytes(secret)]).value)
+        let first = try d.connect()
+        try first.sendRaw(Array(request[0..<(800 << 10)]))
+        XCTAssertTrue(try d.waitFor { try self.buffered(d) >= 700 << 10 }, "the first partial frame is held")
+
+        let second = try d.connect()
+        try second.sendRaw(header(900 << 10) + [UInt8](repeating: 0xA1, count: 400 << 10))
+        let refused = try second.receive()
+        XCTAssertEqual(refused.status, .allocate, refused.message ?? "")
+        XCTAssertTrue(second.isClosed())
+
+        try first.sendRaw(Array(request[(800 << 10)...]))
+        XCTAssertEqual(try first.receive().status, .success, "the first request completes")
+        XCTAssertTrue(try d.waitFor { try self.buffered(d) == 0 }, "its share is given back")
+    }
+
+    /// A peer that is not a registered app may send 16 KiB frames at most, whatever maxFrameBytes says.
+    func testAnUnregisteredPeerGetsSmallFrames() throws {
+        let d = try DaemonHarness(apps: [], config: #"{"maxFrameBytes": 4194304}"#)
+        let c = try d.connect()
+        try c.sendRaw(header(17 << 10))
+        let r = try c.receive()
+        XCTAssertEqual(r.status, .param)
+        XCTAssertTrue(r.message?.contains("exceeds the limit of 16384 bytes") ?? false, r.message ?? "")
+        XCTAssertEqual(try d.connect().call("status").status, .success, "status still answers it")
+    }
+
+    /// `@name` is an abstract socket: served with no file in the file system; the uid check still holds.
+    func testAnAbstractSocketIsServed() throws {
+        let d = try DaemonHarness(start: false)
+        let name = "@keychaind-test-" + UUID().uuidString.prefix(8)
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: DaemonHarness.daemonPath)
+        p.arguments = ["--socket", name, "--data-dir", d.dataDirectory, "--config", d.configFile,
+                       "--system-apps-dir", d.systemAppsDirectory]
+        p.standardError = FileHandle(forWritingAtPath: "/dev/null")
+        try p.run()
+        defer { if p.isRunning { kill(p.processIdentifier, SIGKILL); p.waitUntilExit() } }
+        var client: RawClient?
+        XCTAssertTrue(d.waitFor { client = try? RawClient(path: name); return client != nil || !p.isRunning })
+        let c = try XCTUnwrap(client, "keychaind did not serve \(name)")
+        let r = try c.call("copy", query: ["class": .text("genp"), "svce": .text("nothing")])
+        XCTAssertEqual(r.status, .itemNotFound, r.message ?? "")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: name), "no file named after the socket")
+        kill(p.processIdentifier, SIGTERM)
+        p.waitUntilExit()
+        XCTAssertEqual(p.terminationStatus, 0)
+    }
+}

@@ -1,0 +1,249 @@
+import Foundation
+import XCTest
+
+/// The attacks an unprivileged program of the user can make on per-app isolation (SPEC §5), each run
+/// for real: keychaind as a throwaway uid with a passphrase set, the attacker as that same uid.
+/// Every one of these read the victim's secret before the isolation work; each must now get
+/// errSecMissingEntitlement (−34018) or errSecAuthFailed (−25293) and read nothing.
+final class IsolationAttackTests: XCTestCase {
+    static let secret = "app1's secret"
+
+    /// The prelude of every script: a raw client (kcwire) on $KEYCHAIND_SOCKET.
+    static let client = """
+    import json, os, signal, socket, sys, time
+    import kcwire as kw
+    path = os.environ['KEYCHAIND_SOCKET']
+    def call(op, **fields):
+        c = kw.Conn(path)
+        try:
+            r = c.call(op, **fields)
+        finally:
+            c.close()
+        return r
+    def show(r):
+        out = dict(r)
+        if isinstance(out.get('result'), bytes):
+            out['result'] = out['result'].decode('utf-8', 'replace')
+        return out
+    def read(group=None):
+        q = kw.item('svc', 'alice', r_Data=True)
+        if group: q['agrp'] = group
+        return show(call('copy', query=q))
+
+    """
+
+    /// A session with app1 (a registered Python copy, groups TEAM.app1 and TEAM.shared) holding a
+    /// secret in TEAM.shared, an admin keychainctl registered root-owned, and a passphrase set.
+    func victim(passphrase: String = "correct horse") throws -> (UserSession, app1: String) {
+        let s = try UserSession()
+        let app1 = try s.makeApp("app1")
+        try s.registerSystem(.init(id: "TEAM.app1", groups: ["TEAM.app1", "TEAM.shared"], executables: [app1]), name: "app1")
+        try s.registerSystem(.init(id: "keychainctl", groups: ["keychainctl"], executables: [s.adminCLIPath], admin: true), name: "keychainctl")
+        try s.start()
+        let pass = try s.privateFile("pass", passphrase + "\n")
+        let set = try s.run(s.adminCLIPath, ["passwd", "--new-passphrase-file", pass])
+        XCTAssertEqual(set.status, 0, set.stderr)
+        XCTAssertEqual(try s.run(s.adminCLIPath, ["unlock", "--passphrase-file", pass]).status, 0)
+        let stored = try s.script(Self.client + """
+            print(json.dumps(show(call('add', query=kw.item('svc', 'alice', v_Data=b"\(Self.secret)", agrp='TEAM.shared')))))
+            """, interpreter: app1)
+        XCTAssertEqual(stored["status"] as? Int, 0, "\(stored)")
+        let back = try s.script(Self.client + "print(json.dumps(read('TEAM.shared')))", interpreter: app1)
+        XCTAssertEqual(back["result"] as? String, Self.secret, "the victim reads its own secret")
+        return (s, app1)
+    }
+
+    func assertRefused(_ r: [String: Any], _ what: String, file: StaticString = #filePath, line: UInt = #line) {
+        let status = r["status"] as? Int
+        XCTAssertTrue(status == -34018 || status == -25293, "\(what): \(r)", file: file, line: line)
+        XCTAssertNil(r["result"], "\(what) returned something: \(r)", file: file, line: line)
+    }
+
+    // MARK: 1. Self-registration
+
+    /// An unregistered process writes apps.d/zz.json naming its own executable with "admin": true
+    /// and sends SIGHUP. With a passphrase set, a file in the user's apps.d counts only if approved
+    /// with the passphrase: the process stays unregistered, and status shows the file as not counting.
+    func testAProcessThatRegistersItselfAsAdminGetsNothing() throws {
+        let (s, _) = try victim()
+        let python = try XCTUnwrap(AppPaths.realPath(UserSession.python))
+        let wrote = try s.script(Self.client + """
+            zz = os.path.join(sys.argv[1], 'zz.json')
+            with open(zz, 'w') as f:
+                json.dump({'application-identifier': 'EVIL.app', 'keychain-access-groups': ['TEAM.shared', 'TEAM.app1'],
+                           'executables': [sys.argv[2]], 'admin': True}, f)
+            os.kill(int(sys.argv[3]), signal.SIGHUP)
+            print(json.dumps({'wrote': zz}))
+            """, [s.appsDirectory, python, String(s.daemonPID)])
+        XCTAssertNotNil(wrote["wrote"])
+        s.reload()   // waits for the reload the attacker's SIGHUP asked for (and asks again)
+        let attempt = try s.script(Self.client + """
+            backup = show(call('backup', passphrase=b'attacker chosen'))
+            status = call('status')['result']
+            print(json.dumps({'shared': read('TEAM.shared'), 'any': read(), 'backup': backup,
+                              'caller': status.get('caller'), 'why': status.get('unidentified')}))
+            """)
+        assertRefused(attempt["shared"] as? [String: Any] ?? [:], "read of TEAM.shared")
+        assertRefused(attempt["any"] as? [String: Any] ?? [:], "read of any group")
+        assertRefused(attempt["backup"] as? [String: Any] ?? [:], "backup")
+        XCTAssertTrue(attempt["caller"] is NSNull, "\(attempt)")
+        XCTAssertTrue((attempt["why"] as? String)?.contains("not approved with the keychain passphrase") ?? false, "\(attempt)")
+        let status = try s.run(s.adminCLIPath, ["status"])
+        XCTAssertTrue(status.stdout.contains("zz.json") && status.stdout.contains("not approved"), status.stdout)
+        XCTAssertTrue(s.log.contains("registration ignored"), s.log)
+    }
+
+    // MARK: 2. Mount namespaces
+
+    /// In a user and mount namespace of its own, the attacker bind-mounts the system Python over the
+    /// registered path and runs it: /proc/<pid>/exe shows the registered path, but the file is not the
+    /// one at that path in keychaind's namespace.
+    func testABindMountOverARegisteredPathIsNotThatApp() throws {
+        let (s, app1) = try victim()
+        let python = try XCTUnwrap(AppPaths.realPath(UserSession.python))
+        let code = Self.client + "print(json.dumps({'shared': read('TEAM.shared'), 'why': call('status')['result'].get('unidentified')}))"
+        let out = try s.run("/usr/bin/unshare", ["-Urm", "/bin/sh", "-c", "mount --bind \"$0\" \"$1\" && exec \"$1\" -c \"$2\"",
+                                                 python, app1, code])
+        XCTAssertEqual(out.status, 0, "unshare -Urm needs unprivileged user namespaces: \(out.stderr)")
+        let line = try XCTUnwrap(out.stdout.split(separator: "\n").last)
+        let attempt = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
+        assertRefused(attempt["shared"] as? [String: Any] ?? [:], "read through a bind mount")
+        XCTAssertTrue((attempt["why"] as? String)?.contains("another mount namespace") ?? false, "\(attempt)")
+    }
+
+    // MARK: 3. Connect, then exec
+
+    /// The attacker stops the daemon, connects, forks a child that keeps the connection, and execs
+    /// the registered app (which then just sleeps); the daemon, resumed, identifies the registered
+    /// app — but the frames come from the child, another process.
+    func testAChildOfAConnectionThatExecedARegisteredAppIsRefused() throws {
+        let (s, app1) = try victim()
+        let result = try s.script(Self.client + """
+            daemon, app = int(sys.argv[1]), sys.argv[2]
+            req = kw.frame({'v': 1, 'id': 1, 'op': 'copy', 'query': kw.item('svc', 'alice', r_Data=True, agrp='TEAM.shared')})
+            r, w = os.pipe()
+            os.kill(daemon, signal.SIGSTOP)
+            try:
+                s = socket.socket(socket.AF_UNIX); s.connect(path)
+                pid = os.fork()
+                if pid != 0:
+                    os.close(r); os.close(w)
+                    os.execv(app, [app, '-c', 'import time; time.sleep(120)'])
+                # The child: wait until the parent runs the registered app, then let the daemon go.
+                while os.path.realpath('/proc/%d/exe' % os.getppid()) != os.path.realpath(app):
+                    time.sleep(0.01)
+                os.kill(daemon, signal.SIGCONT)
+                s.sendall(req)
+                data = b''
+                while len(data) < 4 or len(data) < 4 + int.from_bytes(data[:4], 'big'):
+                    chunk = s.recv(65536)
+                    if not chunk: break
+                    data += chunk
+                response = kw.decode(data[4:]) if len(data) > 4 else {'status': 'closed'}
+                closed = s.recv(1) == b''
+                os.kill(os.getppid(), signal.SIGKILL)
+                print(json.dumps({'response': show(response), 'closed': closed}))
+            finally:
+                os.kill(daemon, signal.SIGCONT)
+            """, [String(s.daemonPID), app1], exitStatus: nil)   // the process we started ends killed, as the registered app
+        let response = result["response"] as? [String: Any] ?? [:]
+        assertRefused(response, "the child's read")
+        XCTAssertTrue((response["message"] as? String)?.contains("the process that connected") ?? false, "\(response)")
+        XCTAssertEqual(result["closed"] as? Bool, true, "the connection is closed")
+    }
+
+    // MARK: 4. No implicit admin
+
+    /// The keychainctl beside keychaind, named by no registration, is a plain app with the group
+    /// keychainctl: it cannot read other groups, list them, back up, change the passphrase or approve.
+    func testTheBundledKeychainctlIsNotAnAdmin() throws {
+        let (s, _) = try victim()
+        let pass = try s.privateFile("pass2", "correct horse\n")
+        let find = try s.run(s.cliPath, ["find", "-s", "svc", "-a", "alice", "-g", "TEAM.shared", "-w"])
+        XCTAssertEqual(find.status, 30, find.stderr)           // −34018's low byte
+        XCTAssertEqual(find.stdout, "")
+        XCTAssertEqual(try s.run(s.cliPath, ["find", "-s", "svc", "-w"]).status, 44, "its own group holds nothing")
+        XCTAssertEqual(try s.run(s.cliPath, ["list", "--json"]).stdout, "[]\n", "only its own group is listed")
+        XCTAssertEqual(try s.run(s.cliPath, ["backup", s.home + "/stolen", "--passphrase-file", pass,
+                                             "--keychain-passphrase-file", pass]).status, 30)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: s.home + "/stolen"))
+        XCTAssertEqual(try s.run(s.cliPath, ["passwd", "--passphrase-file", pass, "--new-passphrase-file", pass]).status, 30)
+        let status = try s.run(s.cliPath, ["status", "--json"])
+        XCTAssertTrue(status.stdout.contains("\"admin\":false") && status.stdout.contains("\"caller\":\"keychainctl\""), status.stdout)
+        // It works as the app it is: its own group.
+        XCTAssertEqual(try s.run(s.cliPath, ["add", "-s", "cli", "-a", "me", "-w", "mine"]).status, 0)
+        XCTAssertEqual(try s.run(s.cliPath, ["find", "-s", "cli", "-a", "me", "-w"]).stdout, "mine\n")
+    }
+
+    // MARK: Admins prove presence
+
+    /// The registered admin keychainctl lists every group, but reading another group's secret,
+    /// backing up and approving need the keychain passphrase in the request.
+    func testAnAdminNeedsThePassphraseForOtherGroupsSecretsAndBackups() throws {
+        let (s, _) = try victim()
+        let pass = try s.privateFile("pass2", "correct horse\n")
+        let wrong = try s.privateFile("wrong", "not it\n")
+        let list = try s.run(s.adminCLIPath, ["list"])
+        XCTAssertTrue(list.stdout.contains("TEAM.shared"), "attributes need no presence: \(list.stdout)")
+        let unproven = try s.run(s.adminCLIPath, ["find", "-s", "svc", "-a", "alice", "-w"])   // no terminal to ask on
+        XCTAssertNotEqual(unproven.status, 0)
+        XCTAssertEqual(unproven.stdout, "")
+        let wrongOne = try s.run(s.adminCLIPath, ["find", "-s", "svc", "-a", "alice", "-w", "--keychain-passphrase-file", wrong])
+        XCTAssertEqual(wrongOne.status, 51, wrongOne.stderr)   // −25293's low byte
+        let proven = try s.run(s.adminCLIPath, ["find", "-s", "svc", "-a", "alice", "-w", "--keychain-passphrase-file", pass])
+        XCTAssertEqual(proven.stdout, Self.secret + "\n", proven.stderr)
+        XCTAssertEqual(try s.run(s.adminCLIPath, ["backup", s.home + "/b", "--passphrase-file", pass,
+                                                  "--keychain-passphrase-file", wrong]).status, 51)
+        XCTAssertEqual(try s.run(s.adminCLIPath, ["backup", s.home + "/b", "--passphrase-file", pass,
+                                                  "--keychain-passphrase-file", pass]).status, 0)
+    }
+
+    // MARK: Registering with the passphrase
+
+    /// `keychainctl register` writes the user's registration and approves it with the passphrase;
+    /// the app counts from then on, also after a restart once the keychain has been unlocked; a file
+    /// changed afterwards stops counting; `unregister` removes it.
+    func testARegistrationMadeWithThePassphraseCountsAndAChangedOneDoesNot() throws {
+        let (s, _) = try victim()
+        let pass = try s.privateFile("pass2", "correct horse\n")
+        let app2 = try s.makeApp("app2")
+        let whoAmI = Self.client + "print(json.dumps({'caller': call('status')['result'].get('caller')}))"
+        XCTAssertTrue(try s.script(whoAmI, interpreter: app2)["caller"] is NSNull)
+        let registered = try s.run(s.adminCLIPath, ["register", "-i", "TEAM.app2", "-g", "TEAM.app2", "-e", app2,
+                                                    "--keychain-passphrase-file", pass])
+        XCTAssertEqual(registered.status, 0, registered.stderr)
+        XCTAssertEqual(try s.script(whoAmI, interpreter: app2)["caller"] as? String, "TEAM.app2")
+
+        // Restarted, it is locked: the approval is sealed under the passphrase, readable after unlock.
+        s.stop()
+        try s.start()
+        XCTAssertTrue(try s.script(whoAmI, interpreter: app2)["caller"] is NSNull)
+        XCTAssertEqual(try s.run(s.cliPath, ["unlock", "--passphrase-file", pass]).status, 0, "the bundled CLI may unlock")
+        XCTAssertEqual(try s.script(whoAmI, interpreter: app2)["caller"] as? String, "TEAM.app2")
+
+        // Widening the registration by editing the file makes it stop counting.
+        let file = s.appsDirectory + "/TEAM.app2.json"
+        let widened = #"{"application-identifier": "TEAM.app2", "keychain-access-groups": ["TEAM.app2", "TEAM.shared"], "executables": ["\#(app2)"]}"#
+        XCTAssertEqual(try s.run("/bin/sh", ["-c", "printf '%s' \"$0\" > \"$1\"", widened, file]).status, 0)
+        s.reload()
+        XCTAssertTrue(try s.script(whoAmI, interpreter: app2)["caller"] is NSNull)
+
+        XCTAssertEqual(try s.run(s.adminCLIPath, ["unregister", "TEAM.app2", "--keychain-passphrase-file", pass]).status, 0)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: file))
+    }
+
+    /// A registered executable the user can modify (here: in the user's home) carries no identity
+    /// when the daemon's user is not root; the message names the path.
+    func testAnExecutableTheUserCanModifyCarriesNoIdentity() throws {
+        let s = try UserSession()
+        let own = s.home + "/app"
+        try FileManager.default.copyItem(atPath: try XCTUnwrap(AppPaths.realPath(UserSession.python)), toPath: own)
+        chown(own, s.uid, s.uid)
+        chmod(own, 0o755)
+        try s.registerSystem(.init(id: "TEAM.own", groups: ["TEAM.own"], executables: [own]), name: "own")
+        try s.start()
+        let r = try s.script(Self.client + "print(json.dumps(show(call('copy', query=kw.item('svc', 'x', r_Data=True)))))", interpreter: own)
+        XCTAssertEqual(r["status"] as? Int, -34018, "\(r)")
+        XCTAssertTrue((r["message"] as? String)?.contains("\(own) can be modified by this user") ?? false, "\(r)")
+    }
+}
