@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -66,6 +67,9 @@ static void one_line(char *s) {
 }
 
 int main(int argc, char **argv) {
+    /* The password waits in our pipe for up to --wait seconds: keep other processes of the user
+     * from attaching to us (an exec made us dumpable again) and no core file. */
+    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
     /* A clean slate: the login process may have blocked or ignored signals. */
     sigset_t none;
     sigemptyset(&none);

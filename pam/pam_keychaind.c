@@ -10,7 +10,9 @@
  * 60, at most 600; 0 = do not wait).
  *
  * Rules (docs/security.md, "Unlock at login"):
- * - Never block or fail a login: every entry point returns PAM_IGNORE; problems are logged.
+ * - Never block or fail a login: problems are logged. auth, setcred and password return PAM_IGNORE
+ *   (this module proves nothing, so it must never count as an authentication); session returns
+ *   PAM_SUCCESS, since a session stack whose modules all ignore it fails.
  * - Never talk to the socket from here (this is login's or sshd's address space, running as root):
  *   fork, detach, drop to the user's uid and groups, and exec the helper, which waits for the socket
  *   (systemd --user may start after this module; the daemon may start by socket activation) and
@@ -114,6 +116,10 @@ static void spawn_helper(pam_handle_t *pamh, const struct options *o, const char
     struct passwd *pw = pam_modutil_getpwnam(pamh, user);
     if (pw == NULL) {
         pam_syslog(pamh, LOG_NOTICE, "unknown user %s: keychain left as it is", user);
+        return;
+    }
+    if (access(KEYCHAIND_PAM_HELPER, X_OK) != 0) {
+        pam_syslog(pamh, LOG_ERR, "cannot run %s: %m; keychain left as it is", KEYCHAIND_PAM_HELPER);
         return;
     }
     uid_t uid = pw->pw_uid;
@@ -272,17 +278,17 @@ EXPORT int pam_sm_open_session(pam_handle_t *pamh, int flags, int argc, const ch
     const char *password = NULL;
     if (pam_get_data(pamh, DATA_NAME, (const void **)&password) != PAM_SUCCESS || password == NULL) {
         if (o.debug) pam_syslog(pamh, LOG_DEBUG, "no password from the auth phase (key or token login?): keychain left locked");
-        return PAM_IGNORE;
+        return PAM_SUCCESS;
     }
     spawn_helper(pamh, &o, "unlock", password, NULL);
     /* Drop (and wipe, through the cleanup) our copy now that it is in the pipe. */
     pam_set_data(pamh, DATA_NAME, NULL, NULL);
-    return PAM_IGNORE;
+    return PAM_SUCCESS;
 }
 
 EXPORT int pam_sm_close_session(pam_handle_t *pamh, int flags, int argc, const char **argv) {
     (void)pamh, (void)flags, (void)argc, (void)argv;
-    return PAM_IGNORE;
+    return PAM_SUCCESS;
 }
 
 EXPORT int pam_sm_chauthtok(pam_handle_t *pamh, int flags, int argc, const char **argv) {
