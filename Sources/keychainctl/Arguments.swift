@@ -15,9 +15,9 @@ enum Verb: String, CaseIterable {
         case .delete: return [.service, .account, .group, .all, .keychainPassphraseFile]
         case .list, .deviceID: return [.group]
         case .status, .lock, .apps, .help: return []
-        case .unlock: return [.passphraseFile]
-        case .backup, .restore: return [.passphraseFile, .keychainPassphraseFile]
-        case .passwd: return [.passphraseFile, .newPassphraseFile]
+        case .unlock: return [.passphraseFile, .passphraseFD, .ifLocked]
+        case .backup, .restore: return [.passphraseFile, .passphraseFD, .keychainPassphraseFile]
+        case .passwd: return [.passphraseFile, .passphraseFD, .newPassphraseFile, .newPassphraseFD, .ifSet]
         case .register: return [.appID, .group, .executable, .admin, .keychainPassphraseFile]
         case .approve, .unregister: return [.keychainPassphraseFile]
         }
@@ -50,10 +50,10 @@ enum Verb: String, CaseIterable {
         case .deviceID: return "keychainctl device-id [-g GROUP]"
         case .status: return "keychainctl status"
         case .lock: return "keychainctl lock"
-        case .unlock: return "keychainctl unlock [--passphrase-file FILE]"
-        case .passwd: return "keychainctl passwd [--passphrase-file OLD_FILE] [--new-passphrase-file NEW_FILE]"
-        case .backup: return "keychainctl backup FILE [--passphrase-file FILE] [--keychain-passphrase-file FILE]"
-        case .restore: return "keychainctl restore FILE [--passphrase-file FILE] [--keychain-passphrase-file FILE]"
+        case .unlock: return "keychainctl unlock [--passphrase-file FILE | --passphrase-fd N] [--if-locked]"
+        case .passwd: return "keychainctl passwd [--passphrase-file OLD_FILE | --passphrase-fd N] [--new-passphrase-file NEW_FILE | --new-passphrase-fd N] [--if-set]"
+        case .backup: return "keychainctl backup FILE [--passphrase-file FILE | --passphrase-fd N] [--keychain-passphrase-file FILE]"
+        case .restore: return "keychainctl restore FILE [--passphrase-file FILE | --passphrase-fd N] [--keychain-passphrase-file FILE]"
         case .apps: return "keychainctl apps"
         case .register: return "keychainctl register -i APPLICATION-ID -g GROUP [-g GROUP]… -e EXECUTABLE [-e EXECUTABLE]… [--admin] [NAME]"
         case .approve: return "keychainctl approve NAME [--keychain-passphrase-file FILE]"
@@ -111,13 +111,21 @@ enum Verb: String, CaseIterable {
         case .deviceID: return "Every app of the group gets the same UUID, also when many start at once."
         case .status: return "Also says plainly when no passphrase is set (keys protected by the device key only)."
         case .lock: return "WhenUnlocked items become unreadable (errSecInteractionNotAllowed) until `unlock`."
-        case .unlock: return "The passphrase is read from the terminal without echo, or from --passphrase-file (never from the command line)."
+        case .unlock: return """
+            The passphrase is read from the terminal without echo, from --passphrase-file, or from the
+            first line of descriptor N (--passphrase-fd), never from the command line. --if-locked does
+            nothing (exit 0, without trying the passphrase) when the keychain is not locked, so a
+            passphrase that may be wrong is not counted as a failed unlock (used by pam_keychaind).
+            """
         case .passwd: return """
             Asks for the current passphrase (when one is set) and the new one twice, or reads them from
-            --passphrase-file and --new-passphrase-file. Once a passphrase is set the daemon starts locked.
+            --passphrase-file / --passphrase-fd and --new-passphrase-file / --new-passphrase-fd. When both
+            descriptors are the same, its first line is the current passphrase and its second the new one.
+            --if-set changes only a passphrase that is already set and does nothing (exit 0) when none
+            is. Once a passphrase is set the daemon starts locked.
             """
         case .backup: return """
-            The backup is encrypted under a passphrase (asked twice, or --passphrase-file); FILE is written
+            The backup is encrypted under a passphrase (asked twice, or --passphrase-file / --passphrase-fd); FILE is written
             with mode 0600. ThisDeviceOnly items are not included. Needs an admin caller and, while a
             passphrase is set, the keychain passphrase (asked, or --keychain-passphrase-file).
             """
@@ -168,8 +176,8 @@ func pad(_ s: String) -> String { s + String(repeating: " ", count: max(1, 30 - 
 
 enum Opt: CaseIterable {
     case service, account, group, secret, printSecret, stdin, accessible, label, comment, description
-    case updateExisting, all, passphraseFile, newPassphraseFile, keychainPassphraseFile
-    case appID, executable, admin
+    case updateExisting, all, passphraseFile, newPassphraseFile, passphraseFD, newPassphraseFD, ifLocked, ifSet
+    case keychainPassphraseFile, appID, executable, admin
 
     var spellings: [String] {
         switch self {
@@ -186,6 +194,10 @@ enum Opt: CaseIterable {
         case .all: return ["--all"]
         case .passphraseFile: return ["--passphrase-file"]
         case .newPassphraseFile: return ["--new-passphrase-file"]
+        case .passphraseFD: return ["--passphrase-fd"]
+        case .newPassphraseFD: return ["--new-passphrase-fd"]
+        case .ifLocked: return ["--if-locked"]
+        case .ifSet: return ["--if-set"]
         case .keychainPassphraseFile: return ["--keychain-passphrase-file"]
         case .appID: return ["-i", "--id"]
         case .executable: return ["-e", "--executable"]
@@ -195,7 +207,7 @@ enum Opt: CaseIterable {
 
     var takesValue: Bool {
         switch self {
-        case .printSecret, .stdin, .updateExisting, .all, .admin: return false
+        case .printSecret, .stdin, .updateExisting, .all, .ifLocked, .ifSet, .admin: return false
         default: return true
         }
     }
@@ -217,6 +229,10 @@ enum Opt: CaseIterable {
         case .all: return pad(names) + (verb == .find ? "show every matching item" : "delete every matching item")
         case .passphraseFile: return pad(names + " FILE") + (verb == .passwd ? "read the current passphrase from FILE" : "read the passphrase from FILE (first line)")
         case .newPassphraseFile: return pad(names + " FILE") + "read the new passphrase from FILE"
+        case .passphraseFD: return pad(names + " N") + (verb == .passwd ? "read the current passphrase from descriptor N (first line)" : "read the passphrase from descriptor N (first line)")
+        case .newPassphraseFD: return pad(names + " N") + "read the new passphrase from descriptor N (next line)"
+        case .ifLocked: return pad(names) + "do nothing unless the keychain is locked"
+        case .ifSet: return pad(names) + "change only a passphrase already set; never set a first one"
         case .keychainPassphraseFile: return pad(names + " FILE") + "the keychain passphrase (an admin proving presence) from FILE"
         case .appID: return pad(names + " ID") + "the app's application-identifier (TEAMID.bundle.id)"
         case .executable: return pad(names + " PATH") + "an absolute path of the app's executable (repeatable)"
@@ -337,6 +353,17 @@ struct Invocation {
                 throw usageError("executable \(exe) must be an absolute path")
             }
         default: break
+        }
+        if inv.value(.passphraseFile) != nil && inv.value(.passphraseFD) != nil {
+            throw usageError("--passphrase-file and --passphrase-fd exclude each other")
+        }
+        if inv.value(.newPassphraseFile) != nil && inv.value(.newPassphraseFD) != nil {
+            throw usageError("--new-passphrase-file and --new-passphrase-fd exclude each other")
+        }
+        for o in [Opt.passphraseFD, .newPassphraseFD] {
+            if let v = inv.value(o), Int32(v).map({ $0 < 0 }) ?? true {
+                throw usageError("\(o.spellings[0]) needs a descriptor number, not \"\(v)\"")
+            }
         }
         if let c = inv.value(.accessible), !accessibilityClasses.contains(c) {
             throw usageError("--accessible must be one of ak, ck, dk, akpu, aku, cku, dku, not \"\(c)\"")

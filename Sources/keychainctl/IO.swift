@@ -49,6 +49,30 @@ enum IO {
         return out
     }
 
+    /// Reads one line from descriptor `fd`: the bytes up to the first newline (not included; a
+    /// "\r" before it is dropped) or to end of file. Reads a byte at a time, so the next line stays
+    /// in the descriptor for whoever reads it next (`passwd` reads the old and the new passphrase
+    /// from one descriptor).
+    static func readLine(_ fd: Int32) throws(KeychainError) -> [UInt8] {
+        var line: [UInt8] = []
+        line.reserveCapacity(4096)  // no reallocation leaving copies behind for typical lengths
+        var byte: UInt8 = 0
+        while true {
+            let n = Glibc.read(fd, &byte, 1)
+            if n < 0 {
+                if errno == EINTR { continue }
+                let e = errno
+                wipe(&line)
+                throw KeychainError(e == EBADF ? .param : .io, "cannot read descriptor \(fd): \(String(cString: strerror(e)))")
+            }
+            if n == 0 || byte == 10 { break }
+            line.append(byte)
+        }
+        byte = 0
+        if line.last == 13 { line.removeLast() }
+        return line
+    }
+
     static func readFile(_ path: String) throws(KeychainError) -> [UInt8] {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { throw KeychainError(.io, "cannot open \(path): \(String(cString: strerror(errno)))") }

@@ -399,7 +399,9 @@ struct Command {
         }
     }
 
-    private func passphrase(file: Opt, prompt: String) throws(KeychainError) -> [UInt8] {
+    /// The passphrase from `file` (its first line), from descriptor `fd` (its next line), or from
+    /// the terminal.
+    private func passphrase(file: Opt, fd: Opt? = nil, prompt: String) throws(KeychainError) -> [UInt8] {
         if let path = inv.value(file) {
             var b = try IO.readFile(path)
             defer { IO.wipe(&b) }
@@ -407,34 +409,44 @@ struct Command {
             if line.last == 13 { line.removeLast() }
             return line
         }
+        if let fd, let n = inv.value(fd).flatMap({ Int32($0) }) { return try IO.readLine(n) }
         return try Prompt.readSecret(prompt)
     }
 
+    private func given(_ file: Opt, _ fd: Opt) -> Bool { inv.value(file) != nil || inv.value(fd) != nil }
+
     private mutating func unlock() throws(KeychainError) {
-        var p = try passphrase(file: .passphraseFile, prompt: "keychain passphrase: ")
+        let admin = KeychainAdmin(connection: connection)
+        if inv.has(.ifLocked), try !admin.status().locked {
+            if inv.json { out.line("{\"ok\":true,\"unlocked\":false}") } else { out.line("not locked: nothing to unlock") }
+            return
+        }
+        var p = try passphrase(file: .passphraseFile, fd: .passphraseFD, prompt: "keychain passphrase: ")
         defer { IO.wipe(&p) }
-        try KeychainAdmin(connection: connection).unlock(passphrase: p)
+        try admin.unlock(passphrase: p)
         ok()
     }
 
     private mutating func passwd() throws(KeychainError) {
         let admin = KeychainAdmin(connection: connection)
+        if inv.has(.ifSet), try !admin.status().passphraseSet {
+            if inv.json { out.line("{\"ok\":true,\"changed\":false}") } else { out.line("no passphrase set: nothing to change") }
+            return
+        }
         var old: [UInt8]?
-        if inv.value(.passphraseFile) != nil {
-            old = try passphrase(file: .passphraseFile, prompt: "")
+        if given(.passphraseFile, .passphraseFD) {
+            old = try passphrase(file: .passphraseFile, fd: .passphraseFD, prompt: "")
         } else if try admin.status().passphraseSet {
             old = try Prompt.readSecret("current passphrase: ")
         }
+        defer { if old != nil { IO.wipe(&old!) } }
         var new: [UInt8]
-        if inv.value(.newPassphraseFile) != nil {
-            new = try passphrase(file: .newPassphraseFile, prompt: "")
+        if given(.newPassphraseFile, .newPassphraseFD) {
+            new = try passphrase(file: .newPassphraseFile, fd: .newPassphraseFD, prompt: "")
         } else {
             new = try Prompt.readNewSecret("new passphrase: ", "retype new passphrase: ")
         }
-        defer {
-            IO.wipe(&new)
-            if old != nil { IO.wipe(&old!) }
-        }
+        defer { IO.wipe(&new) }
         guard !new.isEmpty else { throw .param("the new passphrase must not be empty") }
         let approved = try admin.changePassphrase(old: old, new: new)
         if inv.json {
@@ -446,8 +458,8 @@ struct Command {
 
     private mutating func backup() throws(KeychainError) {
         let path = inv.positional[0]
-        var p = inv.value(.passphraseFile) != nil
-            ? try passphrase(file: .passphraseFile, prompt: "")
+        var p = given(.passphraseFile, .passphraseFD)
+            ? try passphrase(file: .passphraseFile, fd: .passphraseFD, prompt: "")
             : try Prompt.readNewSecret("backup passphrase: ", "retype backup passphrase: ")
         defer { IO.wipe(&p) }
         guard !p.isEmpty else { throw .param("the backup passphrase must not be empty") }
@@ -466,7 +478,7 @@ struct Command {
     private mutating func restore() throws(KeychainError) {
         let path = inv.positional[0]
         let data = try IO.readFile(path)
-        var p = try passphrase(file: .passphraseFile, prompt: "backup passphrase: ")
+        var p = try passphrase(file: .passphraseFile, fd: .passphraseFD, prompt: "backup passphrase: ")
         defer { IO.wipe(&p) }
         let admin = KeychainAdmin(connection: connection)
         var presence = try presenceArguments(admin)

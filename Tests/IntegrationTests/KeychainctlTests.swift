@@ -217,4 +217,49 @@ final class KeychainctlTests: XCTestCase {
         XCTAssertNotEqual(try ctl("restore", backupFile, "--passphrase-file", newPass, "--keychain-passphrase-file", newPass).status, 0,
                           "wrong backup passphrase")
     }
+
+    /// --passphrase-fd / --new-passphrase-fd (how pam_keychaind hands over the login password, never
+    /// on argv), and --if-set / --if-locked, which keep a login password that is not the keychain's
+    /// passphrase from setting one or from counting as a failed unlock.
+    func testPassphrasesFromADescriptorAndTheConditionalFlags() throws {
+        func status() throws -> [String: Any] { try XCTUnwrap(try json(ctl("status", "--json").stdout) as? [String: Any]) }
+        let notSet = try ctl("passwd", "--if-set", "--passphrase-fd", "0", "--new-passphrase-fd", "0", stdin: "old\nnew\n")
+        XCTAssertEqual(notSet.status, 0, notSet.stderr)
+        XCTAssertEqual(notSet.stdout, "no passphrase set: nothing to change\n")
+        XCTAssertEqual(try status()["passphraseSet"] as? Bool, false, "--if-set never sets a first passphrase")
+        XCTAssertEqual(try ctl("unlock", "--if-locked", "--passphrase-fd", "0", stdin: "anything\n").stdout, "not locked: nothing to unlock\n")
+
+        let set = try ctl("passwd", "--new-passphrase-fd", "0", stdin: "first pass\n")
+        XCTAssertEqual(set.status, 0, set.stderr)
+        XCTAssertEqual(try ctl("lock").status, 0)
+        let unlocked = try ctl("unlock", "--if-locked", "--passphrase-fd", "0", "--json", stdin: "first pass\n")
+        XCTAssertEqual(unlocked.status, 0, unlocked.stderr)
+        XCTAssertEqual(try status()["locked"] as? Bool, false)
+        // Already unlocked: a wrong passphrase is not even tried, so it is not counted.
+        let skipped = try ctl("unlock", "--if-locked", "--passphrase-fd", "0", "--json", stdin: "wrong\n")
+        XCTAssertEqual(skipped.stdout, "{\"ok\":true,\"unlocked\":false}\n")
+        XCTAssertEqual(try status()["failedUnlocks"] as? Int, 0)
+
+        // One descriptor, two lines: the current passphrase, then the new one.
+        let changed = try ctl("passwd", "--if-set", "--passphrase-fd", "0", "--new-passphrase-fd", "0", stdin: "first pass\nsecond pass\n")
+        XCTAssertEqual(changed.status, 0, changed.stderr)
+        XCTAssertEqual(try ctl("lock").status, 0)
+        assertFailure(try ctl("unlock", "--passphrase-fd", "0", stdin: "first pass\n"), errSecAuthFailed, "errSecAuthFailed")
+        XCTAssertEqual(try ctl("unlock", "--passphrase-fd", "0", stdin: "second pass\r\n").status, 0)
+        // A current passphrase that does not match changes nothing.
+        assertFailure(try ctl("passwd", "--if-set", "--passphrase-fd", "0", "--new-passphrase-fd", "0", stdin: "nope\nthird\n"),
+                      errSecAuthFailed, "errSecAuthFailed")
+        XCTAssertEqual(try ctl("lock").status, 0)
+        XCTAssertEqual(try ctl("unlock", "--passphrase-fd", "0", stdin: "second pass\n").status, 0)
+
+        assertFailure(try ctl("unlock", "--passphrase-fd", "zero"), errSecParam, "errSecParam")
+        assertFailure(try ctl("unlock", "--passphrase-fd", "-1"), errSecParam, "errSecParam")
+        assertFailure(try ctl("unlock", "--passphrase-fd", "0", "--passphrase-file", "/dev/null"), errSecParam, "errSecParam")
+        assertFailure(try ctl("passwd", "--new-passphrase-fd", "0", "--new-passphrase-file", "/dev/null"), errSecParam, "errSecParam")
+        assertFailure(try ctl("lock", "--if-locked"), errSecParam, "errSecParam")
+        XCTAssertEqual(try ctl("lock").status, 0)
+        let closed = try ctl("unlock", "--passphrase-fd", "987")
+        assertFailure(closed, errSecParam, "errSecParam")
+        XCTAssertTrue(closed.stderr.contains("descriptor 987"), closed.stderr)
+    }
 }
