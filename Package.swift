@@ -43,8 +43,9 @@ let package = Package(
 
         .executableTarget(name: "keychaind", dependencies: ["KeychainDaemon"]),
         .executableTarget(name: "keychainctl", dependencies: ["KeychainClient"]),
-        // Release-built benchmark: daemon figures beside a bare socket-echo floor (scripts/bench).
-        .executableTarget(name: "keychaind-bench", dependencies: ["KeychainCore", "KeychainWire"]),
+        // Release-built benchmark: daemon figures beside a bare socket-echo floor (scripts/bench), and
+        // the cost of a passphrase change on an in-process keychain (--rotation).
+        .executableTarget(name: "keychaind-bench", dependencies: ["KeychainCore", "KeychainWire", "KeychainCrypto", "KeychainItems"]),
         // libFuzzer target for the CBOR decoder and request validation (see docs/reliability.md).
         .executableTarget(name: "keychaind-fuzz", dependencies: ["KeychainDaemon", "KeychainCore", "KeychainItems", "CSupport"]),
         .executableTarget(name: "device-id-example", dependencies: ["KeychainServices"],

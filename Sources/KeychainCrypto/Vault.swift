@@ -7,19 +7,28 @@ import KeychainCore
 ///  ├─ device KEK      = BLAKE2b(device key, "device-kek")                 wraps: dk, dku, blind-index key
 ///  └─ master key      = no passphrase: BLAKE2b(device key, "master-from-device")
 ///                       passphrase:    BLAKE2b(Argon2id(passphrase, salt), "master-from-passphrase" ‖ device KEK)
-///                                                                           wraps: ak, ck
+///                                                                           wraps: ak, ck, registry key
 ///      └─ this-device KEK = BLAKE2b(master, "this-device-only" ‖ device KEK)   wraps: aku, cku, akpu
 /// class key (one per accessibility class) wraps each item's random key; the item key seals the row.
+/// registry key seals the approved app registrations (`meta` row "apps").
 /// ```
 ///
 /// The wrapped keys form the *keyring*, a CBOR map the store keeps in its `meta` table:
-/// `{"v": 1, "master": "device"|"passphrase", "kdf": {…} (passphrase only), "ak": sealed, …, "index": sealed}`.
-/// Changing the passphrase re-wraps the five master-protected class keys and nothing else.
+/// `{"v": 1, "master": "device"|"passphrase", "kdf": {…} (passphrase only), "ak": sealed, …, "index": sealed,
+/// "apps": sealed (absent in keyrings written before it existed)}`.
+///
+/// **Rotation.** Setting or changing the passphrase draws fresh class keys for the five
+/// master-protected classes (ak, ck, aku, cku, akpu) and a fresh registry key; the caller re-wraps
+/// every item key of those classes (`PendingChange.rewrapItemKey`) and re-seals the registrations in
+/// the transaction that stores the new keyring. A copy of the keyring from before the change then
+/// opens no item key and no registration list written since. Removing the passphrase keeps the class
+/// keys (re-wrapped under the device-derived master) except akpu's, whose items are deleted.
 ///
 /// Unwrapped class keys live in guarded memory. Without a passphrase every class key is unwrapped at
 /// open (always unlocked). With one, only the "Always" keys (dk, dku, wrapped by the device KEK) are
 /// available until `unlock(passphrase:)`; `lock(_:)` drops keys again, after which `classKey` throws
-/// `errSecInteractionNotAllowed`.
+/// `errSecInteractionNotAllowed`. The registry key, like ck, is available from the first time the
+/// passphrase is given until the vault goes away; locking never drops it.
 public final class Vault: Sendable {
     /// Where the master key comes from.
     public enum MasterSource: String, Sendable {
@@ -32,6 +41,8 @@ public final class Vault: Sendable {
     public static let keyringVersion: Int64 = 1
     /// The classes whose keys the master key (rather than the device KEK) protects.
     public static let masterProtected: [ProtectionClass] = ProtectionClass.allCases.filter { !$0.isAlways }
+    /// The keyring entry of the registry key.
+    static let registryName = "apps"
 
     /// Keyed BLAKE2b for the database's search and uniqueness columns.
     public let blindIndex: BlindIndexer
@@ -49,19 +60,24 @@ public final class Vault: Sendable {
         var kdf: KDFParameters?
         var wrapped: [ProtectionClass: [UInt8]]
         var wrappedIndex: [UInt8]
+        /// The registry key, wrapped by the master key (nil in keyrings from before it existed).
+        var wrappedRegistry: [UInt8]?
 
         var encoded: [UInt8] {
             var map: [String: Value] = ["v": .int(keyringVersion), "master": .text(source.rawValue), "index": .bytes(wrappedIndex)]
             for (c, w) in wrapped { map[c.code] = .bytes(w) }
             if let kdf { map["kdf"] = kdf.value }
+            if let wrappedRegistry { map[Vault.registryName] = .bytes(wrappedRegistry) }
             return CBOR.encode(.map(map))
         }
 
-        init(source: MasterSource, kdf: KDFParameters?, wrapped: [ProtectionClass: [UInt8]], wrappedIndex: [UInt8]) {
+        init(source: MasterSource, kdf: KDFParameters?, wrapped: [ProtectionClass: [UInt8]], wrappedIndex: [UInt8],
+             wrappedRegistry: [UInt8]?) {
             self.source = source
             self.kdf = kdf
             self.wrapped = wrapped
             self.wrappedIndex = wrappedIndex
+            self.wrappedRegistry = wrappedRegistry
         }
 
         init(_ bytes: [UInt8]) throws(KeychainError) {
@@ -89,32 +105,52 @@ public final class Vault: Sendable {
             }
             guard let wi = map["index"]?.bytes else { throw KeychainError(.decode, "the keyring lacks the blind-index key") }
             wrappedIndex = wi
+            switch map[Vault.registryName] {
+            case nil: wrappedRegistry = nil
+            case .bytes(let w)?: wrappedRegistry = w
+            default: throw KeychainError(.decode, "the keyring's registry key is damaged")
+            }
         }
+    }
+
+    /// Keys unwrapped from a keyring with its master key.
+    private struct Unwrapped {
+        var classKeys: [ProtectionClass: SecureBytes]
+        var registry: SecureBytes?
     }
 
     private struct State {
         var keyring: Keyring
         var classKeys: [ProtectionClass: SecureBytes]
+        /// The registry key, when the keyring has one and it has been unwrapped.
+        var registryKey: SecureBytes?
+        /// Whether the master key has been available since open (no passphrase, or it was given):
+        /// until then the registrations cannot be read.
+        var registryReadable: Bool
         /// Set while a passphrase removal is being committed: akpu writes are refused from then on.
         var removingPassphrase = false
         /// Bumped by every adopted keyring change, so an unlock computed against an older keyring is dropped.
         var generation = 0
+        /// Bumped whenever adopted class keys replace those rows were sealed under (`rotationEpoch`).
+        var rotation: UInt64 = 0
     }
 
     private init(deviceKey: SecureBytes, deviceKEK: SecureBytes, keyring: Keyring, indexKey: SecureBytes,
-                 classKeys: [ProtectionClass: SecureBytes]) {
+                 classKeys: [ProtectionClass: SecureBytes], registryKey: SecureBytes?, registryReadable: Bool) {
         self.deviceKey = deviceKey
         self.deviceKEK = deviceKEK
         self.blindIndex = BlindIndexer(key: indexKey)
         self.rowStateKey = KeyedHash.deriveKey(from: deviceKey, label: "keychaind row-state v1")
-        self.state = Locked(State(keyring: keyring, classKeys: classKeys))
+        self.state = Locked(State(keyring: keyring, classKeys: classKeys, registryKey: registryKey,
+                                  registryReadable: registryReadable))
     }
 
-    /// A new keychain: fresh random class keys and blind-index key, wrapped as described above.
-    /// Returns the vault (unlocked) and the keyring to persist.
+    /// A new keychain: fresh random class keys, blind-index key and registry key, wrapped as described
+    /// above. Returns the vault (unlocked) and the keyring to persist.
     public static func create(deviceKey: SecureBytes) -> (vault: Vault, keyring: [UInt8]) {
         let deviceKEK = Self.deviceKEK(deviceKey)
-        let keks = Keks(master: masterFromDevice(deviceKey), deviceKEK: deviceKEK)
+        let master = masterFromDevice(deviceKey)
+        let keks = Keks(master: master, deviceKEK: deviceKEK)
         var wrapped: [ProtectionClass: [UInt8]] = [:]
         var plain: [ProtectionClass: SecureBytes] = [:]
         for c in ProtectionClass.allCases {
@@ -123,9 +159,12 @@ public final class Vault: Sendable {
             plain[c] = key
         }
         let indexKey = SecureBytes(random: BlindIndexer.keyLength)
+        let registry = SecureBytes(random: AEAD.keyBytes)
         let keyring = Keyring(source: .deviceKey, kdf: nil, wrapped: wrapped,
-                              wrappedIndex: wrap(indexKey, under: deviceKEK, name: "index"))
-        let vault = Vault(deviceKey: deviceKey, deviceKEK: deviceKEK, keyring: keyring, indexKey: indexKey, classKeys: plain)
+                              wrappedIndex: wrap(indexKey, under: deviceKEK, name: "index"),
+                              wrappedRegistry: wrap(registry, under: master, name: registryName))
+        let vault = Vault(deviceKey: deviceKey, deviceKEK: deviceKEK, keyring: keyring, indexKey: indexKey, classKeys: plain,
+                          registryKey: registry, registryReadable: true)
         return (vault, keyring.encoded)
     }
 
@@ -143,7 +182,8 @@ public final class Vault: Sendable {
         for c in ProtectionClass.allCases where c.isAlways {
             keys[c] = try unwrapClass(c, keyring, under: deviceKEK)
         }
-        let vault = Vault(deviceKey: deviceKey, deviceKEK: deviceKEK, keyring: keyring, indexKey: indexKey, classKeys: keys)
+        let vault = Vault(deviceKey: deviceKey, deviceKEK: deviceKEK, keyring: keyring, indexKey: indexKey, classKeys: keys,
+                          registryKey: nil, registryReadable: false)
         if keyring.source == .deviceKey { try vault.unlock() }
         return vault
     }
@@ -158,6 +198,10 @@ public final class Vault: Sendable {
         }
         return key
     }
+
+    /// Changes whenever an adopted passphrase change replaces class keys. A row sealed under a class
+    /// key taken before the epoch changed must be sealed again before it is written.
+    public var rotationEpoch: UInt64 { state.withLock { $0.rotation } }
 
     /// Whether items of class `c` can be read and written now. `akpu` also needs a passphrase.
     public func isAvailable(_ c: ProtectionClass) -> Bool {
@@ -193,7 +237,7 @@ public final class Vault: Sendable {
     }
 
     /// Apple's lock: drops the WhenUnlocked keys (ak, aku, akpu). Only with a passphrase; without one
-    /// there is nothing to unlock with, so this returns false and changes nothing.
+    /// there is nothing to unlock with, so this returns false and changes nothing. The registry key stays.
     @discardableResult
     public func lockWhenUnlockedClasses() -> Bool {
         state.withLock { s in
@@ -216,8 +260,8 @@ public final class Vault: Sendable {
     }
 
     /// Derives the master key from `passphrase` with the stored parameters (Argon2id: slow on
-    /// purpose) and unwraps every class key. A wrong passphrase is errSecAuthFailed and changes
-    /// nothing. Without a passphrase set, succeeds without looking at it.
+    /// purpose) and unwraps every class key and the registry key. A wrong passphrase is
+    /// errSecAuthFailed and changes nothing. Without a passphrase set, succeeds without looking at it.
     public func unlock(passphrase: SecureBytes) throws(KeychainError) {
         let (keyring, generation) = state.withLock { ($0.keyring, $0.generation) }
         guard keyring.source == .passphrase else { return }
@@ -232,35 +276,140 @@ public final class Vault: Sendable {
         _ = try unwrapWithPassphrase(keyring, passphrase)
     }
 
+    // MARK: The registry key
+
+    /// Where the registry key stands.
+    public enum RegistryKey: Sendable {
+        /// A passphrase is set and has not been given since the vault opened.
+        case unavailable
+        /// The keyring has no registry key (written before it existed): nothing was ever sealed.
+        case absent
+        case available(SecureBytes)
+    }
+
+    public var registryKey: RegistryKey {
+        state.withLock { s in
+            guard s.registryReadable else { return .unavailable }
+            return s.registryKey.map { .available($0) } ?? .absent
+        }
+    }
+
+    static let registryAD = Array("keychaind approved registrations v1".utf8)
+
+    /// Seals `plain` (the encoded registrations) under a registry key.
+    public static func sealRegistry(_ plain: [UInt8], key: SecureBytes) -> [UInt8] {
+        key.withUnsafeBytes { k in registryAD.withUnsafeBytes { AEAD.seal(plain, key: k, ad: $0) } }
+    }
+
+    /// Opens what `sealRegistry` sealed; anything else, or another key, is errSecDecode.
+    public static func openRegistry(_ sealed: [UInt8], key: SecureBytes) throws(KeychainError) -> [UInt8] {
+        try key.withUnsafeBytes { (k) throws(KeychainError) -> [UInt8] in
+            try withBytes(registryAD) { (a) throws(KeychainError) -> [UInt8] in
+                try AEAD.open(sealed, key: k, ad: a, what: "the approved registrations")
+            }
+        }
+    }
+
+    /// A keyring with a fresh registry key, computed but not yet in force (see `PendingChange`).
+    public struct PendingRegistry: @unchecked Sendable {
+        // Safety: immutable after creation; SecureBytes are read-only.
+        public let keyring: [UInt8]
+        public let registryKey: SecureBytes
+        fileprivate let decoded: Keyring
+    }
+
+    /// Draws a fresh registry key wrapped by the master key — derived from `passphrase` when one is
+    /// set (errSecAuthFailed when it is missing or wrong), else from the device key. Persist
+    /// `keyring` with whatever is sealed under the new key, then `adopt` it.
+    public func prepareRegistryChange(passphrase: SecureBytes?) throws(KeychainError) -> PendingRegistry {
+        let current = state.withLock { $0.keyring }
+        let master: SecureBytes
+        switch current.source {
+        case .deviceKey:
+            master = Self.masterFromDevice(deviceKey)
+        case .passphrase:
+            guard let passphrase else { throw KeychainError(.authFailed, "a passphrase is set: it is needed for this") }
+            guard let kdf = current.kdf else { throw KeychainError(.decode, "the keyring lacks its key-derivation parameters") }
+            master = masterFromPassphrase(try PasswordHash.derive(passphrase, kdf))
+            // Proves the passphrase: the class keys wrapped under this master must open.
+            do { _ = try Self.unwrapAll(current, master: master, deviceKEK: deviceKEK) } catch where error.status == .decode {
+                throw KeychainError(.authFailed, "wrong passphrase")
+            }
+        }
+        let registry = SecureBytes(random: AEAD.keyBytes)
+        var next = current
+        next.wrappedRegistry = Self.wrap(registry, under: master, name: Self.registryName)
+        return PendingRegistry(keyring: next.encoded, registryKey: registry, decoded: next)
+    }
+
+    /// Puts a persisted registry change in force (the registry key is readable from now on).
+    public func adopt(_ change: PendingRegistry) {
+        state.withLock { s in
+            s.keyring = change.decoded
+            s.generation += 1
+            s.registryKey = change.registryKey
+            s.registryReadable = true
+        }
+    }
+
     // MARK: Changing the passphrase
 
-    /// A keyring re-wrapped for a new passphrase (or none), computed but not yet in force. Persist
-    /// `keyring` first, then `adopt` it; drop it to abandon the change.
+    /// A keyring for a new passphrase (or none), computed but not yet in force. Persist `keyring`
+    /// — together with every row re-wrapped by `rewrapItemKey` and the registrations re-sealed under
+    /// `registryKey` — in one transaction, then `adopt` it; drop it to abandon the change.
     public struct PendingChange: @unchecked Sendable {
         // Safety: immutable after creation; SecureBytes are read-only.
         public let keyring: [UInt8]
         public let removesPassphrase: Bool
+        /// Classes whose class key is new: every item key of these classes must be re-wrapped.
+        public let rotatedClasses: [ProtectionClass]
+        /// The new registry key (always fresh).
+        public let registryKey: SecureBytes
+        /// The registry key before the change (nil when the keyring had none).
+        public let previousRegistryKey: SecureBytes?
         fileprivate let decoded: Keyring
         fileprivate let classKeys: [ProtectionClass: SecureBytes]
+        fileprivate let previousClassKeys: [ProtectionClass: SecureBytes]
+
+        /// An item key sealed under the class key before the change, sealed again under the new one
+        /// with the same associated data. errSecDecode when it does not open (a damaged row); a class
+        /// that was not rotated is errSecParam.
+        public func rewrapItemKey(_ sealed: [UInt8], protection: ProtectionClass,
+                                  associatedData: [UInt8]) throws(KeychainError) -> [UInt8] {
+            guard rotatedClasses.contains(protection), let old = previousClassKeys[protection], let new = classKeys[protection] else {
+                throw KeychainError(.param, "the \(protection.code) class key is not being rotated")
+            }
+            return try old.withUnsafeBytes { (ok) throws(KeychainError) -> [UInt8] in
+                try new.withUnsafeBytes { (nk) throws(KeychainError) -> [UInt8] in
+                    try withBytes(associatedData) { (ad) throws(KeychainError) -> [UInt8] in
+                        try AEAD.withOpenedKey(sealed, key: ok, ad: ad, what: "item key") { ik in AEAD.seal(ik, key: nk, ad: ad) }
+                    }
+                }
+            }
+        }
     }
 
-    /// Re-wraps the master-protected class keys (ak, ck, aku, cku, akpu) for `new` (nil: remove the
-    /// passphrase). `old` must be the current passphrase when one is set (errSecAuthFailed
-    /// otherwise); it is ignored when none is set. Removing the passphrase gives `akpu` a fresh
-    /// class key, so items of that class can never be opened again (the caller deletes them).
-    /// Item rows are untouched.
+    /// Prepares setting, changing (`new`) or removing (`new == nil`) the passphrase. `old` must be the
+    /// current passphrase when one is set (errSecAuthFailed otherwise); it is ignored when none is set.
+    ///
+    /// Setting or changing draws fresh class keys for ak, ck, aku, cku and akpu (`rotatedClasses`) and
+    /// wraps them under the new master key; removing keeps those keys (re-wrapped under the
+    /// device-derived master) but gives `akpu` a fresh one, so items of that class can never be opened
+    /// again (the caller deletes them). Every change draws a fresh registry key.
     public func preparePassphraseChange(old: SecureBytes?, new: SecureBytes?, profile: KDFProfile) throws(KeychainError) -> PendingChange {
         let current = state.withLock { $0.keyring }
-        var keys: [ProtectionClass: SecureBytes]
+        let unwrapped: Unwrapped
         switch current.source {
         case .deviceKey:
-            keys = try Self.unwrapAll(current, master: Self.masterFromDevice(deviceKey), deviceKEK: deviceKEK)
+            unwrapped = try Self.unwrapAll(current, master: Self.masterFromDevice(deviceKey), deviceKEK: deviceKEK)
         case .passphrase:
             guard let old else {
                 throw KeychainError(.authFailed, "a passphrase is set: the current one is needed to change it (\"old\")")
             }
-            keys = try unwrapWithPassphrase(current, old)
+            unwrapped = try unwrapWithPassphrase(current, old)
         }
+        var keys = unwrapped.classKeys
+        var rotated: [ProtectionClass] = []
         var next = current
         let master: SecureBytes
         if let new {
@@ -268,6 +417,10 @@ public final class Vault: Sendable {
             next.source = .passphrase
             next.kdf = kdf
             master = masterFromPassphrase(try PasswordHash.derive(new, kdf))
+            for c in Self.masterProtected {
+                keys[c] = SecureBytes(random: AEAD.keyBytes)
+                rotated.append(c)
+            }
         } else {
             next.source = .deviceKey
             next.kdf = nil
@@ -280,8 +433,11 @@ public final class Vault: Sendable {
         for c in Self.masterProtected {
             next.wrapped[c] = Self.wrap(keys[c]!, under: keks.wrappingKey(for: c), name: c.code)
         }
+        let registry = SecureBytes(random: AEAD.keyBytes)
+        next.wrappedRegistry = Self.wrap(registry, under: master, name: Self.registryName)
         return PendingChange(keyring: next.encoded, removesPassphrase: new == nil && current.source == .passphrase,
-                             decoded: next, classKeys: keys)
+                             rotatedClasses: rotated, registryKey: registry, previousRegistryKey: unwrapped.registry,
+                             decoded: next, classKeys: keys, previousClassKeys: unwrapped.classKeys)
     }
 
     /// Marks a passphrase removal as under way (akpu writes refused) or no longer (it failed).
@@ -289,19 +445,23 @@ public final class Vault: Sendable {
         state.withLock { $0.removingPassphrase = on }
     }
 
-    /// Puts a persisted change in force. The lock state is kept: a locked keychain stays locked
-    /// (only keys already in memory are replaced), except that removing the passphrase unlocks every
-    /// class, as nothing could unlock them later.
+    /// Puts a persisted change in force. The lock state is kept: a locked class stays locked (only
+    /// keys already in memory are replaced), except that removing the passphrase unlocks every class,
+    /// as nothing could unlock them later. The new registry key is readable from now on (the change
+    /// was made with the passphrase, or without one set).
     public func adopt(_ change: PendingChange) {
         state.withLock { s in
             s.keyring = change.decoded
             s.generation += 1
+            s.rotation &+= 1
             s.removingPassphrase = false
             if change.decoded.source == .deviceKey {
                 s.classKeys = s.classKeys.merging(change.classKeys) { $1 }
             } else {
                 for (c, k) in change.classKeys where s.classKeys[c] != nil { s.classKeys[c] = k }
             }
+            s.registryKey = change.registryKey
+            s.registryReadable = true
         }
     }
 
@@ -321,7 +481,7 @@ public final class Vault: Sendable {
         KeyedHash.deriveKey(from: stretched, label: "keychaind master-from-passphrase v1", mixing: deviceKEK)
     }
 
-    private func unwrapWithPassphrase(_ keyring: Keyring, _ passphrase: SecureBytes) throws(KeychainError) -> [ProtectionClass: SecureBytes] {
+    private func unwrapWithPassphrase(_ keyring: Keyring, _ passphrase: SecureBytes) throws(KeychainError) -> Unwrapped {
         guard let kdf = keyring.kdf else { throw KeychainError(.decode, "the keyring lacks its key-derivation parameters") }
         let master = masterFromPassphrase(try PasswordHash.derive(passphrase, kdf))
         do {
@@ -331,13 +491,16 @@ public final class Vault: Sendable {
         }
     }
 
-    private static func unwrapAll(_ keyring: Keyring, master: SecureBytes, deviceKEK: SecureBytes) throws(KeychainError) -> [ProtectionClass: SecureBytes] {
+    private static func unwrapAll(_ keyring: Keyring, master: SecureBytes, deviceKEK: SecureBytes) throws(KeychainError) -> Unwrapped {
         let keks = Keks(master: master, deviceKEK: deviceKEK)
         var keys: [ProtectionClass: SecureBytes] = [:]
         for c in ProtectionClass.allCases {
             keys[c] = try unwrapClass(c, keyring, under: keks.wrappingKey(for: c))
         }
-        return keys
+        // The class keys opened under this master, so the passphrase is right: a registry key that does
+        // not open is damage, and is treated as none (registrations sealed under it read as damaged).
+        let registry = keyring.wrappedRegistry.flatMap { try? unwrap($0, under: master, name: registryName, length: AEAD.keyBytes) }
+        return Unwrapped(classKeys: keys, registry: registry)
     }
 
     private static func unwrapClass(_ c: ProtectionClass, _ keyring: Keyring, under kek: SecureBytes) throws(KeychainError) -> SecureBytes {
@@ -347,10 +510,12 @@ public final class Vault: Sendable {
     }
 
     /// Installs unwrapped keys unless the keyring changed meanwhile (a concurrent passphrase change).
-    private func install(_ keys: [ProtectionClass: SecureBytes], generation: Int) {
+    private func install(_ keys: Unwrapped, generation: Int) {
         state.withLock { s in
             guard s.generation == generation else { return }
-            s.classKeys = keys
+            s.classKeys = keys.classKeys
+            s.registryKey = keys.registry
+            s.registryReadable = true
         }
     }
 

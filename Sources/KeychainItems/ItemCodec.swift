@@ -82,29 +82,23 @@ struct ItemCodec: Sendable {
         return map
     }
 
-    /// Runs `body` with the row's unwrapped item key (stack memory, zeroed afterwards).
-    func withItemKey<R>(of row: StoredItem, protection: ProtectionClass,
-                        _ body: (UnsafeRawBufferPointer) throws(KeychainError) -> R) throws(KeychainError) -> R {
-        let classKey = try vault.classKey(protection)
-        return try classKey.withUnsafeBytes { (ck) throws(KeychainError) -> R in
-            try withBytes(Self.associatedData(ref: row.ref, protection: protection, part: .itemKey, uniqueIndex: row.uniqueIndex)) { (kad) throws(KeychainError) -> R in
-                try AEAD.withOpenedKey(row.wrappedKey, key: ck, ad: kad, what: "item key", body)
-            }
-        }
-    }
-
     // MARK: Sealing
 
-    /// A row for `attributes` (and `secret`, when it changes) under `protection`.
-    /// `itemKey` is the existing key when the class stays; nil makes a fresh one.
-    /// `sealedSecret` is reused when the secret does not change.
-    func seal(ref: [UInt8], protection: ProtectionClass, attributes: [String: Value], secret: [UInt8]?,
-              sealedSecret: [UInt8], itemKey existing: UnsafeRawBufferPointer?, rowid: Int64 = 0) throws(KeychainError) -> StoredItem {
-        let classKey = try vault.classKey(protection)
+    /// A row for `attributes` and `secret` under `protection`, sealed under a fresh random item key —
+    /// for every write, updates included, so a row written after a passphrase change shares no key
+    /// with any older version of itself. `classKey` is the key of `protection` to wrap it with
+    /// (nil: the vault's current one).
+    func seal(ref: [UInt8], protection: ProtectionClass, attributes: [String: Value], secret: [UInt8],
+              rowid: Int64 = 0, classKey given: SecureBytes? = nil) throws(KeychainError) -> StoredItem {
+        let classKey: SecureBytes
+        if let given { classKey = given } else { classKey = try vault.classKey(protection) }
         var plain = CBOR.encode(.map(attributes))
         defer { Sodium.zero(&plain) }
         let index = indexes(for: attributes)
-        let seal = { (ik: UnsafeRawBufferPointer) -> (wrapped: [UInt8], attributes: [UInt8], secret: [UInt8]) in
+        let parts = withUnsafeTemporaryAllocation(byteCount: AEAD.keyBytes, alignment: 16) { buffer in
+            defer { Sodium.zero(buffer) }
+            Sodium.randomFill(buffer)
+            let ik = UnsafeRawBufferPointer(buffer)
             let wrapped = classKey.withUnsafeBytes { ck in
                 Self.associatedData(ref: ref, protection: protection, part: .itemKey, uniqueIndex: index.unique)
                     .withUnsafeBytes { AEAD.seal(ik, key: ck, ad: $0) }
@@ -112,20 +106,10 @@ struct ItemCodec: Sendable {
             let sealedAttributes = Self.associatedData(ref: ref, protection: protection, part: .attributes).withUnsafeBytes {
                 AEAD.seal(plain, key: ik, ad: $0)
             }
-            let newSecret = secret.map { s in
-                Self.associatedData(ref: ref, protection: protection, part: .secret).withUnsafeBytes { AEAD.seal(s, key: ik, ad: $0) }
-            } ?? sealedSecret
-            return (wrapped, sealedAttributes, newSecret)
-        }
-        let parts: (wrapped: [UInt8], attributes: [UInt8], secret: [UInt8])
-        if let existing {
-            parts = seal(existing)
-        } else {
-            parts = withUnsafeTemporaryAllocation(byteCount: AEAD.keyBytes, alignment: 16) { buffer in
-                defer { Sodium.zero(buffer) }
-                Sodium.randomFill(buffer)
-                return seal(UnsafeRawBufferPointer(buffer))
+            let sealedSecret = Self.associatedData(ref: ref, protection: protection, part: .secret).withUnsafeBytes {
+                AEAD.seal(secret, key: ik, ad: $0)
             }
+            return (wrapped: wrapped, attributes: sealedAttributes, secret: sealedSecret)
         }
         return StoredItem(rowid: rowid, ref: ref, protectionClass: protection.rawValue,
                           accessGroupIndex: index.group, serviceIndex: index.service, accountIndex: index.account,

@@ -84,13 +84,24 @@ extension ItemService {
     /// Sets, changes (`new`) or removes (`new == nil`) the passphrase. `old` must be the current one
     /// when one is set (it counts as an unlock attempt: delays apply); ignored when none is set.
     ///
-    /// Only the keyring changes — the class keys re-wrapped under the new master key — in one SQLite
-    /// transaction, so a crash leaves the old or the new passphrase in force, never neither. Removing
-    /// the passphrase deletes every `akpu` item in that same transaction (Apple: they exist only
-    /// while a passcode is set) and returns how many went. The lock state is kept (removing the
-    /// passphrase unlocks, since nothing could unlock later).
+    /// **Rotation.** Setting or changing it draws fresh class keys for ak, ck, aku, cku and akpu and
+    /// re-wraps the item key of every item of those classes under them (the items' attributes and
+    /// secrets are not touched), so a copy of the keyring from before the change opens nothing written
+    /// after it. Every change also draws a fresh registry key and re-seals the approved registrations
+    /// under it: `approving` replaces them (setting the first passphrase passes the registrations
+    /// trusted until then); nil keeps the stored list (a stored list that no longer opens is replaced
+    /// by an empty one). Removing the passphrase deletes every `akpu` item instead (Apple: they exist
+    /// only while a passcode is set) and keeps the other class keys.
+    ///
+    /// Everything happens in one SQLite transaction, committed alone, so a crash or a failure at any
+    /// row leaves the old or the new passphrase in force, never neither. Rows are re-wrapped a batch at
+    /// a time (memory stays flat); the writer is held meanwhile, so other writes wait, and reads carry
+    /// on until the commit, which puts the new keys in force for every reader at once. Returns how many
+    /// `akpu` items went. The lock state is kept (removing the passphrase unlocks, since nothing could
+    /// unlock later).
     @discardableResult
-    public func changePassphrase(old: SecureBytes?, new: SecureBytes?) throws(KeychainError) -> Int {
+    public func changePassphrase(old: SecureBytes?, new: SecureBytes?,
+                                 approving: [ApprovedRegistration]? = nil) throws(KeychainError) -> Int {
         try protectionLock.withLock { (_) throws(KeychainError) -> Int in
             let hadPassphrase = vault.hasPassphrase
             if hadPassphrase {
@@ -100,26 +111,53 @@ extension ItemService {
                 try checkNoDelay()
             }
             if !hadPassphrase && new == nil { return 0 }
+            let approved = approving.map(ApprovedRegistration.encode)
             let pending: Vault.PendingChange
             do throws(KeychainError) {
                 pending = try vault.preparePassphraseChange(old: old, new: new, profile: kdfProfile)
             } catch where error.status == .authFailed && hadPassphrase {
                 throw try recordFailure()
             }
+            let afterRow = testHooks.withLock { $0.afterRewrappedRow }
             if pending.removesPassphrase { vault.setRemovingPassphrase(true) }
             let removed: Int
             do throws(KeychainError) {
-                removed = try store.write { (w) throws(KeychainError) -> Int in
+                removed = try store.writeAlone({ (w) throws(KeychainError) -> Int in
                     try w.setMeta("keyring", pending.keyring)
                     try w.deleteMeta(Self.failuresMeta)
-                    return pending.removesPassphrase
+                    let removed = pending.removesPassphrase
                         ? try w.deleteItems(protectionClass: ProtectionClass.whenPasscodeSetThisDeviceOnly.rawValue) : 0
-                }
+                    var rewrapped = 0
+                    try w.rewrapItemKeys(classes: pending.rotatedClasses.map(\.rawValue)) { (row) throws(KeychainError) -> [UInt8]? in
+                        guard let protection = ProtectionClass(rawValue: row.protectionClass) else { return nil }
+                        let ad = ItemCodec.associatedData(ref: row.ref, protection: protection, part: .itemKey,
+                                                          uniqueIndex: row.uniqueIndex)
+                        let replacement: [UInt8]
+                        do throws(KeychainError) {
+                            replacement = try pending.rewrapItemKey(row.sealed, protection: protection, associatedData: ad)
+                        } catch where error.status == .decode {
+                            return nil     // damaged: it did not open before the change and will not after
+                        }
+                        rewrapped += 1
+                        try afterRow?(rewrapped)
+                        return replacement
+                    }
+                    let list: [UInt8]?
+                    if let approved {
+                        list = approved
+                    } else if let stored = try w.reader.meta(Self.registrationsMeta) {
+                        list = pending.previousRegistryKey.flatMap { try? Vault.openRegistry(stored, key: $0) }
+                            ?? ApprovedRegistration.encode([])
+                    } else {
+                        list = nil
+                    }
+                    if let list { try w.setMeta(Self.registrationsMeta, Vault.sealRegistry(list, key: pending.registryKey)) }
+                    return removed
+                }, committed: { vault.adopt(pending) })
             } catch {
                 vault.setRemovingPassphrase(false)
                 throw error
             }
-            vault.adopt(pending)
             // The old keyring's pages are still in the WAL; fold them into the database (where
             // secure_delete overwrote them) and truncate the WAL, so a copy of the disk does not
             // keep the keyring wrapped under the old passphrase.
@@ -174,7 +212,7 @@ extension ItemService {
         return Failures(count: Int(clamping: max(0, count)), last: last)
     }
 
-    private func checkNoDelay() throws(KeychainError) {
+    func checkNoDelay() throws(KeychainError) {
         let remaining = try loadFailures().remaining(now: wallClock())
         if remaining > 0 {
             throw KeychainError(.authFailed,
@@ -183,7 +221,7 @@ extension ItemService {
     }
 
     /// Counts one wrong passphrase (persisted before answering) and returns the error to throw.
-    private func recordFailure() throws(KeychainError) -> KeychainError {
+    func recordFailure() throws(KeychainError) -> KeychainError {
         var failures = try loadFailures()
         failures.count += 1
         failures.last = wallClock()
@@ -196,7 +234,7 @@ extension ItemService {
             : "wrong passphrase (\(failures.count) failed attempt\(plural) in a row)")
     }
 
-    private func clearFailures() throws(KeychainError) {
+    func clearFailures() throws(KeychainError) {
         guard try store.meta(Self.failuresMeta) != nil else { return }
         try store.write { (w) throws(KeychainError) in try w.deleteMeta(Self.failuresMeta) }
     }
@@ -267,8 +305,7 @@ extension ItemService {
                 var taken = false
                 try w.reader.forEach(RowFilter(ref: ref)) { (_) throws(KeychainError) -> Bool in taken = true; return false }
                 if taken { ref = Sodium.randomBytes(PersistentRef.idLength) }
-                let row = try codec.seal(ref: ref, protection: protection, attributes: item.attributes, secret: item.secret,
-                                         sealedSecret: [], itemKey: nil)
+                let row = try codec.seal(ref: ref, protection: protection, attributes: item.attributes, secret: item.secret)
                 do throws(KeychainError) {
                     try w.insert(row)
                     restored += 1

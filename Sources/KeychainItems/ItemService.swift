@@ -20,8 +20,16 @@ public final class ItemService: Sendable {
     public let kdfProfile: KDFProfile
     /// Wall-clock seconds (the unlock delays survive restarts, so they use real time).
     let wallClock: @Sendable () -> Double
-    /// Serialises unlock, passphrase change and the failure counter (see ItemService+Protection).
+    /// Serialises unlock, passphrase change, registrations and the failure counter (see ItemService+Protection).
     let protectionLock = Locked<Int>(0)
+    /// Fault injection for tests (never set outside them).
+    let testHooks = Locked(TestHooks())
+
+    struct TestHooks {
+        /// Called during a passphrase change after each re-wrapped row with how many so far; a throw
+        /// fails the change there, as a full disk or an I/O error would.
+        var afterRewrappedRow: (@Sendable (Int) throws(KeychainError) -> Void)?
+    }
 
     /// Opens (or creates) the keychain in `directory`: the directory (0700), the device key file and the
     /// database. A database whose device key file is missing is an error, never a silent reset.
@@ -111,13 +119,17 @@ public final class ItemService: Sendable {
         stored["mdat"] = .date(now)
         let secret = query.secret ?? []
         let ref = PersistentRef.newID(createdAt: now)
-        let row = try codec.seal(ref: ref, protection: protection, attributes: stored, secret: secret,
-                                 sealedSecret: [], itemKey: nil)
+        // Sealed outside the writer (cheap concurrency); a passphrase change that replaced the class
+        // keys meanwhile (it commits with the writer held) makes the write seal it again.
+        let epoch = vault.rotationEpoch
+        let sealed = try codec.seal(ref: ref, protection: protection, attributes: stored, secret: secret)
         do {
             try store.write { (w) throws(KeychainError) in
                 // Checked again inside the transaction: a passphrase removal deletes akpu rows in its
                 // own transaction and refuses akpu writes from before it starts.
                 if protection == .whenPasscodeSetThisDeviceOnly { try checkPasscodeItemsAccepted() }
+                let row = vault.rotationEpoch == epoch
+                    ? sealed : try codec.seal(ref: ref, protection: protection, attributes: stored, secret: secret)
                 _ = try w.insert(row)
             }
         } catch where error.status == .duplicateItem {
@@ -190,24 +202,17 @@ public final class ItemService: Sendable {
                     merged["mdat"] = .date(clock.next(after: item.attributes["mdat"]?.date))
                     let protection = newProtection ?? item.protection
                     merged["pdmn"] = .text(protection.code)
-                    let row: StoredItem
-                    if protection == item.protection {
-                        row = try codec.withItemKey(of: item.row, protection: protection) { (ik) throws(KeychainError) in
-                            try codec.seal(ref: item.row.ref, protection: protection, attributes: merged,
-                                           secret: changes.secret, sealedSecret: item.row.secret, itemKey: ik,
-                                           rowid: item.row.rowid)
-                        }
-                    } else {
-                        // A new class: a fresh item key under the new class key, both parts re-sealed.
-                        var secret: [UInt8]
-                        if let newSecret = changes.secret { secret = newSecret } else {
-                            secret = try codec.open(item.row, withSecret: true).secret ?? []
-                        }
-                        defer { Sodium.zero(&secret) }
-                        row = try codec.seal(ref: item.row.ref, protection: protection, attributes: merged,
-                                             secret: secret, sealedSecret: [], itemKey: nil, rowid: item.row.rowid)
+                    // Every update seals the whole row afresh under a new item key (the old secret is
+                    // opened to be sealed again when it does not change), so nothing written now can
+                    // be opened with an item key from an older copy of the database.
+                    var opened: [UInt8] = []
+                    defer { Sodium.zero(&opened) }
+                    if changes.secret == nil {
+                        opened = try codec.open(item.row, withSecret: true, withAttributes: false).secret ?? []
                     }
-                    try w.update(row, secretChanged: changes.secret != nil || protection != item.protection)
+                    let row = try codec.seal(ref: item.row.ref, protection: protection, attributes: merged,
+                                             secret: changes.secret ?? opened, rowid: item.row.rowid)
+                    try w.update(row)
                 }
             }
         } catch where error.status == .duplicateItem {

@@ -12,6 +12,8 @@ public final class ItemStore: Sendable {
     let writer: WriterGate
     private let pointCache: PointLookupCache
     private let readers: Locked<ReaderPool>
+    /// Reads against the commit of `writeAlone` (see `TransitionLock`).
+    private let transition = TransitionLock()
     private let lock: DatabaseLock
     private static let maxIdleReaders = 4
 
@@ -66,12 +68,25 @@ public final class ItemStore: Sendable {
         try writer.run(body)
     }
 
+    /// Runs `body` in a transaction of its own, committed before this returns, and runs `committed`
+    /// right after the commit, before any other write starts and while no `read` runs: a change of
+    /// keys commits its rows and puts the new keys in force (`committed`) as one step for every reader
+    /// and writer. `body` holds the writer for as long as it runs (other writes wait). Its effects are
+    /// kept if it returns and undone if it throws or the commit fails (then `committed` does not run).
+    public func writeAlone<R>(_ body: (StoreWriter) throws(KeychainError) -> R,
+                              committed: () -> Void) throws(KeychainError) -> R {
+        try writer.runAlone(body, readers: transition, committed: committed)
+    }
+
     /// Runs `body` on a reader connection (a consistent WAL snapshot per statement), never blocked by
-    /// the writer.
+    /// ordinary writes; only the commit of a `writeAlone` (a key change) waits for reads to finish and
+    /// holds new ones back until its new keys are in force. `body` must not call `read` again.
     public func read<R>(_ body: (StoreReader) throws(KeychainError) -> R) throws(KeychainError) -> R {
-        let db = try takeReader()
-        defer { giveBack(db) }
-        return try body(StoreReader(db: db, cache: pointCache))
+        try transition.shared { () throws(KeychainError) -> R in
+            let db = try takeReader()
+            defer { giveBack(db) }
+            return try body(StoreReader(db: db, cache: pointCache))
+        }
     }
 
     private func takeReader() throws(KeychainError) -> SQLiteConnection {
@@ -232,17 +247,16 @@ public struct StoreWriter {
         return rowid
     }
 
-    /// Rewrites the row `item.rowid`: class, digests, item key, attributes and (when `secretChanged`)
-    /// the secret. A collision of the new uniqueness digest is errSecDuplicateItem.
-    public func update(_ item: StoredItem, secretChanged: Bool) throws(KeychainError) {
+    /// Rewrites the row `item.rowid` whole (all but its ref): class, digests, item key, attributes and
+    /// secret — an update seals everything afresh under a new item key. A collision of the new
+    /// uniqueness digest is errSecDuplicateItem.
+    public func update(_ item: StoredItem) throws(KeychainError) {
         let rows = try tracker()
         guard let before = try reader.fingerprint(rowid: item.rowid) else {
             throw KeychainError(.itemNotFound, "the item was deleted meanwhile")
         }
-        let sql = secretChanged
-            ? "UPDATE items SET class=?, agrp_ix=?, svce_ix=?, acct_ix=?, key_ix=?, item_key=?, attributes=?, secret=? WHERE rowid=?"
-            : "UPDATE items SET class=?, agrp_ix=?, svce_ix=?, acct_ix=?, key_ix=?, item_key=?, attributes=? WHERE rowid=?"
-        try db.withStatement(sql) { (s) throws(KeychainError) in
+        try db.withStatement("UPDATE items SET class=?, agrp_ix=?, svce_ix=?, acct_ix=?, key_ix=?, item_key=?, attributes=?, secret=? WHERE rowid=?") {
+            (s) throws(KeychainError) in
             try s.bind(1, Int64(item.protectionClass))
             try s.bind(2, item.accessGroupIndex)
             try s.bind(3, item.serviceIndex)
@@ -250,15 +264,11 @@ public struct StoreWriter {
             try s.bind(5, item.uniqueIndex)
             try s.bind(6, item.wrappedKey)
             try s.bind(7, item.attributes)
-            if secretChanged {
-                try s.bind(8, item.secret)
-                try s.bind(9, item.rowid)
-            } else {
-                try s.bind(8, item.rowid)
-            }
+            try s.bind(8, item.secret)
+            try s.bind(9, item.rowid)
             try s.run()
         }
-        var after = RowFingerprint(item, secretNonce: secretChanged ? nil : before.secretNonce)
+        var after = RowFingerprint(item)
         after.ref = before.ref          // the UPDATE never writes ref
         rows.removed(before)
         rows.added(after)

@@ -138,16 +138,17 @@ struct RowFingerprint {
     /// The columns a fingerprint is read from, in this order (blobs cut to their nonce).
     static let columns = "ref, class, agrp_ix, svce_ix, acct_ix, key_ix, substr(item_key, 1, 24), substr(attributes, 1, 24), substr(secret, 1, 24)"
 
-    init(_ s: SQLiteStatement) {
-        ref = s.blob(0)
-        protectionClass = s.int64(1)
-        accessGroupIndex = s.blob(2)
-        serviceIndex = s.blob(3)
-        accountIndex = s.blob(4)
-        uniqueIndex = s.blob(5)
-        itemKeyNonce = s.blob(6)
-        attributesNonce = s.blob(7)
-        secretNonce = s.blob(8)
+    /// Read from `columns`, selected starting at result column `first`.
+    init(_ s: SQLiteStatement, first: Int32 = 0) {
+        ref = s.blob(first)
+        protectionClass = s.int64(first + 1)
+        accessGroupIndex = s.blob(first + 2)
+        serviceIndex = s.blob(first + 3)
+        accountIndex = s.blob(first + 4)
+        uniqueIndex = s.blob(first + 5)
+        itemKeyNonce = s.blob(first + 6)
+        attributesNonce = s.blob(first + 7)
+        secretNonce = s.blob(first + 8)
     }
 
     init(_ item: StoredItem, secretNonce: [UInt8]? = nil) {
@@ -232,6 +233,13 @@ final class RowStateTracker {
     func removed(_ row: RowFingerprint) {
         body.count -= 1
         body.sum = body.sum - row.value(key: key)
+        body.touched = true
+    }
+
+    /// `count` rows whose fingerprints add up to `sum` went (a bulk delete, summed while scanning).
+    func removed(count: Int64, sum: Sum256) {
+        body.count -= count
+        body.sum = body.sum - sum
         body.touched = true
     }
 
@@ -337,12 +345,20 @@ extension StoreReader {
         }
     }
 
-    func fingerprints(protectionClass: UInt8) throws(KeychainError) -> [RowFingerprint] {
+    /// How many rows of one class there are and the sum of their fingerprints (streamed: no row is
+    /// kept in memory).
+    func fingerprintSum(protectionClass: UInt8, key: SecureBytes) throws(KeychainError) -> (count: Int64, sum: Sum256) {
         try db.withStatement("SELECT \(RowFingerprint.columns) FROM items WHERE class = ?") { (s) throws(KeychainError) in
             try s.bind(1, Int64(protectionClass))
-            var rows: [RowFingerprint] = []
-            while try s.step() { rows.append(RowFingerprint(s)) }
-            return rows
+            var count: Int64 = 0
+            var sum = Sum256()
+            try key.withUnsafeBytes { (k) throws(KeychainError) in
+                while try s.step() {
+                    count += 1
+                    sum = sum + RowFingerprint.value(of: s, key: k)
+                }
+            }
+            return (count, sum)
         }
     }
 }

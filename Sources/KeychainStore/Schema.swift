@@ -7,7 +7,9 @@ import KeychainCore
 ///
 /// ```
 /// meta(name TEXT PRIMARY KEY, value BLOB)            -- 'keyring': the wrapped key hierarchy;
-///                                                     -- 'rows': the row-state record (RowState.swift)
+///                                                     -- 'rows': the row-state record (RowState.swift);
+///                                                     -- 'unlock-failures'; 'apps': the approved
+///                                                     -- registrations, sealed (ItemService+Registrations)
 /// items(
 ///   rowid      INTEGER PRIMARY KEY,
 ///   ref        BLOB NOT NULL UNIQUE,   -- 16 bytes (creation time + random): the persistent reference's id

@@ -1,4 +1,5 @@
 import KeychainCore
+import KeychainCrypto
 
 /// Store calls of the protection work (passphrase, unlock counter): kept apart from the item write
 /// path in ItemStore.swift. All of them run inside `ItemStore.write`, so they commit (or roll back)
@@ -35,13 +36,69 @@ extension StoreWriter {
     @discardableResult
     public func deleteItems(protectionClass: UInt8) throws(KeychainError) -> Int {
         let rows = try tracker()
-        let going = try reader.fingerprints(protectionClass: protectionClass)
+        let going = try reader.fingerprintSum(protectionClass: protectionClass, key: rows.key)
         let deleted = try db.withStatement("DELETE FROM items WHERE class = ?") { (s) throws(KeychainError) in
             try s.bind(1, Int64(protectionClass))
             try s.run()
             return db.changes
         }
-        for row in going { rows.removed(row) }
+        rows.removed(count: going.count, sum: going.sum)
         return deleted
     }
+
+    /// Rows handed to `rewrapItemKeys`' closure per batch.
+    public static let rewrapBatchSize = 256
+
+    /// Replaces the sealed item key of every row whose class is in `classes` with what `rewrap`
+    /// returns for it (nil leaves that row as it is), reading `batchSize` rows at a time in rowid
+    /// order, so memory stays flat however many items there are. Nothing else in a row changes; the
+    /// row state follows each rewritten row (its item-key nonce, hence its fingerprint, is new).
+    /// Runs inside the caller's transaction. Returns how many rows were rewritten.
+    @discardableResult
+    public func rewrapItemKeys(classes: [UInt8], batchSize: Int = StoreWriter.rewrapBatchSize,
+                               _ rewrap: (SealedItemKey) throws(KeychainError) -> [UInt8]?) throws(KeychainError) -> Int {
+        let rows = try tracker()
+        guard !classes.isEmpty else { return 0 }
+        let select = """
+            SELECT rowid, item_key, \(RowFingerprint.columns) FROM items
+            WHERE class IN (\(classes.map { String($0) }.joined(separator: ","))) AND rowid > ? ORDER BY rowid LIMIT ?
+            """
+        var after = Int64.min
+        var rewritten = 0
+        while true {
+            var batch: [(rowid: Int64, sealed: [UInt8], before: RowFingerprint)] = []
+            batch.reserveCapacity(batchSize)
+            try db.withStatement(select) { (s) throws(KeychainError) in
+                try s.bind(1, after)
+                try s.bind(2, Int64(max(1, batchSize)))
+                while try s.step() { batch.append((s.int64(0), s.blob(1), RowFingerprint(s, first: 2))) }
+            }
+            guard let last = batch.last else { break }
+            for row in batch {
+                let key = SealedItemKey(ref: row.before.ref, protectionClass: UInt8(truncatingIfNeeded: row.before.protectionClass),
+                                        uniqueIndex: row.before.uniqueIndex, sealed: row.sealed)
+                guard let replacement = try rewrap(key) else { continue }
+                try db.withStatement("UPDATE items SET item_key = ? WHERE rowid = ?") { (s) throws(KeychainError) in
+                    try s.bind(1, replacement)
+                    try s.bind(2, row.rowid)
+                    try s.run()
+                }
+                var changed = row.before
+                changed.itemKeyNonce = Array(replacement.prefix(AEAD.nonceBytes))
+                rows.removed(row.before)
+                rows.added(changed)
+                rewritten += 1
+            }
+            after = last.rowid
+        }
+        return rewritten
+    }
+}
+
+/// One row's sealed item key and what its associated data is made of (see `rewrapItemKeys`).
+public struct SealedItemKey: Sendable {
+    public let ref: [UInt8]
+    public let protectionClass: UInt8
+    public let uniqueIndex: [UInt8]
+    public let sealed: [UInt8]
 }

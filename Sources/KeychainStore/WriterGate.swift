@@ -25,6 +25,9 @@ final class WriterGate: @unchecked Sendable {
     /// The row state kept current with every write (nil until `attach`; item writes are refused then).
     private var rows: RowStateTracker?
 
+    /// Writers waiting for the writer right now (tests wait for one to queue).
+    var waitingWriters: Int { queued.load(ordering: .sequentiallyConsistent) }
+
     /// A group is committed at this size even when more writers are queued, to bound latency.
     static let maxGroupSize = 128
 
@@ -111,6 +114,42 @@ final class WriterGate: @unchecked Sendable {
         return try outcome.get()
     }
 
+    /// Runs `body` in a transaction of its own and commits it before returning (a group still open is
+    /// committed first; writers queued meanwhile start the next group). `readers` is held exclusively
+    /// around the COMMIT and `committed`, which runs only when the commit succeeded and before any
+    /// other write starts — where new keys are put in force together with the rows sealed under them.
+    /// If `body` throws or the commit fails, everything it did is rolled back and `committed` does not
+    /// run.
+    func runAlone<R>(_ body: (StoreWriter) throws(KeychainError) -> R,
+                     readers: TransitionLock,
+                     committed: () -> Void) throws(KeychainError) -> R {
+        queued.add(1, ordering: .sequentiallyConsistent)
+        pthread_mutex_lock(mutex)
+        queued.subtract(1, ordering: .sequentiallyConsistent)
+        defer { pthread_mutex_unlock(mutex) }
+
+        guard let db = connection else { throw KeychainError(.notAvailable, "the keychain database is closed") }
+        if inTransaction { finish(db, group: openGroup, commit: true, failure: nil) }
+        try db.execute("BEGIN IMMEDIATE")
+        inTransaction = true
+        openGroup &+= 1
+        groupSize = 1
+        let group = openGroup
+
+        let value: R
+        do throws(KeychainError) {
+            value = try body(StoreWriter(db: db, rows: rows))
+            rows?.bodyKept()
+        } catch {
+            rows?.bodyDropped()
+            finish(db, group: group, commit: false, failure: error)
+            throw takeFailure(group) ?? error
+        }
+        readers.exclusive { finish(db, group: group, commit: true, failure: nil, committed: committed) }
+        if let failure = takeFailure(group) { throw failure }
+        return value
+    }
+
     /// The failure of a finished group, read once by each of its writers (the entry goes with the last).
     private func takeFailure(_ group: UInt64) -> KeychainError? {
         guard var entry = failures[group] else { return nil }
@@ -120,7 +159,8 @@ final class WriterGate: @unchecked Sendable {
     }
 
     /// Commits (or rolls back) the open group and wakes its waiting writers. Called with the mutex held.
-    private func finish(_ db: SQLiteConnection, group: UInt64, commit: Bool, failure: KeychainError?) {
+    private func finish(_ db: SQLiteConnection, group: UInt64, commit: Bool, failure: KeychainError?,
+                        committed: () -> Void = {}) {
         var error = failure
         if commit {
             do throws(KeychainError) {
@@ -140,6 +180,7 @@ final class WriterGate: @unchecked Sendable {
             rows?.groupAbandoned()
         } else {
             rows?.groupCommitted()
+            committed()
         }
         afterTransaction()
         // Every writer that joined the group reads its failure once (takeFailure), however late it

@@ -4,10 +4,13 @@
 //   keychaind-bench --socket PATH [--rounds 5] [--ops 20000] [--cli PATH] [--daemon-pid PID] [--json]
 //   keychaind-bench --fill N --socket PATH          (adds N items, pipelined, then exits)
 //   keychaind-bench --echo-server PATH --reply-bytes N   (internal: the floor)
+//   keychaind-bench --rotation 1000,100000 [--rounds 5] [--profile moderate] [--json]
+//                                                   (passphrase-change cost in process: Rotation.swift)
 #if canImport(Glibc)
 import Glibc
 #endif
 import KeychainCore
+import KeychainCrypto
 import KeychainWire
 
 func now() -> Double {
@@ -49,6 +52,8 @@ struct Args {
     var copiesOnly: Int?
     var randomOf: Int?
     var fillFrom = 0
+    var rotation: [Int]?
+    var profile = KDFProfile.moderate
 
     init(_ argv: [String]) {
         var i = 0
@@ -72,6 +77,13 @@ struct Args {
             case "--copies-only": copiesOnly = Int(value())
             case "--random-of": randomOf = Int(value())
             case "--fill-from": fillFrom = Int(value()) ?? 0
+            case "--rotation":
+                let sizes = value().split(separator: ",").compactMap { Int($0) }
+                guard !sizes.isEmpty, sizes.allSatisfy({ $0 >= 0 }) else { die("--rotation needs item counts, e.g. 1000,100000") }
+                rotation = sizes
+            case "--profile":
+                guard let p = KDFProfile(rawValue: value()) else { die("--profile is moderate or interactive") }
+                profile = p
             case "-h", "--help":
                 print("""
                 keychaind-bench — keychaind beside a bare socket-echo floor (same framing, same sizes)
@@ -85,6 +97,9 @@ struct Args {
                   --copies-only N     N copies on one connection and nothing else (for profilers)
                   --random-of N       only copy latency, each copy a random one of N filled items (cold lookups)
                   --json              one JSON object instead of the table
+                  --rotation N,M,…    no daemon: time passphrase changes on in-process keychains of N, M, …
+                                      items (release build; Argon2id timed separately); --rounds changes each
+                  --profile P         with --rotation: Argon2id costs, moderate (default) or interactive
                 """)
                 exit(0)
             default: die("unknown argument \(argv[i])")
@@ -247,6 +262,7 @@ let args = Args(Array(CommandLine.arguments.dropFirst()))
 signal(SIGPIPE, SIG_IGN)
 
 if let path = args.echoServer { EchoServer.run(path: path, replyBytes: args.replyBytes) }
+if let sizes = args.rotation { runRotationBench(sizes: sizes, rounds: args.rounds, profile: args.profile, json: args.json) }
 
 if let n = args.fill {
     // Eight pipelining connections, so concurrent adds share commits (group commit).

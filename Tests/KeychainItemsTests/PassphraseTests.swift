@@ -49,14 +49,32 @@ final class ProtectedFixture {
         return String(decoding: b, as: UTF8.self)
     }
 
-    /// Every row of the items table, as raw bytes (to prove a passphrase change leaves them alone).
-    func rawRows() throws -> [[UInt8]] {
-        let db = try SQLiteConnection(path: directory + "/" + ItemService.databaseName, create: false)
+    /// The columns of one row of the items table, as stored.
+    struct RawRow: Equatable {
+        var rowid: Int64
+        var ref: [UInt8]
+        var protectionClass: UInt8
+        var keyIndex: [UInt8]
+        var itemKey: [UInt8]
+        var attributes: [UInt8]
+        var secret: [UInt8]
+
+        var stored: StoredItem {
+            StoredItem(rowid: rowid, ref: ref, protectionClass: protectionClass, accessGroupIndex: [], serviceIndex: [],
+                       accountIndex: [], uniqueIndex: keyIndex, wrappedKey: itemKey, attributes: attributes, secret: secret)
+        }
+    }
+
+    /// Every row of the items table (of `database`, default the keychain's), read with a connection
+    /// of its own.
+    func rawColumns(database: String? = nil) throws -> [RawRow] {
+        let db = try SQLiteConnection(path: database ?? directory + "/" + ItemService.databaseName, create: false)
         defer { db.close() }
-        var rows: [[UInt8]] = []
-        try db.withStatement("SELECT ref, class, key_ix, item_key, attributes, secret FROM items ORDER BY rowid") { (s) throws(KeychainError) in
+        var rows: [RawRow] = []
+        try db.withStatement("SELECT rowid, ref, class, key_ix, item_key, attributes, secret FROM items ORDER BY rowid") { (s) throws(KeychainError) in
             while try s.step() {
-                rows.append(s.blob(0) + [UInt8(s.int64(1))] + s.blob(2) + s.blob(3) + s.blob(4) + s.blob(5))
+                rows.append(RawRow(rowid: s.int64(0), ref: s.blob(1), protectionClass: UInt8(s.int64(2)), keyIndex: s.blob(3),
+                                   itemKey: s.blob(4), attributes: s.blob(5), secret: s.blob(6)))
             }
         }
         return rows
@@ -131,16 +149,31 @@ let allCodes = ["ak", "ck", "dk", "aku", "cku", "dku", "akpu"]
         }
     }
 
-    @Test func changingThePassphraseRewrapsClassKeysButNeverTouchesItems() throws {
+    /// A change re-wraps the item key of every item of a master-protected class under the fresh class
+    /// key and touches nothing else: sealed attributes and secrets stay byte for byte, and the Always
+    /// classes (wrapped by the device key) are not rotated at all.
+    @Test func changingThePassphraseRewrapsItemKeysButNeverTheSealedContents() throws {
         try withProtectedKeychain { fx in
             try fx.service.changePassphrase(old: nil, new: pass("old"))
             for code in allCodes { try fx.add("svc", code, secret: code, pdmn: code) }
-            let before = try fx.rawRows()
+            let before = try fx.rawColumns()
             #expect(failure { try fx.service.changePassphrase(old: nil, new: pass("new")) }?.status == .authFailed)
             #expect(failure { try fx.service.changePassphrase(old: pass("wrong"), new: pass("new")) }?.status == .authFailed)
+            #expect(try fx.rawColumns() == before, "a refused change touches no row")
             try fx.service.changePassphrase(old: pass("old"), new: pass("new"))
-            #expect(try fx.rawRows() == before, "item rows are byte-for-byte unchanged")
+            let after = try fx.rawColumns()
+            #expect(after.count == before.count)
+            for (b, a) in zip(before, after) {
+                let code = ProtectionClass(rawValue: b.protectionClass)!.code
+                #expect(a.ref == b.ref && a.attributes == b.attributes && a.secret == b.secret && a.keyIndex == b.keyIndex, "\(code)")
+                if ["dk", "dku"].contains(code) {
+                    #expect(a.itemKey == b.itemKey, "\(code): Always classes are not rotated")
+                } else {
+                    #expect(a.itemKey != b.itemKey, "\(code): the item key is re-wrapped under the new class key")
+                }
+            }
             try fx.reopen()
+            #expect(!fx.service.rowCheck.resealed)
             #expect(failure { try fx.service.unlock(passphrase: pass("old")) }?.status == .authFailed)
             try fx.service.unlock(passphrase: pass("new"))
             for code in allCodes { #expect(try fx.secret("svc", code) == code) }
