@@ -205,7 +205,7 @@ public final class RequestHandler: Sendable {
             let hadPassphrase = items.hasPassphrase
             // Setting the first passphrase approves the user registrations that counted until now,
             // so they (and the admin making the change) keep counting afterwards.
-            let approving = hadPassphrase ? [] : registrar.trustedUserRegistrations()
+            let approving = hadPassphrase ? nil : registrar.trustedUserRegistrations()
             let removed: Int
             do { removed = try items.changePassphrase(old: old, new: new, approving: approving) } catch {
                 if error.status == .authFailed { Log.warning("passphrase change refused") }
@@ -218,7 +218,7 @@ public final class RequestHandler: Sendable {
             }
             Log.write(.notice, hadPassphrase ? "passphrase changed" : "passphrase set")
             guard !hadPassphrase else { return nil }
-            return .map(["approved": .array(approving.map { .text($0.applicationIdentifier) })])
+            return .map(["approved": .array((approving ?? []).map { .text($0.applicationIdentifier) })])
         case .backup:
             try args.expect(["passphrase", Arguments.presenceKey])
             guard let passphrase = try args.secret("passphrase", required: true) else {
