@@ -298,6 +298,15 @@ final class ProtectionTests: XCTestCase {
         for code in Self.classes {
             try add(c, "com.example.crash", code, secret: "secret-" + code, pdmn: code)
         }
+        // Filler items: every change re-wraps the item keys of the passphrase-protected classes in
+        // its transaction, so with these the commit takes long enough for kills to land inside it.
+        let filler = 400
+        for i in 0..<filler {
+            try c.send(Request(id: Int64(1000 + i), op: "add", query: item("com.example.filler", "f\(i)",
+                ["v_Data": bytes("filler \(i)"), "pdmn": .text(i % 2 == 0 ? "ak" : "cku")])))
+        }
+        for _ in 0..<filler { XCTAssertEqual(try c.receive().status, .success) }
+        let total = Self.classes.count + filler
         XCTAssertEqual(try unlock(c, current).status, .success)
         // An uninterrupted change, waited for: the new passphrase takes effect, and how long it took.
         let started = Date()
@@ -329,6 +338,9 @@ final class ProtectionTests: XCTestCase {
                 sawOld += 1
             }
             XCTAssertEqual(try readable(c, service: "com.example.crash"), Set(Self.classes), "round \(i)")
+            XCTAssertEqual(try status(c)["items"]?.int, Int64(total), "round \(i)")
+            let sample = try c.call("copy", query: item("com.example.filler", "f\(i * 7 % filler)", ["r_Data": .bool(true)]))
+            XCTAssertEqual(sample.result, bytes("filler \(i * 7 % filler)"), "round \(i): a re-wrapped item opens")
         }
         print("kill -9 during passwd (uninterrupted change \(String(format: "%.3f", duration)) s): old passphrase in force \(sawOld) times, new \(sawNew) times")
         XCTAssertEqual(sawOld + sawNew, rounds)
