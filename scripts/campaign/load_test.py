@@ -185,6 +185,8 @@ def main():
     ap.add_argument("--seconds", type=float, default=20)
     ap.add_argument("--good-clients", type=int, default=2)
     ap.add_argument("--crowd", nargs=3, metavar=("SOCKET", "N", "SECONDS"))
+    ap.add_argument("--registered-crowd", action="store_true",
+                    help="run the crowd as the registered app instead of an unregistered executable")
     args = ap.parse_args()
     if args.crowd:
         crowd(args.crowd[0], int(args.crowd[1]), float(args.crowd[2]))
@@ -205,9 +207,18 @@ def main():
         out["threads_idle"] = d.threads()
         out["idle"] = measure(d.socket, args.good_clients, args.seconds)
 
-        crowd_proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--crowd", d.socket,
+        # The crowd runs from a copy of the interpreter that no registration names: hostile peers are
+        # not identified apps, so they get the daemon's small frames and buffers (docs/security.md §2).
+        interpreter = sys.executable
+        if not args.registered_crowd:
+            interpreter = os.path.join(root, "unregistered-python")
+            shutil.copy(os.path.realpath(sys.executable), interpreter)
+            os.chmod(interpreter, 0o755)
+        out["crowd_registered"] = args.registered_crowd
+        crowd_proc = subprocess.Popen([interpreter, os.path.abspath(__file__), "--crowd", d.socket,
                                        str(args.connections), str(args.seconds + 5)],
-                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                      env={**os.environ, "PYTHONPATH": os.path.dirname(os.path.abspath(__file__))})
         opened = json.loads(crowd_proc.stdout.readline())
         out["crowd"] = opened
         # The crowd has connected; wait (generously) until the daemon has accepted them all.
