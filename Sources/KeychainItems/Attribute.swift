@@ -114,6 +114,8 @@ enum Attribute: String, CaseIterable, Sendable {
             guard let a = Self.bytes(of: stored), let b = Self.bytes(of: query) else { return false }
             return a == b
         default:
+            // Text compares byte for byte (UTF-8), as the blind indexes do, never by Unicode equivalence.
+            if case .text(let a) = stored, case .text(let b) = query { return a.utf8.elementsEqual(b.utf8) }
             return stored == query
         }
     }
