@@ -41,7 +41,10 @@ extension StoreWriter {
             try s.run()
             return db.changes
         }
-        for row in going { rows.removed(row) }
+        for row in going {
+            rows.removed(row)
+            try removeAttributeIndexes(ref: row.ref)
+        }
         return deleted
     }
 }

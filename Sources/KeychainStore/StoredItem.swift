@@ -15,10 +15,13 @@ public struct StoredItem: Sendable {
     public var attributes: [UInt8]
     /// The sealed secret; empty when the row was read without it (`RowFilter.includeSecret == false`).
     public var secret: [UInt8]
+    /// The item's Secret Service attribute-index entries (`item_attributes`), when the row was sealed
+    /// here; nil for rows read from the database (an update then leaves the entries as they are).
+    public var attributeIndexes: [[UInt8]]?
 
     public init(rowid: Int64 = 0, ref: [UInt8], protectionClass: UInt8, accessGroupIndex: [UInt8],
                 serviceIndex: [UInt8], accountIndex: [UInt8], uniqueIndex: [UInt8], wrappedKey: [UInt8],
-                attributes: [UInt8], secret: [UInt8]) {
+                attributes: [UInt8], secret: [UInt8], attributeIndexes: [[UInt8]]? = nil) {
         self.rowid = rowid
         self.ref = ref
         self.protectionClass = protectionClass
@@ -29,6 +32,7 @@ public struct StoredItem: Sendable {
         self.wrappedKey = wrappedKey
         self.attributes = attributes
         self.secret = secret
+        self.attributeIndexes = attributeIndexes
     }
 }
 
@@ -44,11 +48,16 @@ public struct RowFilter: Sendable, Hashable {
     public var accessGroupIndexes: [[UInt8]]?
     /// `class IN (…)`; nil means every class.
     public var classes: [UInt8]?
+    /// Only items with every one of these attribute-index entries (`item_attributes`).
+    public var requiredAttributeIndexes: [[UInt8]]?
+    /// Only items without this attribute-index entry.
+    public var excludedAttributeIndex: [UInt8]?
     /// Read the sealed secret too.
     public var includeSecret: Bool
 
     public init(ref: [UInt8]? = nil, uniqueIndexes: [[UInt8]]? = nil, serviceIndex: [UInt8]? = nil,
                 accountIndex: [UInt8]? = nil, accessGroupIndexes: [[UInt8]]? = nil, classes: [UInt8]? = nil,
+                requiredAttributeIndexes: [[UInt8]]? = nil, excludedAttributeIndex: [UInt8]? = nil,
                 includeSecret: Bool = false) {
         self.ref = ref
         self.uniqueIndexes = uniqueIndexes
@@ -56,6 +65,8 @@ public struct RowFilter: Sendable, Hashable {
         self.accountIndex = accountIndex
         self.accessGroupIndexes = accessGroupIndexes
         self.classes = classes
+        self.requiredAttributeIndexes = requiredAttributeIndexes
+        self.excludedAttributeIndex = excludedAttributeIndex
         self.includeSecret = includeSecret
     }
 
@@ -64,6 +75,7 @@ public struct RowFilter: Sendable, Hashable {
     public var sql: String {
         let shape = Shape(ref: ref != nil, unique: uniqueIndexes?.count, service: serviceIndex != nil,
                           account: accountIndex != nil, groups: accessGroupIndexes?.count, classes: classes,
+                          required: requiredAttributeIndexes?.count, excluded: excludedAttributeIndex != nil,
                           secret: includeSecret)
         if let cached = Self.sqlCache.withLock({ $0[shape] }) { return cached }
         let sql = buildSQL()
@@ -76,7 +88,8 @@ public struct RowFilter: Sendable, Hashable {
 
     /// What the SQL text depends on: the filter's shape, not its values.
     private struct Shape: Hashable {
-        var ref: Bool, unique: Int?, service: Bool, account: Bool, groups: Int?, classes: [UInt8]?, secret: Bool
+        var ref: Bool, unique: Int?, service: Bool, account: Bool, groups: Int?, classes: [UInt8]?
+        var required: Int?, excluded: Bool, secret: Bool
     }
 
     private static let sqlCache = Locked<[Shape: String]>([:])
@@ -91,6 +104,10 @@ public struct RowFilter: Sendable, Hashable {
         if serviceIndex != nil { conditions.append("svce_ix = ?") }
         if accountIndex != nil { conditions.append("acct_ix = ?") }
         if let g = accessGroupIndexes { conditions.append("agrp_ix IN (\(Self.placeholders(g.count)))") }
+        if let r = requiredAttributeIndexes {
+            conditions.append(r.isEmpty ? "1" : "ref IN (SELECT ref FROM item_attributes WHERE ix IN (\(Self.placeholders(r.count))) GROUP BY ref HAVING count(*) = \(r.count))")
+        }
+        if excludedAttributeIndex != nil { conditions.append("ref NOT IN (SELECT ref FROM item_attributes WHERE ix = ?)") }
         if let c = classes { conditions.append("class IN (\(c.map { String($0) }.joined(separator: ",")))") }
         if !conditions.isEmpty { s += " WHERE " + conditions.joined(separator: " AND ") }
         return s + " ORDER BY rowid"
@@ -108,6 +125,8 @@ public struct RowFilter: Sendable, Hashable {
         if let serviceIndex { try next(serviceIndex) }
         if let accountIndex { try next(accountIndex) }
         if let g = accessGroupIndexes { for b in g { try next(b) } }
+        if let r = requiredAttributeIndexes { for b in r { try next(b) } }
+        if let excludedAttributeIndex { try next(excludedAttributeIndex) }
     }
 }
 
