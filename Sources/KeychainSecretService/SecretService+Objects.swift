@@ -355,12 +355,13 @@ extension SecretService {
         switch member {
         case "GetSecret":
             try m.expect("o")
-            let session = try transferSession(try m.readString("o"), known)
+            let sessionPath = try m.readString("o")
             try allow(.copy, known, caller)
             guard var found = try store({ () throws(KeychainError) in try items.secretServiceSecret(id: id, groups: [c.group], caller: caller) }) else {
                 throw .unknownObject(path)
             }
             defer { Sodium.zero(&found.secret) }
+            let session = try transferSession(sessionPath, known)
             reply = try bus.newReturn(to: m)
             try appendSecret(reply, found.secret, contentType: found.contentType, session: session.path, session.session)
         case "SetSecret":
