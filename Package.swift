@@ -61,7 +61,7 @@ let package = Package(
         .testTarget(name: "KeychainCoreTests", dependencies: ["KeychainCore", "KeychainWire"]),
         .testTarget(name: "KeychainItemsTests", dependencies: ["KeychainItems", "KeychainStore", "KeychainCrypto", "KeychainCore"]),
         .testTarget(name: "KeychainDaemonTests", dependencies: ["KeychainDaemon", "KeychainItems", "KeychainCore"]),
-        .testTarget(name: "SecretServiceTests", dependencies: ["KeychainSecretService", "KeychainItems", "KeychainCore"]),
+        .testTarget(name: "SecretServiceTests", dependencies: ["KeychainSecretService", "KeychainItems", "KeychainCrypto", "KeychainCore", "CGcrypt"]),
         .testTarget(name: "IntegrationTests", dependencies: ["KeychainServices", "Security", "KeychainClient", "KeychainCore", "KeychainWire"]),
     ],
     swiftLanguageModes: [.v6]
