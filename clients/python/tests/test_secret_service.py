@@ -155,10 +155,15 @@ class SecretServiceDaemon:
         return subprocess.run(argv, input=input, capture_output=True, timeout=timeout, env=self.env)
 
     def python(self, executable: str, code: str) -> dict:
+        """Runs `code` under `executable`; its last line of output is one JSON object. Reads until
+        every process holding its stdout is gone (children included)."""
         env = python_env(dict(DBUS_SESSION_BUS_ADDRESS=self.bus.address, KEYCHAIND_SOCKET=self.socket))
-        proc = subprocess.run([executable, "-c", code], capture_output=True, text=True, timeout=DEADLINE, env=env)
-        assert proc.returncode == 0, f"{executable} failed ({proc.returncode}):\n{proc.stderr}"
-        return json.loads(proc.stdout.strip().splitlines()[-1])
+        proc = subprocess.Popen([executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        out, err = proc.communicate(timeout=DEADLINE)      # EOF on stdout: the child that kept it exited too
+        assert proc.returncode == 0, f"{executable} failed ({proc.returncode}):\n{err}"
+        lines = out.strip().splitlines()
+        assert lines, f"{executable} printed nothing:\n{err}"
+        return json.loads(lines[-1])
 
     @contextmanager
     def bus_environment(self):
@@ -453,6 +458,40 @@ def test_refuse_mode_turns_unregistered_callers_away(fresh):
     assert d.run([d.tool1, "store", "--label=x", "service", "s", "account", "a"], input=b"ok").returncode == 0
     assert d.run([d.tool1, "lookup", "service", "s", "account", "a"]).stdout == b"ok"
     assert "processes that are not registered apps: refused" in d.status()
+
+
+def test_a_connection_outliving_its_process_is_refused(ss):
+    # The bus gives no per-message credentials: a connection stands for the process that opened it,
+    # pinned by a pidfd at its first call. Once that process has exited, a child that inherited the
+    # connection is refused instead of speaking as it.
+    result = ss.python(ss.app2_python, """
+import json, os, sys, time
+from jeepney import DBusAddress, new_method_call
+from jeepney.io.blocking import open_dbus_connection
+from jeepney.wrappers import unwrap_msg, DBusErrorResponse
+conn = open_dbus_connection(bus="SESSION")
+svc = DBusAddress("/org/freedesktop/secrets", bus_name="org.freedesktop.secrets", interface="org.freedesktop.Secret.Service")
+unwrap_msg(conn.send_and_get_reply(new_method_call(svc, "SearchItems", "a{ss}", ({"service": "x"},)), timeout=60))
+r, w = os.pipe()
+parent = os.getpid()
+child = os.fork()
+if child == 0:
+    os.close(w)
+    os.read(r, 1)                       # returns at EOF: the parent has exited
+    deadline = time.monotonic() + 60
+    while os.getppid() == parent and time.monotonic() < deadline:
+        time.sleep(0.01)
+    try:
+        unwrap_msg(conn.send_and_get_reply(new_method_call(svc, "SearchItems", "a{ss}", ({"service": "x"},)), timeout=60))
+        outcome = {"refused": False}
+    except DBusErrorResponse as e:
+        outcome = {"refused": True, "name": e.name, "message": str(e.data)}
+    print(json.dumps(outcome), flush=True)
+    os._exit(0)
+os._exit(0)
+""")
+    assert result["refused"] and result["name"] == "org.freedesktop.DBus.Error.AccessDenied"
+    assert "has exited" in result["message"]
 
 
 # MARK: signals go only to those who may see the item
