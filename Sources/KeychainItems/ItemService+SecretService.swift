@@ -97,8 +97,11 @@ extension ItemService {
     private func searchFilters(_ query: SecretServiceAttributes, groupIndexes: [[UInt8]], withSecret: Bool = false) -> [RowFilter] {
         let index = vault.blindIndex
         guard !query.isEmpty else { return [RowFilter(accessGroupIndexes: groupIndexes, includeSecret: withSecret)] }
+        // The first digest drives the query: not one of the names that many items share.
+        let common: Set<[UInt8]> = [Array("xdg:schema".utf8), Array("application".utf8)]
+        let ordered = query.sorted.sorted { !common.contains($0.name) && common.contains($1.name) }
         var filters = [RowFilter(accessGroupIndexes: groupIndexes,
-                                 requiredAttributeIndexes: query.sorted.map { index.secretServiceAttribute(name: $0.name, value: $0.value) },
+                                 requiredAttributeIndexes: ordered.map { index.secretServiceAttribute(name: $0.name, value: $0.value) },
                                  includeSecret: withSecret)]
         let service = query[SecretServiceFields.serviceName], account = query[SecretServiceFields.accountName]
         if query.count == (service == nil ? 0 : 1) + (account == nil ? 0 : 1) {
@@ -140,8 +143,11 @@ extension ItemService {
     }
 
     /// The items of `groups` whose attributes include every pair of `query`, oldest first: those
-    /// that can be read now, and the locked ones (found through the keyed indexes alone, which are
-    /// exact). Rows that fail to decrypt are left out.
+    /// that can be read now, and the locked ones. Found through the keyed indexes alone, which are
+    /// exact: an item with attributes of its own carries one digest per pair and a search asks for
+    /// all of the query's digests; any other item shows `service` and `account` exactly as its index
+    /// columns hold them. Nothing is decrypted — a search returns paths only, and reading an item
+    /// (its secret or attributes) opens and re-checks it, group included, like every SecItem call.
     public func secretServiceSearch(_ query: SecretServiceAttributes, groups: [String],
                                     caller: Caller) throws(KeychainError) -> (unlocked: [SecretServiceMatch], locked: [SecretServiceMatch]) {
         if let problem = query.problem { throw .param(problem) }
@@ -151,13 +157,12 @@ extension ItemService {
         try store.read { (r) throws(KeychainError) in
             for filter in searchFilters(query, groupIndexes: digests.map(\.digest)) {
                 try r.forEach(filter) { (row) throws(KeychainError) -> Bool in
-                    let item: SecretServiceItem?
-                    do throws(KeychainError) { item = try view(row, digests) } catch where error.status == .decode { return true }
-                    guard let item else { return true }
-                    if item.locked {
-                        locked.append(SecretServiceMatch(id: item.id, group: item.group))
-                    } else if item.attributes.contains(query) {
-                        unlocked.append(SecretServiceMatch(id: item.id, group: item.group))
+                    guard let group = digests.first(where: { $0.digest == row.accessGroupIndex })?.group else { return true }
+                    let match = SecretServiceMatch(id: row.ref, group: group)
+                    if let protection = ProtectionClass(rawValue: row.protectionClass), vault.isAvailable(protection) {
+                        unlocked.append(match)
+                    } else {
+                        locked.append(match)
                     }
                     return true
                 }

@@ -95,22 +95,28 @@ public struct RowFilter: Sendable, Hashable {
     private static let sqlCache = Locked<[Shape: String]>([:])
 
     private func buildSQL() -> String {
-        var s = "SELECT rowid, ref, class, agrp_ix, svce_ix, acct_ix, key_ix, item_key, attributes"
-        s += includeSecret ? ", secret" : ""
-        s += " FROM items"
+        // With attribute-index entries to match, the index drives the query (its primary key is
+        // (ix, ref), so rows come in ref order: creation order) and each further entry is a lookup
+        // by that key; no temporary b-tree, no sort.
+        let joined = requiredAttributeIndexes.map { !$0.isEmpty } ?? false
+        let t = joined ? "items." : ""
+        var s = "SELECT \(t)rowid, \(t)ref, \(t)class, \(t)agrp_ix, \(t)svce_ix, \(t)acct_ix, \(t)key_ix, \(t)item_key, \(t)attributes"
+        s += includeSecret ? ", \(t)secret" : ""
+        s += joined ? " FROM item_attributes AS a CROSS JOIN items ON items.ref = a.ref" : " FROM items"
         var conditions: [String] = []
-        if ref != nil { conditions.append("ref = ?") }
-        if let u = uniqueIndexes { conditions.append("key_ix IN (\(Self.placeholders(u.count)))") }
-        if serviceIndex != nil { conditions.append("svce_ix = ?") }
-        if accountIndex != nil { conditions.append("acct_ix = ?") }
-        if let g = accessGroupIndexes { conditions.append("agrp_ix IN (\(Self.placeholders(g.count)))") }
-        if let r = requiredAttributeIndexes {
-            conditions.append(r.isEmpty ? "1" : "ref IN (SELECT ref FROM item_attributes WHERE ix IN (\(Self.placeholders(r.count))) GROUP BY ref HAVING count(*) = \(r.count))")
+        if ref != nil { conditions.append("\(t)ref = ?") }
+        if let u = uniqueIndexes { conditions.append("\(t)key_ix IN (\(Self.placeholders(u.count)))") }
+        if serviceIndex != nil { conditions.append("\(t)svce_ix = ?") }
+        if accountIndex != nil { conditions.append("\(t)acct_ix = ?") }
+        if let g = accessGroupIndexes { conditions.append("\(t)agrp_ix IN (\(Self.placeholders(g.count)))") }
+        if let r = requiredAttributeIndexes, !r.isEmpty {
+            conditions.append("a.ix = ?")
+            for _ in r.dropFirst() { conditions.append("EXISTS (SELECT 1 FROM item_attributes WHERE ix = ? AND ref = items.ref)") }
         }
-        if excludedAttributeIndex != nil { conditions.append("ref NOT IN (SELECT ref FROM item_attributes WHERE ix = ?)") }
-        if let c = classes { conditions.append("class IN (\(c.map { String($0) }.joined(separator: ",")))") }
+        if excludedAttributeIndex != nil { conditions.append("NOT EXISTS (SELECT 1 FROM item_attributes WHERE ix = ? AND ref = items.ref)") }
+        if let c = classes { conditions.append("\(t)class IN (\(c.map { String($0) }.joined(separator: ",")))") }
         if !conditions.isEmpty { s += " WHERE " + conditions.joined(separator: " AND ") }
-        return s + " ORDER BY rowid"
+        return joined ? s : s + " ORDER BY rowid"
     }
 
     private static func placeholders(_ n: Int) -> String {
