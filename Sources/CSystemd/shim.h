@@ -3,6 +3,8 @@
 /* sd-bus (Debian's libsystemd-dev): the D-Bus library of the Secret Service. Swift cannot call C
  * variadic functions; every call used has a non-variadic form but the error constructor, a macro. */
 #include <systemd/sd-bus.h>
+/* glibc's pidfd calls (2.36): signalling the provider that holds the bus name, for --replace. */
+#include <sys/pidfd.h>
 
 /* sd_bus_error for a reply: name and message stay owned by the caller (no free). */
 static inline sd_bus_error kc_bus_error(const char *name, const char *message) {

@@ -43,8 +43,8 @@ public struct Options: Sendable {
                          is identified and kept to its own groups as on the socket (see
                          secretServiceUnregistered). Refuses to start while another provider holds the
                          name, saying which
-      --replace          with --secret-service: take the name from the provider holding it (only when
-                         that provider allows replacement, as gnome-keyring does)
+      --replace          with --secret-service: take the name from the provider holding it; one that
+                         does not allow replacement (gnome-keyring) is sent SIGTERM through a pidfd
       --check-config     validate the configuration and apps.d, print the apps, and exit
       --accept-database  trust the database's rows as they are now and exit. keychaind refuses to start
                          when rows were removed, added, swapped or restored from an older copy of

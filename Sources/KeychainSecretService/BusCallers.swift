@@ -9,9 +9,14 @@ final class BusCaller {
     let name: String
     let identity: PeerIdentity
     var generation: Int
-    var decision: Result<Caller, KeychainError>
+    var decision: Result<Caller, KeychainError> {
+        didSet { collections = Self.collections(of: decision) }
+    }
     /// A registered app (its requests count as activity for auto-lock).
     var registered: Bool
+    /// The caller's collections: one per access group, the first named `login` (the `default`
+    /// alias), the others after their group.
+    private(set) var collections: [Collection]
 
     init(name: String, identity: PeerIdentity, generation: Int, decision: Result<Caller, KeychainError>, registered: Bool) {
         self.name = name
@@ -19,11 +24,10 @@ final class BusCaller {
         self.generation = generation
         self.decision = decision
         self.registered = registered
+        collections = Self.collections(of: decision)
     }
 
-    /// The caller's collections: one per access group, the first named `login` (the `default`
-    /// alias), the others after their group.
-    var collections: [Collection] {
+    private static func collections(of decision: Result<Caller, KeychainError>) -> [Collection] {
         guard case .success(let caller) = decision else { return [] }
         return caller.accessGroups.enumerated().map { Collection(group: $0.element, element: Collection.element(for: $0.element, first: $0.offset == 0)) }
     }

@@ -63,10 +63,16 @@ public final class SecretService: @unchecked Sendable {
             SystemCalls.close(pipe.write)
             throw SecretServiceError(description: error.message)
         }
-        if let errno = bus.requestName(Self.busName, replace: replace) {
-            SystemCalls.close(pipe.read)
-            SystemCalls.close(pipe.write)
-            throw SecretServiceError(description: nameTaken(errno: errno, replace: replace))
+        if var errno = bus.requestName(Self.busName, replace: replace) {
+            // --replace, and the holder does not let the name go (GNOME Keyring keeps it): stop it.
+            if replace && errno == SystemCalls.alreadyExists && stopHolder() {
+                errno = bus.requestName(Self.busName, replace: true) ?? 0
+            }
+            if errno != 0 {
+                SystemCalls.close(pipe.read)
+                SystemCalls.close(pipe.write)
+                throw SecretServiceError(description: nameTaken(errno: errno, replace: replace))
+            }
         }
         let me = Unmanaged.passUnretained(self).toOpaque()
         do throws(BusError) {
@@ -94,21 +100,44 @@ public final class SecretService: @unchecked Sendable {
         SystemCalls.close(wake.write)
     }
 
+    /// The pid that owns `org.freedesktop.secrets` now, from the bus.
+    private func holder() -> Int32? {
+        guard let call = try? bus.newCall(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
+                                          interface: "org.freedesktop.DBus", member: "GetConnectionUnixProcessID"),
+              (try? call.append(string: Self.busName)) != nil,
+              let reply = try? bus.call(call), let pid = try? reply.readUInt32() else { return nil }
+        return Int32(bitPattern: pid)
+    }
+
+    /// `--replace` when the holder does not allow replacement: pins the holder with a pidfd, checks
+    /// that it is still the holder and runs as this user, sends it SIGTERM through the pidfd, and
+    /// waits (up to 15 s) for the name to be free. Returns whether it is.
+    private func stopHolder() -> Bool {
+        guard let pid = holder(), SystemCalls.uid(of: pid) == SystemCalls.uid else { return false }
+        let pidfd = SystemCalls.pidfdOpen(pid)
+        guard pidfd >= 0 else { return false }
+        defer { SystemCalls.close(pidfd) }
+        guard holder() == pid, SystemCalls.terminate(pidfd: pidfd) else { return false }
+        Log.write(.notice, "secret service: --replace: asked the provider holding the name to stop",
+                  [("pid", String(pid)), ("executable", SystemCalls.executable(of: pid) ?? "?")])
+        for _ in 0..<150 {
+            if holder() == nil { return true }
+            SystemCalls.sleep(milliseconds: 100)
+        }
+        return false
+    }
+
     /// The message for a name someone else holds: who holds it, and what to do.
     private func nameTaken(errno: Int32, replace: Bool) -> String {
-        guard errno == EEXIST else {
+        guard errno == SystemCalls.alreadyExists else {
             return "cannot take the bus name \(Self.busName): \(SystemCalls.describe(errno: errno))"
         }
         var holder = "another process"
-        if let call = try? bus.newCall(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
-                                       interface: "org.freedesktop.DBus", member: "GetConnectionUnixProcessID") {
-            try? call.append(string: Self.busName)
-            if let reply = try? bus.call(call), let pid = try? reply.readUInt32() {
-                holder = "pid \(pid)" + (SystemCalls.executable(of: Int32(bitPattern: pid)).map { " (\($0))" } ?? "")
-            }
+        if let pid = self.holder() {
+            holder = "pid \(pid)" + (SystemCalls.executable(of: pid).map { " (\($0))" } ?? "")
         }
         if replace {
-            return "another Secret Service provider holds \(Self.busName) and does not let it be replaced: \(holder). Stop it (for GNOME Keyring: systemctl --user stop gnome-keyring-daemon.service gnome-keyring-daemon.socket), then start keychaind again"
+            return "another Secret Service provider holds \(Self.busName) and did not stop when asked (SIGTERM): \(holder). Stop it (for GNOME Keyring: systemctl --user stop gnome-keyring-daemon.service gnome-keyring-daemon.socket), then start keychaind again"
         }
         return "another Secret Service provider holds \(Self.busName): \(holder). Stop it first (for GNOME Keyring: systemctl --user stop gnome-keyring-daemon.service gnome-keyring-daemon.socket), or start keychaind with --replace to take the name over"
     }

@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import CSupport
+import CSystemd
 
 /// The Linux calls the Secret Service makes, all in one place: the wake-up descriptor of the bus
 /// thread, waiting on it and the bus, duplicating a pidfd the bus hands over, pinning a pid.
@@ -45,6 +46,23 @@ enum SystemCalls {
     static func pidfdOpen(_ pid: Int32) -> Int32 {
         kc_pidfd_open(pid)
     }
+
+    /// Sends SIGTERM to the process a pidfd pins (never to whatever process has its pid by then).
+    static func terminate(pidfd: Int32) -> Bool {
+        pidfd_send_signal(pidfd, SIGTERM, nil, 0) == 0
+    }
+
+    /// The uid a process runs as (from /proc), or nil when it is gone.
+    static func uid(of pid: Int32) -> UInt32? {
+        var st = stat()
+        guard stat("/proc/\(pid)", &st) == 0 else { return nil }
+        return st.st_uid
+    }
+
+    /// Sleeps for `milliseconds` (start-up waits only).
+    static func sleep(milliseconds: UInt32) { usleep(milliseconds * 1000) }
+
+    static let alreadyExists = EEXIST
 
     /// Closes a descriptor this code owns.
     static func close(_ fd: Int32) {

@@ -494,6 +494,40 @@ os._exit(0)
     assert "has exited" in result["message"]
 
 
+def test_the_bus_name_held_by_another_provider(fresh):
+    d = fresh()
+    d.stop()            # this bus is ours now: another provider takes the name first
+    holder = subprocess.Popen([d.stranger_python, "-c", """
+import sys, time
+from jeepney import message_bus, new_method_call
+from jeepney.io.blocking import open_dbus_connection
+conn = open_dbus_connection(bus="SESSION")
+reply = conn.send_and_get_reply(new_method_call(message_bus, "RequestName", "su", ("org.freedesktop.secrets", 4)), timeout=60)
+print(reply.body[0], flush=True)        # 1: primary owner
+time.sleep(3600)
+"""], stdout=subprocess.PIPE, text=True, env=python_env(dict(DBUS_SESSION_BUS_ADDRESS=d.bus.address)))
+    try:
+        assert holder.stdout.readline().strip() == "1"
+        argv = [str(daemon_binary()), "--socket", d.socket, "--data-dir", str(d.data), "--config", str(d.config), "--secret-service"]
+        refused = d.run(argv)
+        assert refused.returncode == 1
+        message = refused.stderr.decode()
+        assert "another Secret Service provider holds org.freedesktop.secrets" in message
+        assert f"pid {holder.pid} ({d.stranger_python})" in message and "--replace" in message
+        # --replace: the holder (which did not allow replacement) is asked to stop, and keychaind serves
+        d.log = open(d.log_path, "ab")
+        d.process = subprocess.Popen(argv + ["--replace"], stdin=subprocess.DEVNULL, stdout=d.log, stderr=subprocess.STDOUT, env=d.env)
+        assert holder.wait(DEADLINE) == -signal.SIGTERM
+        wait_for("keychaind to serve", lambda: d.run([d.keychainctl, "status"]).returncode == 0)
+        assert d.run([SECRET_TOOL, "store", "--label=x", "service", "s", "account", "a"], input=b"mine now").returncode == 0
+        assert d.run([SECRET_TOOL, "lookup", "service", "s", "account", "a"]).stdout == b"mine now"
+        assert "asked the provider holding the name to stop" in d.log_text()
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+
+
 # MARK: signals go only to those who may see the item
 
 
