@@ -40,7 +40,7 @@ public final class SecretService: @unchecked Sendable {
     var nextObject: UInt64 = 1
     var waitingLogged = false
 
-    static let maxCallers = 4096
+    static let maxCallers = 16384
     static let maxSessionsPerCaller = 32
     static let maxPromptsPerCaller = 32
 
