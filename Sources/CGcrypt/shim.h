@@ -2,6 +2,10 @@
 #define KEYCHAIND_CGCRYPT_SHIM_H
 /* libgcrypt (Debian's libgcrypt20-dev): the Secret Service's DH group arithmetic and AES-128-CBC,
  * which libsodium does not offer. gcry_control is variadic, so its start-up calls are made here. */
+/* Packages build with -D_FORTIFY_SOURCE: its inline wrappers of libc functions (realpath, read…) would
+ * be defined here and in Swift's Glibc module, and the two definitions clash. Only the declarations
+ * are needed here; the C these headers declare is compiled elsewhere, fortified. */
+#undef _FORTIFY_SOURCE
 #include <gcrypt.h>
 
 /* Initialises libgcrypt once, before any other thread uses it: secure memory (locked, wiped on

@@ -2,6 +2,10 @@
 #define KEYCHAIND_CSYSTEMD_SHIM_H
 /* sd-bus (Debian's libsystemd-dev): the D-Bus library of the Secret Service. Swift cannot call C
  * variadic functions; every call used has a non-variadic form but the error constructor, a macro. */
+/* Packages build with -D_FORTIFY_SOURCE: its inline wrappers of libc functions (realpath, read…) would
+ * be defined here and in Swift's Glibc module, and the two definitions clash. Only the declarations
+ * are needed here; the C these headers declare is compiled elsewhere, fortified. */
+#undef _FORTIFY_SOURCE
 #include <systemd/sd-bus.h>
 /* glibc's pidfd calls (2.36): signalling the provider that holds the bus name, for --replace. */
 #include <sys/pidfd.h>
