@@ -1,7 +1,7 @@
 // swift-tools-version:6.0
 // keychaind — Apple's Keychain Services for Linux.
 // Layering (bottom to top): C shims → KeychainCore → KeychainCrypto / KeychainWire → KeychainStore
-// → KeychainItems → KeychainDaemon → executables. KeychainServices (client) sits on KeychainWire only.
+// → KeychainItems → KeychainDaemon → KeychainSecretService → executables. KeychainServices (client) sits on KeychainWire only.
 import PackageDescription
 
 let package = Package(
@@ -20,6 +20,11 @@ let package = Package(
         .systemLibrary(name: "CSQLite", path: "Sources/CSQLite",
                        pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
         .target(name: "CSupport"),
+        // The Secret Service's D-Bus library (sd-bus) and its DH/AES-CBC arithmetic (libgcrypt).
+        .systemLibrary(name: "CSystemd", path: "Sources/CSystemd",
+                       pkgConfig: "libsystemd", providers: [.apt(["libsystemd-dev"])]),
+        .systemLibrary(name: "CGcrypt", path: "Sources/CGcrypt",
+                       pkgConfig: "libgcrypt", providers: [.apt(["libgcrypt20-dev"])]),
 
         // Status codes, the value model and its CBOR encoding: shared by everything above.
         .target(name: "KeychainCore"),
@@ -33,6 +38,9 @@ let package = Package(
         .target(name: "KeychainItems", dependencies: ["KeychainCore", "KeychainStore", "KeychainCrypto"]),
         // Sockets, connections, caller identity, configuration, policy, lifecycle.
         .target(name: "KeychainDaemon", dependencies: ["KeychainCore", "KeychainWire", "KeychainItems", "CSupport"]),
+        // The freedesktop Secret Service on the session bus, served inside keychaind (`--secret-service`).
+        .target(name: "KeychainSecretService", dependencies: ["KeychainCore", "KeychainCrypto", "KeychainItems", "KeychainDaemon",
+                                                              "CSystemd", "CGcrypt", "CSodium", "CSupport"]),
         // The client core without Foundation (so keychainctl starts fast): the shared pipelined
         // connection, value-level calls, admin calls, the device-identifier convention.
         .target(name: "KeychainClient", dependencies: ["KeychainCore", "KeychainWire"]),
@@ -41,7 +49,7 @@ let package = Package(
         // `import Security` on Linux: a thin re-export of KeychainServices.
         .target(name: "Security", dependencies: ["KeychainServices"]),
 
-        .executableTarget(name: "keychaind", dependencies: ["KeychainDaemon"]),
+        .executableTarget(name: "keychaind", dependencies: ["KeychainDaemon", "KeychainSecretService"]),
         .executableTarget(name: "keychainctl", dependencies: ["KeychainClient"]),
         // Release-built benchmark: daemon figures beside a bare socket-echo floor (scripts/bench), and
         // the cost of a passphrase change on an in-process keychain (--rotation).
@@ -54,6 +62,7 @@ let package = Package(
         .testTarget(name: "KeychainCoreTests", dependencies: ["KeychainCore", "KeychainWire"]),
         .testTarget(name: "KeychainItemsTests", dependencies: ["KeychainItems", "KeychainStore", "KeychainCrypto", "KeychainCore"]),
         .testTarget(name: "KeychainDaemonTests", dependencies: ["KeychainDaemon", "KeychainItems", "KeychainCore"]),
+        .testTarget(name: "SecretServiceTests", dependencies: ["KeychainSecretService", "KeychainItems", "KeychainCrypto", "KeychainCore", "CGcrypt"]),
         .testTarget(name: "IntegrationTests", dependencies: ["KeychainServices", "Security", "KeychainClient", "KeychainCore", "KeychainWire"]),
     ],
     swiftLanguageModes: [.v6]

@@ -65,6 +65,9 @@ public struct BlindIndexer: Sendable {
 
     public enum Column: UInt8, Sendable {
         case accessGroup = 1, service = 2, account = 3, uniqueKey = 4
+        /// One Secret Service attribute (name, value), and the mark of an item that has its own
+        /// Secret Service attributes (docs/secret-service.md).
+        case secretServiceAttribute = 5, secretServiceItem = 6
     }
 
     private let key: SecureBytes
@@ -74,6 +77,19 @@ public struct BlindIndexer: Sendable {
     /// Digest of one attribute value for its search column.
     public func column(_ column: Column, _ value: [UInt8]) -> [UInt8] {
         key.withUnsafeBytes { KeyedHash.hash(key: $0, domain: column.rawValue, parts: [value], length: Self.columnLength) }
+    }
+
+    /// Digest of one Secret Service attribute for the attribute index (name and value framed apart).
+    public func secretServiceAttribute(name: [UInt8], value: [UInt8]) -> [UInt8] {
+        key.withUnsafeBytes {
+            KeyedHash.hash(key: $0, domain: Column.secretServiceAttribute.rawValue, parts: [name, value], length: Self.columnLength)
+        }
+    }
+
+    /// The attribute-index entry every item with its own Secret Service attributes carries (so the
+    /// items without them can be told apart without decrypting anything).
+    public var secretServiceItemMark: [UInt8] {
+        key.withUnsafeBytes { KeyedHash.hash(key: $0, domain: Column.secretServiceItem.rawValue, parts: [], length: Self.columnLength) }
     }
 
     /// Digest of Apple's uniqueness key (agrp, svce, acct, sync) for the UNIQUE column.

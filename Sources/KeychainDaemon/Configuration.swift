@@ -1,6 +1,7 @@
 import Foundation
 import KeychainCore
 import KeychainCrypto
+import KeychainItems
 
 /// Daemon settings: defaults, overridden by `keychaind.json`, overridden by command-line flags.
 /// Read and validated once at start; `apps` again on SIGHUP.
@@ -22,6 +23,10 @@ public struct Settings: Sendable {
     /// Root-owned directories of registrations (packages, the administrator), highest precedence first.
     public var systemAppsDirectories = AppRegistry.defaultSystemDirectories
     public var logLevel: Log.Level = .info
+    /// Also serve the freedesktop Secret Service on the session bus (`--secret-service`; SPEC §9).
+    public var secretService = false
+    /// What processes that are not registered apps get on the bus: the shared collection or a refusal.
+    public var secretServiceUnregistered: AccessPolicy.UnregisteredBusCallers = .shared
 
     /// The folder of app drop-ins: `apps.d/` beside the configuration file in use.
     public var appsDirectory: String {
@@ -107,7 +112,8 @@ enum JSONFile {
 
 extension Settings {
     static let knownKeys = ["socket", "dataDirectory", "maxFrameBytes", "maxConnections",
-                            "idleTimeoutSeconds", "autoLockSeconds", "kdfProfile", "lookupCacheEntries", "maxBufferedBytes", "logLevel"]
+                            "idleTimeoutSeconds", "autoLockSeconds", "kdfProfile", "lookupCacheEntries", "maxBufferedBytes", "logLevel",
+                            "secretService", "secretServiceUnregistered"]
 
     /// Applies `keychaind.json` when it exists. Unknown keys and wrong types are errors.
     mutating func apply(configFile path: String) throws(ConfigurationError) {
@@ -135,6 +141,17 @@ extension Settings {
                     throw ConfigurationError(file: path, reason: "\"logLevel\" must be error, warning, notice, info or debug")
                 }
                 logLevel = level
+            case "secretService":
+                guard JSONFile.isBool(value), let b = value as? Bool else {
+                    throw ConfigurationError(file: path, reason: "\"secretService\" must be true or false")
+                }
+                secretService = b
+            case "secretServiceUnregistered":
+                let name = try JSONFile.string(value, key: key, file: path)
+                guard let mode = AccessPolicy.UnregisteredBusCallers(rawValue: name) else {
+                    throw ConfigurationError(file: path, reason: "\"secretServiceUnregistered\" must be shared or refuse")
+                }
+                secretServiceUnregistered = mode
             default:
                 throw ConfigurationError(file: path, reason: "unknown key \"\(key)\" (known: \(Self.knownKeys.joined(separator: ", ")))")
             }

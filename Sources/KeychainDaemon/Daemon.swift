@@ -21,6 +21,9 @@ public final class Daemon: @unchecked Sendable {
     private let connections = Locked<[Int32: UnixSocket]>([:])
     private let stopping = Atomic<Bool>(false)
     private let drained = NSCondition()
+    /// Run once the listener stops accepting, before in-flight requests are drained and the store
+    /// closes (the Secret Service's thread stops there).
+    let shutdownHooks = Locked<[@Sendable () -> Void]>([])
 
     /// Resolves settings from defaults, the config file and the flags, in that order.
     public static func settings(for options: Options, environment env: [String: String]) throws(ConfigurationError) -> Settings {
@@ -37,6 +40,7 @@ public final class Daemon: @unchecked Sendable {
         if let p = options.socketPath { s.socketPath = p }
         if let d = options.dataDirectory { s.dataDirectory = d }
         if !options.systemAppsDirectories.isEmpty { s.systemAppsDirectories = options.systemAppsDirectories }
+        if options.secretService { s.secretService = true }
         if let l = options.logLevel {
             guard let level = Log.Level(name: l) else {
                 throw ConfigurationError(file: "--log-level", reason: "must be error, warning, notice, info or debug")
@@ -103,6 +107,7 @@ public final class Daemon: @unchecked Sendable {
             }
             admit(fd)
         }
+        for hook in shutdownHooks.withLock({ $0 }) { hook() }
         drain()
         items.close()
         listener.removeSocketFile()

@@ -11,7 +11,7 @@ enum Isolation {
     /// `notes`: one line per caveat in force. `registrations` (for identified callers): every
     /// registration with its source and whether it counts, and why not.
     static func report(registry: AppRegistry, passphraseSet: Bool, approvalsReadable: Bool, withRegistrations: Bool,
-                       userAppsDirectory: String) -> Value {
+                       userAppsDirectory: String, extraNotes: [String] = []) -> Value {
         var notes: [String] = []
         if !passphraseSet {
             notes.append("no passphrase is set: any process of this user can read device.key and the database, so apps are kept apart only from programs that ask keychaind; set one with `keychainctl passwd`")
@@ -35,6 +35,7 @@ enum Isolation {
         if registry.registrations.contains(where: { $0.source == .builtIn }) {
             notes.append("the bundled keychainctl (group keychainctl) can be run by any process of this user: what it stores is theirs too")
         }
+        notes += extraNotes
         var report: [String: Value] = [
             "level": .text(passphraseSet ? "apps" : "none"),
             "notes": .array(notes.map(Value.text)),

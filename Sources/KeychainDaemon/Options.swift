@@ -12,13 +12,18 @@ public struct Options: Sendable {
     public var systemAppsDirectories: [String] = []
     public var checkConfig = false
     public var acceptDatabase = false
+    /// Serve the Secret Service on the session bus too (or `"secretService": true`).
+    public var secretService = false
+    /// Take org.freedesktop.secrets from the provider that holds it, if it allows that.
+    public var replaceBusName = false
 
     public static let help = """
     keychaind — Apple's Keychain Services for Linux: the per-user daemon that owns the encrypted item
     database and serves SecItemAdd / CopyMatching / Update / Delete on a Unix socket.
 
     Usage: keychaind [--socket PATH] [--data-dir DIR] [--config FILE] [--log-level LEVEL]
-                     [--system-apps-dir DIR]… [--check-config | --accept-database]
+                     [--system-apps-dir DIR]… [--secret-service [--replace]]
+                     [--check-config | --accept-database]
 
       --socket PATH      socket to serve (default $XDG_RUNTIME_DIR/keychaind/keychaind.sock; directory
                          0700, socket 0600). Ignored when systemd passes a socket (LISTEN_FDS).
@@ -32,6 +37,14 @@ public struct Options: Sendable {
                          read root-owned registrations from DIR instead of /etc/keychaind/apps.d and
                          /usr/share/keychaind/apps.d (repeatable; first wins). A file there counts only
                          when it and every directory above it belong to root and others cannot write them
+      --secret-service   also serve the freedesktop Secret Service (org.freedesktop.secrets) on the
+                         session bus of $DBUS_SESSION_BUS_ADDRESS, so secret-tool, libsecret, Python
+                         secretstorage/keyring and the apps built on them use keychaind; each caller
+                         is identified and kept to its own groups as on the socket (see
+                         secretServiceUnregistered). Refuses to start while another provider holds the
+                         name, saying which
+      --replace          with --secret-service: take the name from the provider holding it; one that
+                         does not allow replacement (gnome-keyring) is sent SIGTERM through a pidfd
       --check-config     validate the configuration and apps.d, print the apps, and exit
       --accept-database  trust the database's rows as they are now and exit. keychaind refuses to start
                          when rows were removed, added, swapped or restored from an older copy of
@@ -42,7 +55,9 @@ public struct Options: Sendable {
 
     Settings in keychaind.json: socket, dataDirectory, maxFrameBytes (1048576), maxConnections (4096),
     idleTimeoutSeconds (900; 0 = never), autoLockSeconds (0 = never), kdfProfile (moderate|interactive),
-    lookupCacheEntries (4096; 0 = off), maxBufferedBytes (67108864), logLevel.
+    lookupCacheEntries (4096; 0 = off), maxBufferedBytes (67108864), logLevel, secretService (false),
+    secretServiceUnregistered (shared: processes that are not registered apps share one collection, the
+    access group secret-service, as on every desktop today; refuse: only registered apps are served).
 
     Apps: registrations in the system directories count when root-owned; those in apps.d beside the
     config file count as they are while no passphrase is set, and afterwards only when approved with
@@ -86,12 +101,15 @@ public struct Options: Sendable {
             case "--system-apps-dir": o.systemAppsDirectories.append(try next())
             case "--check-config": o.checkConfig = true
             case "--accept-database": o.acceptDatabase = true
+            case "--secret-service": o.secretService = true
+            case "--replace": o.replaceBusName = true
             case "-h", "--help": return .help
             case "--version": return .version
             default: throw OptionError("unknown argument \(a) (see keychaind --help)")
             }
             i += 1
         }
+        if o.replaceBusName && !o.secretService { throw OptionError("--replace goes with --secret-service") }
         return .run(o)
     }
 }

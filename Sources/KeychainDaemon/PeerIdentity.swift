@@ -93,23 +93,34 @@ public struct PeerIdentity: Sendable {
         guard pidfd >= 0 else {
             return unidentified("the calling process (pid \(cred.pid)) could not be pinned with a pidfd")
         }
-        let process = PeerProcess(pid: cred.pid, pidfd: pidfd)
-        let exe = readExecutable(pid: cred.pid)
-        let file = FileIdentity.of(path: "/proc/\(cred.pid)/exe")
-        let namespace = FileIdentity.of(path: "/proc/\(cred.pid)/ns/mnt")
+        return of(pid: cred.pid, uid: cred.uid, pidfd: pidfd)
+    }
+
+    /// The same identification for a process already pinned by `pidfd` (which this takes over and
+    /// closes with the identity): its executable (path and file identity) and mount namespace read
+    /// through /proc, then the check that the pidfd still names a live process with that pid. Used
+    /// for socket peers and for callers on the session bus (whose pid comes from the bus).
+    public static func of(pid: Int32, uid: UInt32, pidfd: Int32) -> PeerIdentity {
+        func unidentified(_ problem: String, _ process: PeerProcess? = nil) -> PeerIdentity {
+            PeerIdentity(pid: pid, uid: uid, executable: nil, executableFile: nil, problem: problem, process: process)
+        }
+        let process = PeerProcess(pid: pid, pidfd: pidfd)
+        let exe = readExecutable(pid: pid)
+        let file = FileIdentity.of(path: "/proc/\(pid)/exe")
+        let namespace = FileIdentity.of(path: "/proc/\(pid)/ns/mnt")
         guard process.isPinned else {
-            return unidentified("the calling process (pid \(cred.pid)) exited before it could be identified")
+            return unidentified("the calling process (pid \(pid)) exited before it could be identified")
         }
         guard let exe, let file else {
-            return unidentified("the executable of pid \(cred.pid) cannot be read (is it non-dumpable?)", process)
+            return unidentified("the executable of pid \(pid) cannot be read (is it non-dumpable?)", process)
         }
         if exe.hasSuffix(" (deleted)") {
-            return unidentified("the executable of pid \(cred.pid) was deleted or replaced after it started", process)
+            return unidentified("the executable of pid \(pid) was deleted or replaced after it started", process)
         }
         guard let namespace, namespace == ownMountNamespace else {
-            return unidentified("pid \(cred.pid) runs in another mount namespace than keychaind, where \(exe) may be another file; run it in keychaind's mount namespace", process)
+            return unidentified("pid \(pid) runs in another mount namespace than keychaind, where \(exe) may be another file; run it in keychaind's mount namespace", process)
         }
-        return PeerIdentity(pid: cred.pid, uid: cred.uid, executable: exe, executableFile: file, problem: nil, process: process)
+        return PeerIdentity(pid: pid, uid: uid, executable: exe, executableFile: file, problem: nil, process: process)
     }
 
     static func readExecutable(pid: Int32) -> String? {

@@ -24,6 +24,9 @@ public final class RequestHandler: Sendable {
     private let maxFrameBytes: Int
     /// Partial frames held across all connections (`maxBufferedBytes`).
     let budget: BufferBudget
+    /// What `status` says about the Secret Service while it is served (`secretService`), and the
+    /// isolation note that goes with it; nil when it is not served.
+    let secretServiceStatus = Locked<(fields: [String: Value], note: String)?>(nil)
 
     init(items: ItemService, registrar: Registrar, maxFrameBytes: Int = Frame.defaultMaxBytes,
          maxBufferedBytes: Int = 64 << 20) {
@@ -343,6 +346,7 @@ public final class RequestHandler: Sendable {
             try items.itemCount(visibleTo: Caller(accessGroups: a.accessGroups, isAdmin: a.admin))
         } ?? 0
         let protection = items.protectionStatus
+        let bus = secretServiceStatus.withLock { $0 }
         var result: [String: Value] = [
             "version": .text(Self.version),
             "locked": .bool(protection.locked),
@@ -361,8 +365,10 @@ public final class RequestHandler: Sendable {
             "groups": app.map { .array($0.accessGroups.map(Value.text)) } ?? .null,
             "isolation": Isolation.report(registry: registrar.current.registry, passphraseSet: protection.passphraseSet,
                                           approvalsReadable: (try? items.approvedRegistrations()) != nil,
-                                          withRegistrations: app != nil, userAppsDirectory: registrar.userAppsDirectory),
+                                          withRegistrations: app != nil, userAppsDirectory: registrar.userAppsDirectory,
+                                          extraNotes: bus.map { [$0.note] } ?? []),
         ]
+        if let bus { result["secretService"] = .map(bus.fields) }
         if case .failure(let why) = identified { result["unidentified"] = .text(why.message) }
         return .map(result)
     }

@@ -114,7 +114,7 @@ struct ItemCodec: Sendable {
         return StoredItem(rowid: rowid, ref: ref, protectionClass: protection.rawValue,
                           accessGroupIndex: index.group, serviceIndex: index.service, accountIndex: index.account,
                           uniqueIndex: index.unique, wrappedKey: parts.wrapped, attributes: parts.attributes,
-                          secret: parts.secret)
+                          secret: parts.secret, attributeIndexes: SecretServiceFields.indexes(for: attributes, vault.blindIndex))
     }
 
     /// The blind-index columns of an item.

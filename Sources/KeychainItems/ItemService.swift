@@ -15,7 +15,7 @@ public final class ItemService: Sendable {
     let store: ItemStore
     let vault: Vault
     let codec: ItemCodec
-    private let clock = Clock()
+    let clock = Clock()
     /// Argon2id costs of the next passphrase or backup (existing ones keep theirs).
     public let kdfProfile: KDFProfile
     /// Wall-clock seconds (the unlock delays survive restarts, so they use real time).

@@ -244,6 +244,7 @@ public struct StoreWriter {
             }
         }
         rows.added(RowFingerprint(item))
+        try addAttributeIndexes(ref: item.ref, item.attributeIndexes ?? [])
         return rowid
     }
 
@@ -272,6 +273,10 @@ public struct StoreWriter {
         after.ref = before.ref          // the UPDATE never writes ref
         rows.removed(before)
         rows.added(after)
+        if let indexes = item.attributeIndexes {
+            try removeAttributeIndexes(ref: before.ref)
+            try addAttributeIndexes(ref: before.ref, indexes)
+        }
     }
 
     public func delete(rowid: Int64) throws(KeychainError) {
@@ -282,6 +287,7 @@ public struct StoreWriter {
             try s.run()
         }
         rows.removed(before)
+        try removeAttributeIndexes(ref: before.ref)
     }
 
     /// Stores a meta value; fails (errSecDuplicateItem) if the name exists — meta values are written once.

@@ -201,6 +201,21 @@ struct MetaFingerprint {
     }
 }
 
+/// A Secret Service attribute-index entry (`item_attributes`, AttributeIndex.swift) counts in the sum
+/// too, so entries removed, added or moved to another item are caught like item rows. Entries are not
+/// counted in the record's item count; an empty index adds nothing, so keychains without Secret
+/// Service items keep the sums they had before the table existed.
+struct AttributeIndexFingerprint {
+    var index: [UInt8]
+    var ref: [UInt8]
+
+    func value(key: SecureBytes) -> Sum256 {
+        Sum256(key.withUnsafeBytes {
+            KeyedHash.hash(key: $0, domain: 0xE4, parts: [index, ref], length: 32)
+        })
+    }
+}
+
 /// The row state as the writer sees it: what is committed, plus the changes of the open group
 /// transaction and of the write running in it. Only touched with the `WriterGate` mutex held.
 final class RowStateTracker {
@@ -250,6 +265,16 @@ final class RowStateTracker {
 
     func removed(_ meta: MetaFingerprint) {
         body.sum = body.sum - meta.value(key: key)
+        body.touched = true
+    }
+
+    func added(_ entry: AttributeIndexFingerprint) {
+        body.sum = body.sum + entry.value(key: key)
+        body.touched = true
+    }
+
+    func removed(_ entry: AttributeIndexFingerprint) {
+        body.sum = body.sum - entry.value(key: key)
         body.touched = true
     }
 
@@ -315,8 +340,8 @@ public struct RowStateCheck: Sendable {
 }
 
 extension StoreReader {
-    /// The count of item rows and the sum of every item's and meta row's fingerprint (a full scan;
-    /// at open only).
+    /// The count of item rows and the sum of every item's, meta row's and attribute-index entry's
+    /// fingerprint (a full scan; at open only).
     func scanRowState(key: SecureBytes) throws(KeychainError) -> (count: Int64, sum: Sum256) {
         var count: Int64 = 0
         var sum = Sum256()
@@ -332,6 +357,11 @@ extension StoreReader {
             try s.bind(1, text: RowState.metaName)
             while try s.step() {
                 sum = sum + MetaFingerprint(name: s.text(0) ?? "", value: s.blob(1)).value(key: key)
+            }
+        }
+        try db.withStatement("SELECT ix, ref FROM item_attributes") { (s) throws(KeychainError) in
+            while try s.step() {
+                sum = sum + AttributeIndexFingerprint(index: s.blob(0), ref: s.blob(1)).value(key: key)
             }
         }
         return (count, sum)

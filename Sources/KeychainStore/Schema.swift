@@ -21,9 +21,13 @@ import KeychainCore
 ///   item_key   BLOB NOT NULL,          -- the item's random key, sealed by the class key
 ///   attributes BLOB NOT NULL,          -- CBOR map of every attribute, sealed by the item key
 ///   secret     BLOB NOT NULL)          -- v_Data, sealed by the item key (opened only when asked for)
+/// item_attributes(                     -- version 2: the Secret Service attribute index
+///   ix   BLOB NOT NULL,                -- blind index of one (name, value), or the Secret Service item mark
+///   ref  BLOB NOT NULL,                -- the item's ref
+///   PRIMARY KEY (ix, ref))             -- one row per attribute of an item with its own attributes
 /// ```
 enum Schema {
-    static let currentVersion = 1
+    static let currentVersion = 2
 
     /// migrations[i] takes a database from version i to version i + 1.
     static let migrations: [[String]] = [
@@ -51,6 +55,18 @@ enum Schema {
             "CREATE INDEX items_by_service_account ON items(svce_ix, acct_ix)",
             "CREATE INDEX items_by_account ON items(acct_ix)",
             "CREATE INDEX items_by_group ON items(agrp_ix)",
+        ],
+        // 2: Secret Service attributes, searchable by keyed digest (docs/secret-service.md). A new,
+        // empty table: no item or meta row changes, so the row-state record stays valid as it is.
+        [
+            """
+            CREATE TABLE item_attributes (
+                ix  BLOB NOT NULL,
+                ref BLOB NOT NULL,
+                PRIMARY KEY (ix, ref)
+            ) STRICT, WITHOUT ROWID
+            """,
+            "CREATE INDEX item_attributes_by_ref ON item_attributes(ref)",
         ],
     ]
 

@@ -32,17 +32,25 @@ extension StoreWriter {
         if let tracked, let old { tracked.removed(MetaFingerprint(name: name, value: old)) }
     }
 
-    /// Deletes every item of one accessibility class; returns how many rows went.
+    /// Deletes every item of one accessibility class, with their Secret Service attribute-index
+    /// entries; returns how many rows went.
     @discardableResult
     public func deleteItems(protectionClass: UInt8) throws(KeychainError) -> Int {
         let rows = try tracker()
         let going = try reader.fingerprintSum(protectionClass: protectionClass, key: rows.key)
+        let refs = try db.withStatement("SELECT ref FROM items WHERE class = ?") { (s) throws(KeychainError) -> [[UInt8]] in
+            try s.bind(1, Int64(protectionClass))
+            var refs: [[UInt8]] = []
+            while try s.step() { refs.append(s.blob(0)) }
+            return refs
+        }
         let deleted = try db.withStatement("DELETE FROM items WHERE class = ?") { (s) throws(KeychainError) in
             try s.bind(1, Int64(protectionClass))
             try s.run()
             return db.changes
         }
         rows.removed(count: going.count, sum: going.sum)
+        for ref in refs { try removeAttributeIndexes(ref: ref) }
         return deleted
     }
 

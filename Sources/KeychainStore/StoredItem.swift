@@ -15,10 +15,13 @@ public struct StoredItem: Sendable {
     public var attributes: [UInt8]
     /// The sealed secret; empty when the row was read without it (`RowFilter.includeSecret == false`).
     public var secret: [UInt8]
+    /// The item's Secret Service attribute-index entries (`item_attributes`), when the row was sealed
+    /// here; nil for rows read from the database (an update then leaves the entries as they are).
+    public var attributeIndexes: [[UInt8]]?
 
     public init(rowid: Int64 = 0, ref: [UInt8], protectionClass: UInt8, accessGroupIndex: [UInt8],
                 serviceIndex: [UInt8], accountIndex: [UInt8], uniqueIndex: [UInt8], wrappedKey: [UInt8],
-                attributes: [UInt8], secret: [UInt8]) {
+                attributes: [UInt8], secret: [UInt8], attributeIndexes: [[UInt8]]? = nil) {
         self.rowid = rowid
         self.ref = ref
         self.protectionClass = protectionClass
@@ -29,6 +32,7 @@ public struct StoredItem: Sendable {
         self.wrappedKey = wrappedKey
         self.attributes = attributes
         self.secret = secret
+        self.attributeIndexes = attributeIndexes
     }
 }
 
@@ -44,11 +48,16 @@ public struct RowFilter: Sendable, Hashable {
     public var accessGroupIndexes: [[UInt8]]?
     /// `class IN (…)`; nil means every class.
     public var classes: [UInt8]?
+    /// Only items with every one of these attribute-index entries (`item_attributes`).
+    public var requiredAttributeIndexes: [[UInt8]]?
+    /// Only items without this attribute-index entry.
+    public var excludedAttributeIndex: [UInt8]?
     /// Read the sealed secret too.
     public var includeSecret: Bool
 
     public init(ref: [UInt8]? = nil, uniqueIndexes: [[UInt8]]? = nil, serviceIndex: [UInt8]? = nil,
                 accountIndex: [UInt8]? = nil, accessGroupIndexes: [[UInt8]]? = nil, classes: [UInt8]? = nil,
+                requiredAttributeIndexes: [[UInt8]]? = nil, excludedAttributeIndex: [UInt8]? = nil,
                 includeSecret: Bool = false) {
         self.ref = ref
         self.uniqueIndexes = uniqueIndexes
@@ -56,6 +65,8 @@ public struct RowFilter: Sendable, Hashable {
         self.accountIndex = accountIndex
         self.accessGroupIndexes = accessGroupIndexes
         self.classes = classes
+        self.requiredAttributeIndexes = requiredAttributeIndexes
+        self.excludedAttributeIndex = excludedAttributeIndex
         self.includeSecret = includeSecret
     }
 
@@ -64,6 +75,7 @@ public struct RowFilter: Sendable, Hashable {
     public var sql: String {
         let shape = Shape(ref: ref != nil, unique: uniqueIndexes?.count, service: serviceIndex != nil,
                           account: accountIndex != nil, groups: accessGroupIndexes?.count, classes: classes,
+                          required: requiredAttributeIndexes?.count, excluded: excludedAttributeIndex != nil,
                           secret: includeSecret)
         if let cached = Self.sqlCache.withLock({ $0[shape] }) { return cached }
         let sql = buildSQL()
@@ -76,24 +88,35 @@ public struct RowFilter: Sendable, Hashable {
 
     /// What the SQL text depends on: the filter's shape, not its values.
     private struct Shape: Hashable {
-        var ref: Bool, unique: Int?, service: Bool, account: Bool, groups: Int?, classes: [UInt8]?, secret: Bool
+        var ref: Bool, unique: Int?, service: Bool, account: Bool, groups: Int?, classes: [UInt8]?
+        var required: Int?, excluded: Bool, secret: Bool
     }
 
     private static let sqlCache = Locked<[Shape: String]>([:])
 
     private func buildSQL() -> String {
-        var s = "SELECT rowid, ref, class, agrp_ix, svce_ix, acct_ix, key_ix, item_key, attributes"
-        s += includeSecret ? ", secret" : ""
-        s += " FROM items"
+        // With attribute-index entries to match, the index drives the query (its primary key is
+        // (ix, ref), so rows come in ref order: creation order) and each further entry is a lookup
+        // by that key; no temporary b-tree, no sort.
+        let joined = requiredAttributeIndexes.map { !$0.isEmpty } ?? false
+        let t = joined ? "items." : ""
+        var s = "SELECT \(t)rowid, \(t)ref, \(t)class, \(t)agrp_ix, \(t)svce_ix, \(t)acct_ix, \(t)key_ix, \(t)item_key, \(t)attributes"
+        s += includeSecret ? ", \(t)secret" : ""
+        s += joined ? " FROM item_attributes AS a CROSS JOIN items ON items.ref = a.ref" : " FROM items"
         var conditions: [String] = []
-        if ref != nil { conditions.append("ref = ?") }
-        if let u = uniqueIndexes { conditions.append("key_ix IN (\(Self.placeholders(u.count)))") }
-        if serviceIndex != nil { conditions.append("svce_ix = ?") }
-        if accountIndex != nil { conditions.append("acct_ix = ?") }
-        if let g = accessGroupIndexes { conditions.append("agrp_ix IN (\(Self.placeholders(g.count)))") }
-        if let c = classes { conditions.append("class IN (\(c.map { String($0) }.joined(separator: ",")))") }
+        if ref != nil { conditions.append("\(t)ref = ?") }
+        if let u = uniqueIndexes { conditions.append("\(t)key_ix IN (\(Self.placeholders(u.count)))") }
+        if serviceIndex != nil { conditions.append("\(t)svce_ix = ?") }
+        if accountIndex != nil { conditions.append("\(t)acct_ix = ?") }
+        if let g = accessGroupIndexes { conditions.append("\(t)agrp_ix IN (\(Self.placeholders(g.count)))") }
+        if let r = requiredAttributeIndexes, !r.isEmpty {
+            conditions.append("a.ix = ?")
+            for _ in r.dropFirst() { conditions.append("EXISTS (SELECT 1 FROM item_attributes WHERE ix = ? AND ref = items.ref)") }
+        }
+        if excludedAttributeIndex != nil { conditions.append("NOT EXISTS (SELECT 1 FROM item_attributes WHERE ix = ? AND ref = items.ref)") }
+        if let c = classes { conditions.append("\(t)class IN (\(c.map { String($0) }.joined(separator: ",")))") }
         if !conditions.isEmpty { s += " WHERE " + conditions.joined(separator: " AND ") }
-        return s + " ORDER BY rowid"
+        return joined ? s : s + " ORDER BY rowid"
     }
 
     private static func placeholders(_ n: Int) -> String {
@@ -108,6 +131,8 @@ public struct RowFilter: Sendable, Hashable {
         if let serviceIndex { try next(serviceIndex) }
         if let accountIndex { try next(accountIndex) }
         if let g = accessGroupIndexes { for b in g { try next(b) } }
+        if let r = requiredAttributeIndexes { for b in r { try next(b) } }
+        if let excludedAttributeIndex { try next(excludedAttributeIndex) }
     }
 }
 

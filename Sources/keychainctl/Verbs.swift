@@ -285,6 +285,11 @@ struct Command {
         rows.append(("caller", s.caller.isEmpty ? "not identified" : s.caller + (s.admin ? " (admin)" : "")))
         if !s.groups.isEmpty { rows.append(("groups", s.groups.joined(separator: " "))) }
         if case .text(let why)? = s.raw["unidentified"] { rows.append(("why", why)) }
+        if let bus = s.raw["secretService"]?.map {
+            let others = bus["unregistered"]?.text == "refuse" ? "refused"
+                : "share one collection (access group \(bus["sharedGroup"]?.text ?? "secret-service"))"
+            rows.append(("secret service", "serving \(bus["busName"]?.text ?? "org.freedesktop.secrets") on the session bus; processes that are not registered apps: \(others)"))
+        }
         let isolation = s.raw["isolation"]?.map ?? [:]
         switch isolation["level"]?.text {
         case "none"?: rows.append(("isolation", "none against your own processes (no passphrase)"))

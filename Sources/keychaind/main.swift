@@ -4,6 +4,7 @@ import Glibc
 import Foundation
 import CSupport
 import KeychainDaemon
+import KeychainSecretService
 import KeychainItems
 import KeychainWire
 
@@ -103,6 +104,17 @@ case .run(let options):
         daemon = try Daemon(settings: settings)
     } catch {
         fail("cannot start: \(error)")
+    }
+    // The Secret Service on the session bus, inside this process (SPEC §9): it takes its bus name
+    // before the daemon reports ready, and stops before the store closes.
+    if settings.secretService {
+        let secretService: SecretService
+        do { secretService = try SecretService(daemon: daemon, replace: options.replaceBusName) } catch {
+            daemon.abandon()
+            fail("cannot serve the Secret Service: \(error)")
+        }
+        daemon.onShutdown { secretService.stop() }
+        secretService.start()
     }
     exit(daemon.run())
 }

@@ -1,0 +1,115 @@
+import KeychainCore
+import KeychainCrypto
+
+/// Secret Service attributes: names and values as UTF-8 bytes, compared byte for byte (Swift's
+/// `String ==` would take NFC and NFD spellings for one name, and D-Bus clients do not).
+public struct SecretServiceAttributes: Sendable, Hashable {
+    /// name → value, both UTF-8.
+    public private(set) var pairs: [[UInt8]: [UInt8]]
+
+    public init(_ pairs: [[UInt8]: [UInt8]] = [:]) { self.pairs = pairs }
+
+    public init(strings: [(String, String)]) {
+        var p: [[UInt8]: [UInt8]] = [:]
+        for (n, v) in strings { p[Array(n.utf8)] = Array(v.utf8) }
+        pairs = p
+    }
+
+    public var count: Int { pairs.count }
+    public var isEmpty: Bool { pairs.isEmpty }
+    public subscript(name: String) -> [UInt8]? { pairs[Array(name.utf8)] }
+
+    /// Sorted by name bytes: the stored order and the order results are sent in.
+    public var sorted: [(name: [UInt8], value: [UInt8])] {
+        pairs.map { (name: $0.key, value: $0.value) }.sorted { $0.name.lexicographicallyPrecedes($1.name) }
+    }
+
+    /// Whether every pair of `query` is one of these (a Secret Service search: all given attributes
+    /// match exactly; other attributes may exist).
+    public func contains(_ query: SecretServiceAttributes) -> Bool {
+        query.pairs.allSatisfy { pairs[$0.key] == $0.value }
+    }
+
+    /// Limits on what one item may carry over the bus, so a huge map is refused before it costs
+    /// anything: at most `maxCount` attributes, each name and value at most `maxFieldBytes`, all of
+    /// them together at most `maxTotalBytes`.
+    public static let maxCount = 256
+    public static let maxFieldBytes = 4096
+    public static let maxTotalBytes = 64 * 1024
+
+    /// Why these attributes are refused, or nil.
+    public var problem: String? {
+        if pairs.count > Self.maxCount { return "at most \(Self.maxCount) attributes are allowed, not \(pairs.count)" }
+        var total = 0
+        for (n, v) in pairs {
+            if n.count > Self.maxFieldBytes || v.count > Self.maxFieldBytes {
+                return "an attribute name or value is longer than \(Self.maxFieldBytes) bytes"
+            }
+            total += n.count + v.count
+        }
+        if total > Self.maxTotalBytes { return "the attributes take \(total) bytes; at most \(Self.maxTotalBytes) are allowed" }
+        return nil
+    }
+}
+
+/// Where a keychain item keeps what only the Secret Service has: its attribute map and the content
+/// type of its secret. They live in the item's `gena` (kSecAttrGeneric), sealed with the other
+/// attributes, as `"kcss" 0x01` followed by the CBOR map `{"a": [[name, value], …], "t": type}`.
+/// An item whose `gena` is anything else shows the Secret Service the attributes derived from its
+/// service and account (docs/secret-service.md).
+public enum SecretServiceFields {
+    static let magic: [UInt8] = [0x6B, 0x63, 0x73, 0x73, 0x01]      // "kcss", version 1
+    public static let defaultContentType = "text/plain"
+    /// The attribute names of an item created through the keychain API.
+    public static let serviceName = "service"
+    public static let accountName = "account"
+
+    /// The `gena` bytes for these attributes and content type.
+    static func encode(_ attributes: SecretServiceAttributes, contentType: String) -> [UInt8] {
+        let pairs: [Value] = attributes.sorted.map {
+            .array([.text(String(decoding: $0.name, as: UTF8.self)), .text(String(decoding: $0.value, as: UTF8.self))])
+        }
+        return magic + CBOR.encode(.map(["a": .array(pairs), "t": .text(contentType)]))
+    }
+
+    /// The Secret Service fields an item's `gena` holds, or nil when it holds none.
+    static func decode(_ gena: Value?) -> (attributes: SecretServiceAttributes, contentType: String)? {
+        guard case .bytes(let b)? = gena, b.count > magic.count, b.starts(with: magic),
+              case .map(let m)? = try? CBOR.decode(Array(b[magic.count...])),
+              case .array(let list)? = m["a"], case .text(let type)? = m["t"] else { return nil }
+        var pairs: [[UInt8]: [UInt8]] = [:]
+        for entry in list {
+            guard case .array(let p) = entry, p.count == 2, case .text(let n) = p[0], case .text(let v) = p[1] else { return nil }
+            pairs[Array(n.utf8)] = Array(v.utf8)
+        }
+        return (SecretServiceAttributes(pairs), type)
+    }
+
+    /// The attributes an item shows the Secret Service: its own, or `service` and `account` from its
+    /// service and account (text, or bytes that are UTF-8; left out when they are neither, so what a
+    /// search finds through the index columns and what the item shows always agree).
+    static func view(of attributes: [String: Value]) -> (attributes: SecretServiceAttributes, contentType: String, own: Bool) {
+        if let own = decode(attributes["gena"]) { return (own.attributes, own.contentType, true) }
+        var derived: [[UInt8]: [UInt8]] = [:]
+        for (name, key) in [(serviceName, "svce"), (accountName, "acct")] {
+            if let b = attributes[key].flatMap(Attribute.bytes(of:)), String(validating: b, as: UTF8.self) != nil {
+                derived[Array(name.utf8)] = b
+            }
+        }
+        return (SecretServiceAttributes(derived), defaultContentType, false)
+    }
+
+    /// The attribute-index entries of an item with these stored attributes: the mark and one digest
+    /// per pair when it has its own Secret Service attributes, none otherwise (its service and account
+    /// are searched through their own columns).
+    static func indexes(for attributes: [String: Value], _ index: BlindIndexer) -> [[UInt8]] {
+        guard let own = decode(attributes["gena"]) else { return [] }
+        return [index.secretServiceItemMark] + own.attributes.sorted.map { index.secretServiceAttribute(name: $0.name, value: $0.value) }
+    }
+
+    /// Whether `attributes` are exactly the shape of an item made through the keychain API — a
+    /// `service` and an `account` and nothing else — so they can be that item's own service and account.
+    static func isServiceAndAccount(_ attributes: SecretServiceAttributes) -> Bool {
+        attributes.count == 2 && attributes[serviceName] != nil && attributes[accountName] != nil
+    }
+}

@@ -1,0 +1,262 @@
+import Foundation
+import Synchronization
+import CSystemd
+import KeychainCore
+import KeychainCrypto
+import KeychainItems
+import KeychainDaemon
+
+/// Why the Secret Service cannot start (keychaind then refuses to start, saying so).
+public struct SecretServiceError: Error, CustomStringConvertible {
+    public let description: String
+}
+
+/// The freedesktop Secret Service (`org.freedesktop.secrets`, spec 0.2) served by keychaind itself,
+/// on a thread of its own beside the socket listener: there is no bridge process to trust. Every
+/// method call is tied to the calling process through the bus (its pid, pinned with a pidfd at
+/// first use), identified with the daemon's own registry, and decided by `AccessPolicy`; a caller
+/// sees only its own access groups, each shown as one collection (docs/secret-service.md).
+///
+/// All bus state lives on the bus thread; other threads only set `stopping` and wake it.
+public final class SecretService: @unchecked Sendable {
+    public static let busName = "org.freedesktop.secrets"
+    static let root = "/org/freedesktop/secrets"
+
+    let daemon: Daemon
+    let items: ItemService
+    let mode: AccessPolicy.UnregisteredBusCallers
+    let bus: BusConnection
+    /// The largest secret accepted (what a socket client could still read back in one frame).
+    let maxSecretBytes: Int
+    private let wake: (read: Int32, write: Int32)
+    private let stopping = Atomic<Bool>(false)
+    private let finished = DispatchSemaphore(value: 0)
+    private var running = false
+
+    // Bus-thread state.
+    var callers: [String: BusCaller] = [:]
+    var sessions: [String: TransferSession] = [:]
+    var prompts: [String: PendingPrompt] = [:]
+    var nextObject: UInt64 = 1
+    var waitingLogged = false
+
+    static let maxCallers = 16384
+    static let maxSessionsPerCaller = 32
+    static let maxPromptsPerCaller = 32
+
+    /// Connects to the session bus and takes `org.freedesktop.secrets`. When another provider holds
+    /// it: with `replace`, takes it over if that provider allows it; otherwise fails naming it.
+    public init(daemon: Daemon, replace: Bool) throws(SecretServiceError) {
+        self.daemon = daemon
+        items = daemon.itemService
+        let settings = daemon.runningSettings
+        mode = settings.secretServiceUnregistered
+        maxSecretBytes = max(1024, settings.maxFrameBytes - 4096)
+        guard let pipe = SystemCalls.makeWakePipe() else {
+            throw SecretServiceError(description: "cannot create a pipe: \(SystemCalls.errnoDescription)")
+        }
+        wake = pipe
+        do throws(BusError) {
+            bus = try BusConnection()
+        } catch {
+            SystemCalls.close(pipe.read)
+            SystemCalls.close(pipe.write)
+            throw SecretServiceError(description: error.message)
+        }
+        if var errno = bus.requestName(Self.busName, replace: replace) {
+            // --replace, and the holder does not let the name go (GNOME Keyring keeps it): stop it.
+            if replace && errno == SystemCalls.alreadyExists && stopHolder() {
+                errno = bus.requestName(Self.busName, replace: true) ?? 0
+            }
+            if errno != 0 {
+                SystemCalls.close(pipe.read)
+                SystemCalls.close(pipe.write)
+                throw SecretServiceError(description: nameTaken(errno: errno, replace: replace))
+            }
+        }
+        let me = Unmanaged.passUnretained(self).toOpaque()
+        do throws(BusError) {
+            try bus.addFallback(Self.root, handler: { m, userdata, _ in
+                guard let m, let userdata else { return 0 }
+                return Unmanaged<SecretService>.fromOpaque(userdata).takeUnretainedValue().handle(BusMessage(retaining: m))
+            }, userdata: me)
+            try bus.addMatch("type='signal',sender='org.freedesktop.DBus',path='/org/freedesktop/DBus',interface='org.freedesktop.DBus',member='NameOwnerChanged'", handler: { m, userdata, _ in
+                guard let m, let userdata else { return 0 }
+                Unmanaged<SecretService>.fromOpaque(userdata).takeUnretainedValue().nameOwnerChanged(BusMessage(retaining: m))
+                return 0
+            }, userdata: me)
+        } catch {
+            SystemCalls.close(pipe.read)
+            SystemCalls.close(pipe.write)
+            throw SecretServiceError(description: error.message)
+        }
+        Log.info("secret service: serving on the session bus", [("name", Self.busName), ("unique", bus.uniqueName),
+                                                               ("unregistered", mode.rawValue)])
+        daemon.setSecretServiceStatus(statusFields, note: Self.isolationNote(mode))
+    }
+
+    deinit {
+        SystemCalls.close(wake.read)
+        SystemCalls.close(wake.write)
+    }
+
+    /// The pid that owns `org.freedesktop.secrets` now, from the bus.
+    private func holder() -> Int32? {
+        guard let call = try? bus.newCall(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
+                                          interface: "org.freedesktop.DBus", member: "GetConnectionUnixProcessID"),
+              (try? call.append(string: Self.busName)) != nil,
+              let reply = try? bus.call(call), let pid = try? reply.readUInt32() else { return nil }
+        return Int32(bitPattern: pid)
+    }
+
+    /// `--replace` when the holder does not allow replacement: pins the holder with a pidfd, checks
+    /// that it is still the holder and runs as this user, sends it SIGTERM through the pidfd, and
+    /// waits (up to 15 s) for the name to be free. Returns whether it is.
+    private func stopHolder() -> Bool {
+        guard let pid = holder(), SystemCalls.uid(of: pid) == SystemCalls.uid else { return false }
+        let pidfd = SystemCalls.pidfdOpen(pid)
+        guard pidfd >= 0 else { return false }
+        defer { SystemCalls.close(pidfd) }
+        guard holder() == pid, SystemCalls.terminate(pidfd: pidfd) else { return false }
+        Log.write(.notice, "secret service: --replace: asked the provider holding the name to stop",
+                  [("pid", String(pid)), ("executable", SystemCalls.executable(of: pid) ?? "?")])
+        for _ in 0..<150 {
+            if holder() == nil { return true }
+            SystemCalls.sleep(milliseconds: 100)
+        }
+        return false
+    }
+
+    /// The message for a name someone else holds: who holds it, and what to do.
+    private func nameTaken(errno: Int32, replace: Bool) -> String {
+        guard errno == SystemCalls.alreadyExists else {
+            return "cannot take the bus name \(Self.busName): \(SystemCalls.describe(errno: errno))"
+        }
+        var holder = "another process"
+        if let pid = self.holder() {
+            holder = "pid \(pid)" + (SystemCalls.executable(of: pid).map { " (\($0))" } ?? "")
+        }
+        if replace {
+            return "another Secret Service provider holds \(Self.busName) and did not stop when asked (SIGTERM): \(holder). Stop it (for GNOME Keyring: systemctl --user stop gnome-keyring-daemon.service gnome-keyring-daemon.socket), then start keychaind again"
+        }
+        return "another Secret Service provider holds \(Self.busName): \(holder). Stop it first (for GNOME Keyring: systemctl --user stop gnome-keyring-daemon.service gnome-keyring-daemon.socket), or start keychaind with --replace to take the name over"
+    }
+
+    static func isolationNote(_ mode: AccessPolicy.UnregisteredBusCallers) -> String {
+        switch mode {
+        case .shared:
+            return "Secret Service: processes that are not registered apps share one collection on the session bus (access group \(AccessPolicy.secretServiceSharedGroup)), as with every other desktop keyring; set \"secretServiceUnregistered\": \"refuse\" in keychaind.json to turn them away"
+        case .refuse:
+            return "Secret Service: only registered apps are served on the session bus; other processes are refused"
+        }
+    }
+
+    private var statusFields: [String: Value] {
+        ["busName": .text(Self.busName), "unregistered": .text(mode.rawValue),
+         "sharedGroup": mode == .shared ? .text(AccessPolicy.secretServiceSharedGroup) : .null]
+    }
+
+    // MARK: Thread
+
+    /// Serves on a thread of its own until `stop`.
+    public func start() {
+        running = true
+        let thread = Thread { [self] in
+            self.loop()
+            self.finished.signal()
+        }
+        thread.stackSize = 1 << 20
+        thread.name = "secret-service"
+        thread.start()
+    }
+
+    /// Stops serving (any thread): the call in progress finishes first. Safe to call twice.
+    public func stop() {
+        guard running, !stopping.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        SystemCalls.wake(wake.write)
+        finished.wait()
+    }
+
+    private func loop() {
+        while !stopping.load(ordering: .acquiring) {
+            var r = bus.process()
+            while r > 0 && !stopping.load(ordering: .relaxed) { r = bus.process() }
+            if r < 0 {
+                Log.error("secret service: the session bus connection was lost; no longer serving it", [("errno", String(-r))])
+                daemon.setSecretServiceStatus(nil, note: "")
+                return
+            }
+            checkPrompts()
+            var timeout = bus.timeoutMilliseconds
+            if prompts.values.contains(where: { $0.waiting }) { timeout = timeout < 0 ? 250 : min(timeout, 250) }
+            if SystemCalls.wait(busFD: bus.fd, busEvents: Int16(truncatingIfNeeded: bus.events), wakeFD: wake.read, timeoutMs: timeout) {
+                SystemCalls.drain(wake.read)
+            }
+        }
+        bus.flush()
+        daemon.setSecretServiceStatus(nil, note: "")
+        Log.info("secret service: stopped")
+    }
+
+    // MARK: Dispatch
+
+    /// Every method call to our paths: identify the caller, serve, reply (an error reply for any
+    /// failure). Returns 1 (handled), or 0 for what is not a method call.
+    func handle(_ m: BusMessage) -> Int32 {
+        guard m.isMethodCall else { return 0 }
+        do throws(BusError) {
+            if let reply = try serve(m) { bus.send(reply) }
+        } catch {
+            bus.replyError(to: m, error)
+        }
+        return 1
+    }
+
+    // MARK: Connections that leave
+
+    func nameOwnerChanged(_ m: BusMessage) {
+        guard (try? m.expect("sss")) != nil, let name = try? m.readString(), name.hasPrefix(":"),
+              (try? m.readString()) != nil, let newOwner = try? m.readString(), newOwner.isEmpty else { return }
+        // A unique name is never reused: everything tied to it goes.
+        callers[name] = nil
+        sessions = sessions.filter { $0.value.owner != name }
+        prompts = prompts.filter { $0.value.owner != name }
+    }
+}
+
+/// A transfer session (`OpenSession`): owned by one connection; a DH session holds its AES key.
+final class TransferSession {
+    let owner: String
+    let key: SecureBytes?
+
+    init(owner: String, key: SecureBytes?) {
+        self.owner = owner
+        self.key = key
+    }
+
+    /// (parameters, value) for a secret sent to the client.
+    func seal(_ secret: [UInt8]) throws(BusError) -> (parameters: [UInt8], value: [UInt8]) {
+        guard let key else { return ([], secret) }
+        let (iv, ciphertext) = try TransferCrypto.encrypt(secret, key: key)
+        return (iv, ciphertext)
+    }
+
+    /// The secret a client sent.
+    func open(parameters: [UInt8], value: [UInt8]) throws(BusError) -> [UInt8] {
+        guard let key else {
+            guard parameters.isEmpty else { throw .invalidArgs("a plain session's secrets carry no parameters") }
+            return value
+        }
+        return try TransferCrypto.decrypt(iv: parameters, ciphertext: value, key: key)
+    }
+}
+
+/// A prompt (`Unlock` of a locked keychain): completes when the keychain is unlocked with its
+/// passphrase (`keychainctl unlock`), or is dismissed. No window is ever shown.
+struct PendingPrompt {
+    let owner: String
+    /// The objects to report unlocked on completion.
+    let objects: [String]
+    /// `Prompt` was called: waiting for the unlock.
+    var waiting = false
+}
