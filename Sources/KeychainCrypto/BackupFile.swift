@@ -51,8 +51,12 @@ public enum BackupFile {
             header += bigEndian(parameters.memLimit, bytes: 8)
             header += parameters.salt
             var streamHeader = [UInt8](repeating: 0, count: streamHeaderBytes)
-            key.withUnsafeBytes { k in
-                _ = crypto_secretstream_xchacha20poly1305_init_push(state, &streamHeader, k.baseAddress!.assumingMemoryBound(to: UInt8.self))
+            let rc = key.withUnsafeBytes { k in
+                crypto_secretstream_xchacha20poly1305_init_push(state, &streamHeader, k.baseAddress!.assumingMemoryBound(to: UInt8.self))
+            }
+            guard rc == 0 else {
+                state.deallocate()
+                throw KeychainError(.internal, "cannot start the backup's encrypted stream")
             }
             header += streamHeader
             output = header

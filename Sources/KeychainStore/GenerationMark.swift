@@ -53,7 +53,7 @@ final class GenerationMark {
         let n = bytes.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
         guard n == 41, bytes[0] == 1 else { return .damaged }
         let generation = RowState.readLittleEndian(bytes[1..<9])
-        guard Array(bytes[9..<41]) == tag(generation) else { return .damaged }
+        guard Sodium.equal(Array(bytes[9..<41]), tag(generation)) else { return .damaged }
         return .generation(generation)
     }
 

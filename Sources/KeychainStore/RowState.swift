@@ -404,7 +404,7 @@ extension ItemStore {
             if let stored {
                 guard policy != .create else { throw lostKeyring }
                 let candidate = RowState(count: scanned.count, generation: stored.generation, sum: scanned.sum)
-                let matches = candidate.tag(key: key) == stored.tag
+                let matches = Sodium.equal(candidate.tag(key: key), stored.tag)
                 if matches, case .generation(let last) = seen, last > stored.generation, policy != .accept {
                     throw KeychainError(.decode, """
                         the database \(path) is an older copy: its rows are consistent, but this keychain already \
