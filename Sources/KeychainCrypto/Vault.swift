@@ -1,4 +1,5 @@
 import KeychainCore
+import KeychainSystem
 
 /// The key hierarchy of one keychain.
 ///

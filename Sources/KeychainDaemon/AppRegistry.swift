@@ -1,6 +1,4 @@
-#if canImport(Glibc)
-import Glibc
-#endif
+import KeychainSystem
 import KeychainItems
 
 /// One registration as the daemon sees it: the entry, where it was read, and whether it counts.

@@ -1,10 +1,7 @@
-#if canImport(Glibc)
-import Glibc
-#endif
 import Synchronization
-import CSupport
 import KeychainCore
 import KeychainItems
+import KeychainSystem
 import KeychainWire
 
 /// Bytes held in partial frames across all connections, against one limit, so many peers each
@@ -60,13 +57,6 @@ final class Connection: @unchecked Sendable {
         self.budget = budget
     }
 
-    static func setTimeouts(fd: Int32, idleSeconds: Int, sendSeconds: Int) {
-        var idle = timeval(tv_sec: idleSeconds, tv_usec: 0)
-        var send = timeval(tv_sec: sendSeconds, tv_usec: 0)
-        _ = setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &idle, socklen_t(MemoryLayout<timeval>.size))
-        _ = setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &send, socklen_t(MemoryLayout<timeval>.size))
-    }
-
     /// Serves until the peer closes, misbehaves, idles out, or the daemon stops reading (SHUT_RD).
     /// The caller closes the socket afterwards.
     func run() {
@@ -87,20 +77,21 @@ final class Connection: @unchecked Sendable {
                 zero(&input)
                 input = [UInt8](repeating: 0, count: 64 * 1024)
             }
-            var writer: Int32 = 0
-            let n = input.withUnsafeMutableBytes { kc_recv_from_writer(socket.fd, $0.baseAddress, $0.count, &writer) }
+            let n: Int
+            let writer: Int32
+            do {
+                (n, writer) = try withMutableBytes(&input) { (b) throws(Errno) in try socket.socket.receiveWithWriter(into: b) }
+            } catch {
+                if error.code.isTimeout {
+                    Log.debug("connection idle timeout", [("pid", String(pid))])
+                }
+                return
+            }
             if n == 0 {
                 if frames.pendingCount > 0 {
                     Log.info("connection closed: truncated frame", [("pid", String(pid))])
                     let r = Response(id: 0, error: .param("connection closed in the middle of a frame (\(frames.pendingCount) bytes pending)"))
                     try? socket.writeAll(r.frame())
-                }
-                return
-            }
-            if n < 0 {
-                if errno == EINTR { continue }
-                if errno == EAGAIN || errno == EWOULDBLOCK {
-                    Log.debug("connection idle timeout", [("pid", String(pid))])
                 }
                 return
             }
@@ -169,8 +160,6 @@ final class Connection: @unchecked Sendable {
 
     /// Request and response bytes may hold secrets: wipe buffers before they are reused or freed.
     private func zero(_ bytes: inout [UInt8]) {
-        bytes.withUnsafeMutableBytes { raw in
-            if let base = raw.baseAddress { memset(base, 0, raw.count) }
-        }
+        Zeroing.zero(&bytes)
     }
 }

@@ -1,13 +1,10 @@
-#if canImport(Glibc)
-import Glibc
-#endif
 import Foundation
 import Synchronization
-import CSupport
 import KeychainCore
-import KeychainWire
-import KeychainItems
 import KeychainCrypto
+import KeychainItems
+import KeychainSystem
+import KeychainWire
 
 /// The daemon's lifecycle: configuration, the item service, the listener, one thread per
 /// connection, signals (SIGTERM/SIGINT graceful stop, SIGHUP reload of apps.d), sd_notify.
@@ -18,7 +15,7 @@ public final class Daemon: @unchecked Sendable {
     let items: ItemService
     let listener: Listener
     let registrar: Registrar
-    private let connections = Locked<[Int32: UnixSocket]>([:])
+    private let connections = Locked<[ObjectIdentifier: UnixSocket]>([:])
     private let stopping = Atomic<Bool>(false)
     private let drained = NSCondition()
 
@@ -51,7 +48,7 @@ public final class Daemon: @unchecked Sendable {
     public static func bundledCLIPath() -> String? {
         guard let exe = TrustedPaths.realPath("/proc/self/exe") else { return nil }
         let cli = Listener.parentDirectory(of: exe) + "/keychainctl"
-        return access(cli, X_OK) == 0 ? (TrustedPaths.realPath(cli) ?? cli) : nil
+        return FileSystem.isExecutable(cli) ? (TrustedPaths.realPath(cli) ?? cli) : nil
     }
 
     public init(settings: Settings) throws {
@@ -88,20 +85,20 @@ public final class Daemon: @unchecked Sendable {
             listener = try Listener.bind(path: settings.socketPath)
         }
         Log.info("keychaind started", [("version", RequestHandler.version), ("apps", String(registrar.current.registry.registrations.count)),
-                                        ("activated", String(listener.activated)), ("pid", String(getpid()))])
+                                        ("activated", String(listener.activated)), ("pid", String(CurrentProcess.pid))])
     }
 
     /// Accepts until stopped, then drains in-flight requests. Returns the exit status.
     public func run() -> Int32 {
         startSignalThread()
         startAutoLockThread()
-        ServiceNotifier.send("READY=1\nSTATUS=serving\nMAINPID=\(getpid())")
-        while let fd = listener.accept() {
+        ServiceNotifier.send("READY=1\nSTATUS=serving\nMAINPID=\(CurrentProcess.pid)")
+        while let accepted = listener.accept() {
             if stopping.load(ordering: .acquiring) {
-                close(fd)
+                accepted.close()
                 break
             }
-            admit(fd)
+            admit(accepted)
         }
         drain()
         items.close()
@@ -110,31 +107,32 @@ public final class Daemon: @unchecked Sendable {
         return 0
     }
 
-    private func admit(_ fd: Int32) {
-        let socket = UnixSocket(adopting: fd)
+    private func admit(_ accepted: Socket) {
+        let socket = UnixSocket(accepted)
         let open = handler.openConnections.load(ordering: .relaxed)
         if open >= settings.maxConnections {
             Log.warning("connection refused: limit reached", [("limit", String(settings.maxConnections))])
             return refuse(socket, KeychainError(.allocate, "too many connections (\(open)); try again later"))
         }
         let peer: PeerIdentity
-        do { peer = try PeerIdentity.of(socket: fd) } catch {
+        do { peer = try PeerIdentity.of(socket: accepted) } catch {
             Log.warning("connection refused: peer credentials unavailable")
             return
         }
-        if let refusal = AccessPolicy.admit(peerUID: peer.uid, daemonUID: getuid()) {
+        if let refusal = AccessPolicy.admit(peerUID: peer.uid, daemonUID: CurrentProcess.uid) {
             Log.warning("connection refused: other uid", [("uid", String(peer.uid)), ("pid", String(peer.pid))])
             return refuse(socket, refusal)
         }
-        Connection.setTimeouts(fd: fd, idleSeconds: settings.idleTimeoutSeconds, sendSeconds: 30)
+        accepted.setTimeouts(receive: Double(settings.idleTimeoutSeconds), send: 30)
         handler.openConnections.add(1, ordering: .relaxed)
-        connections.withLock { $0[fd] = socket }
+        let key = ObjectIdentifier(socket)
+        connections.withLock { $0[key] = socket }
         let connection = Connection(socket: socket, peer: ConnectionPeer(peer), handler: handler,
                                     maxFrameBytes: settings.maxFrameBytes, budget: handler.budget)
         let thread = Thread { [self] in
             connection.run()
-            // Forget the fd before closing it, so a new connection reusing the number stays listed.
-            self.connections.withLock { _ = $0.removeValue(forKey: fd) }
+            // Forget the socket before closing it, so `drain` never shuts down a closed descriptor.
+            self.connections.withLock { _ = $0.removeValue(forKey: key) }
             socket.close()
             self.handler.openConnections.subtract(1, ordering: .relaxed)
             self.drained.lock()
@@ -157,7 +155,7 @@ public final class Daemon: @unchecked Sendable {
     /// Stops reading from every connection; each finishes the request it is serving and exits.
     private func drain() {
         connections.withLock { all in
-            for fd in all.keys { _ = Glibc.shutdown(fd, Int32(SHUT_RD)) }
+            for socket in all.values { socket.socket.shutdown(.read) }
         }
         let deadline = Date().addingTimeInterval(10)
         drained.lock()
@@ -189,7 +187,7 @@ public final class Daemon: @unchecked Sendable {
             let limit = Int64(seconds) * 1000
             let period: UInt32 = 250_000
             while !self.stopping.load(ordering: .relaxed) {
-                usleep(period)
+                sleep(microseconds: period)
                 let idle = MonotonicClock.milliseconds() - self.handler.lastActivity.load(ordering: .relaxed)
                 if idle >= limit, self.items.lockIfUnlocked() {
                     Log.info("keychain locked", [("by", "auto-lock"), ("idleSeconds", String(idle / 1000))])
@@ -207,24 +205,18 @@ public final class Daemon: @unchecked Sendable {
     static let credentialName = "keychaind.passphrase"
 
     static func unlockFromCredential(_ items: ItemService) {
-        guard let dir = getenv("CREDENTIALS_DIRECTORY").map({ String(cString: $0) }), !dir.isEmpty else { return }
+        guard let dir = CurrentProcess.environment("CREDENTIALS_DIRECTORY"), !dir.isEmpty else { return }
         let path = dir + "/" + credentialName
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        if fd < 0 {
-            if errno != ENOENT { Log.warning("credential not readable", [("name", credentialName), ("errno", String(errno))]) }
+        let file: FileDescriptor
+        do { file = try FileDescriptor.open(path) } catch {
+            if error.code != .noEntry { Log.warning("credential not readable", [("name", credentialName), ("errno", String(error.code.rawValue))]) }
             return
         }
-        defer { close(fd) }
         let capacity = PasswordHash.maxPassphraseBytes + 2
         var buffer = [UInt8](repeating: 0, count: capacity)
         defer { Sodium.zero(&buffer) }
-        var length = 0
-        while length < capacity {
-            let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress! + length, capacity - length) }
-            if n < 0 && errno == EINTR { continue }
-            if n <= 0 { break }
-            length += n
-        }
+        let length = (try? withMutableBytes(&buffer) { (b) throws(Errno) in try file.readFully(into: b) }) ?? 0
+        file.close()
         // The first line: a file written with `echo … | systemd-creds encrypt` ends in a newline.
         var end = buffer[0..<length].firstIndex(of: 10) ?? length
         if end > 0 && buffer[end - 1] == 13 { end -= 1 }
@@ -260,17 +252,12 @@ public final class Daemon: @unchecked Sendable {
     /// Signals arrive through a self-pipe: a C handler (any thread may take the signal) writes the
     /// signal number to a pipe, and this thread acts on it — no work in signal context, no Dispatch.
     private func startSignalThread() {
-        let fd = Daemon.signalPipeRead
+        guard let pipe = Daemon.signalPipe else { return }
         let thread = Thread { [self] in
-            var byte: UInt8 = 0
-            while true {
-                let n = read(fd, &byte, 1)
-                if n < 0 && errno == EINTR { continue }
-                guard n == 1 else { return }
-                switch Int32(byte) {
-                case SIGHUP: self.reloadApps()
-                case SIGTERM, SIGINT: self.stop()
-                default: break
+            while let signal = SignalPipe.next(from: pipe) {
+                switch signal {
+                case .hangUp: self.reloadApps()
+                case .terminate, .interrupt: self.stop()
                 }
             }
         }
@@ -278,17 +265,11 @@ public final class Daemon: @unchecked Sendable {
         thread.start()
     }
 
-    nonisolated(unsafe) static var signalPipeRead: Int32 = -1
+    nonisolated(unsafe) static var signalPipe: FileDescriptor?
 
     /// Call first thing in main: from here on SIGTERM/SIGINT/SIGHUP only write to the signal pipe
     /// (read by the signal thread once the daemon runs), whatever thread they land on.
     public static func installSignalHandlers() {
-        var fds: [Int32] = [-1, -1]
-        guard pipe(&fds) == 0 else { return }
-        for fd in fds { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
-        _ = fcntl(fds[1], F_SETFL, O_NONBLOCK)
-        signalPipeRead = fds[0]
-        _ = kc_install_signal_pipe(fds[1])
-        signal(SIGPIPE, SIG_IGN)
+        signalPipe = SignalPipe.install()
     }
 }

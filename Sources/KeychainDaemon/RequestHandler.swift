@@ -1,11 +1,9 @@
-#if canImport(Glibc)
-import Glibc
-#endif
 import Synchronization
 import KeychainCore
-import KeychainWire
-import KeychainItems
 import KeychainCrypto
+import KeychainItems
+import KeychainSystem
+import KeychainWire
 
 /// Turns one frame body into one response: decodes the request, finds who is calling, asks the
 /// access policy (KeychainItems/AccessPolicy.swift), and calls the item service. Knows no sockets.
@@ -365,19 +363,5 @@ public final class RequestHandler: Sendable {
         ]
         if case .failure(let why) = identified { result["unidentified"] = .text(why.message) }
         return .map(result)
-    }
-}
-
-enum MonotonicClock {
-    static func now() -> Double {
-        var ts = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &ts)
-        return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
-    }
-
-    static func milliseconds() -> Int64 {
-        var ts = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &ts)
-        return Int64(ts.tv_sec) * 1000 + Int64(ts.tv_nsec) / 1_000_000
     }
 }

@@ -1,4 +1,5 @@
 import KeychainCore
+import KeychainSystem
 import KeychainCrypto
 import KeychainStore
 

@@ -1,9 +1,7 @@
-#if canImport(Glibc)
-import Glibc
-#endif
 import KeychainCore
 import KeychainCrypto
 import KeychainStore
+import KeychainSystem
 
 /// The keychain's protection state, as `status` reports it.
 public struct ProtectionStatus: Sendable, Equatable {
@@ -26,9 +24,7 @@ extension ItemService {
     static let failuresMeta = "unlock-failures"
 
     @Sendable public static func systemTime() -> Double {
-        var ts = timespec()
-        clock_gettime(CLOCK_REALTIME, &ts)
-        return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
+        WallClock.now()
     }
 
     // MARK: State

@@ -1,9 +1,7 @@
-#if canImport(Glibc)
-import Glibc
-#endif
 import KeychainCore
 import KeychainCrypto
 import KeychainStore
+import KeychainSystem
 
 /// Apple's SecItem calls for generic passwords, on an encrypted item store in `directory`.
 ///
@@ -301,17 +299,16 @@ public final class ItemService: Sendable {
     }
 
     private static func makeDirectory(_ path: String) throws(KeychainError) {
-        var st = stat()
-        if stat(path, &st) == 0 {
-            guard (st.st_mode & S_IFMT) == S_IFDIR else { throw KeychainError(.notAvailable, "\(path) is not a directory") }
+        if let st = try? FileSystem.status(path) {
+            guard st.kind == .directory else { throw KeychainError(.notAvailable, "\(path) is not a directory") }
             return
         }
         // Parents as needed (0700 for the ones created here).
         var current = path.hasPrefix("/") ? "" : "."
         for component in path.split(separator: "/") {
             current += "/" + component
-            if mkdir(current, 0o700) != 0 && errno != EEXIST {
-                throw KeychainError(.notAvailable, "cannot create directory \(current): \(String(cString: strerror(errno)))")
+            do { try FileSystem.makeDirectory(current, permissions: 0o700) } catch {
+                if error.code != .exists { throw KeychainError(.notAvailable, "cannot create directory \(current)", error) }
             }
         }
     }

@@ -1,8 +1,6 @@
-#if canImport(Glibc)
-import Glibc
-#endif
 import CSQLite
 import KeychainCore
+import KeychainSystem
 
 /// One SQLite connection. Not thread-safe by itself (opened NOMUTEX): the store hands each connection
 /// to one thread at a time (the writer behind `WriterGate`, readers through a pool).
@@ -105,7 +103,7 @@ public final class SQLiteConnection: @unchecked Sendable {
     /// errno is ENOSPC/EDQUOT (a WAL append that fails): the caller can free space and retry.
     static func error(_ rc: Int32, _ message: String, systemErrno: Int32 = 0) -> KeychainError {
         let primary = rc & 0xFF
-        if primary == SQLITE_FULL || (primary == SQLITE_IOERR && (systemErrno == ENOSPC || systemErrno == EDQUOT)) {
+        if primary == SQLITE_FULL || (primary == SQLITE_IOERR && (Errno.Code(rawValue: systemErrno) == .noSpace || Errno.Code(rawValue: systemErrno) == .quotaExceeded)) {
             return KeychainError(.io, "the disk is full; free space and retry (\(message))")
         }
         switch primary {

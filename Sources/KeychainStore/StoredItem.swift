@@ -112,3 +112,4 @@ public struct RowFilter: Sendable, Hashable {
 }
 
 import KeychainCore
+import KeychainSystem

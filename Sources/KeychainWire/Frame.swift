@@ -1,7 +1,5 @@
-#if canImport(Glibc)
-import Glibc
-#endif
 import KeychainCore
+import KeychainSystem
 
 /// Framing of the wire protocol: a 4-byte big-endian length, then that many bytes of one CBOR map.
 public enum Frame {
@@ -65,7 +63,7 @@ public struct FrameBuffer: Sendable {
         // Requests can carry secrets and passphrases: wipe what was handed out before the buffer
         // is reused or compacted.
         storage.withUnsafeMutableBytes { raw in
-            _ = memset(raw.baseAddress! + start, 0, 4 + n)
+            Zeroing.zero(UnsafeMutableRawBufferPointer(rebasing: raw[start..<(start + 4 + n)]))
         }
         start += 4 + n
         if start == storage.count { storage.removeAll(keepingCapacity: storage.capacity <= 64 * 1024); start = 0 }

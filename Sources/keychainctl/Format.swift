@@ -1,6 +1,4 @@
-#if canImport(Glibc)
-import Glibc
-#endif
+import KeychainSystem
 import KeychainClient
 
 // Output formats: JSON for scripts (wire keys, secrets and other bytes base64, dates ISO 8601 UTC),
@@ -68,17 +66,7 @@ enum Base64 {
 
 enum Dates {
     private static func format(_ epoch: Double, _ fmt: String, local: Bool) -> String {
-        var t = time_t(epoch.rounded(.down))
-        var parts = tm()
-        if local {
-            tzset()
-            localtime_r(&t, &parts)
-        } else {
-            gmtime_r(&t, &parts)
-        }
-        var buf = [CChar](repeating: 0, count: 64)
-        let n = strftime(&buf, buf.count, fmt, &parts)
-        return String(decoding: buf[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        WallClock.format(epoch, fmt, local: local)
     }
 
     /// `2025-01-31 14:05:09 +0100` in the local time zone.

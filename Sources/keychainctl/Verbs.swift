@@ -1,6 +1,4 @@
-#if canImport(Glibc)
-import Glibc
-#endif
+import KeychainSystem
 import KeychainClient
 
 /// Runs one parsed invocation against the daemon, writing into `out`.

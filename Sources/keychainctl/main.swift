@@ -1,6 +1,4 @@
-#if canImport(Glibc)
-import Glibc
-#endif
+import KeychainSystem
 import KeychainClient
 
 // keychainctl: the administrator's CLI for keychaind (SPEC §7).
@@ -38,4 +36,4 @@ func main() -> Int32 {
     }
 }
 
-exit(main())
+CurrentProcess.exit(main())

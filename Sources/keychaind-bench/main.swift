@@ -11,12 +11,11 @@ import Glibc
 #endif
 import KeychainCore
 import KeychainCrypto
+import KeychainSystem
 import KeychainWire
 
 func now() -> Double {
-    var ts = timespec()
-    clock_gettime(CLOCK_MONOTONIC, &ts)
-    return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
+    MonotonicClock.now()
 }
 
 func die(_ message: String) -> Never {
@@ -111,32 +110,30 @@ struct Args {
 
 // MARK: The floor: an echo server with the same framing and reply size.
 
-final class EchoServer: @unchecked Sendable {
+enum EchoServer {
     static func run(path: String, replyBytes: Int) -> Never {
-        unlink(path)
-        let listener: UnixSocket
+        FileSystem.removeIfPresent(path)
+        let listener: Socket
         do {
-            listener = try UnixSocket.stream()
-            var address = try SocketAddress(path: path)
-            let fd = listener.fd
-            guard address.withSockaddr({ bind(fd, $0, $1) }) == 0, listen(fd, 128) == 0 else { die("echo bind failed") }
+            listener = try Socket.stream()
+            try listener.bind(to: try UnixSocket.address(path))
+            try listener.listen(backlog: 128)
         } catch { die("echo server: \(error)") }
         var header = [UInt8](repeating: 0, count: 4)
         let n = UInt32(max(replyBytes - 4, 1))
         header = [UInt8(n >> 24), UInt8(truncatingIfNeeded: n >> 16), UInt8(truncatingIfNeeded: n >> 8), UInt8(truncatingIfNeeded: n)]
         let reply = header + [UInt8](repeating: 0xA0, count: Int(n))
         while true {
-            let c = accept(listener.fd, nil, nil)
-            if c < 0 { continue }
+            guard let c = try? listener.accept() else { continue }
             let conn = UnixSocket(adopting: c)
-            let thread = ThreadBox { 
+            let started: ()? = try? Threads.start {
                 var frames = FrameBuffer(maxBytes: 1 << 20)
                 while let _ = try? conn.readFrame(&frames) {
                     if (try? conn.writeAll(reply)) == nil { break }
                 }
                 conn.close()
             }
-            thread.start()
+            if started == nil { die("cannot start an echo thread") }
         }
     }
 }
