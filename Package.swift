@@ -42,7 +42,7 @@ let package = Package(
         // connection, value-level calls, admin calls, the device-identifier convention.
         .target(name: "KeychainClient", dependencies: ["KeychainSystem", "KeychainCore", "KeychainWire"]),
         // The client library: Apple's SecItem API, a Swift-native API, DeviceIdentifier.
-        .target(name: "KeychainServices", dependencies: ["KeychainCore", "KeychainWire", "KeychainClient"]),
+        .target(name: "KeychainServices", dependencies: ["KeychainSystem", "KeychainCore", "KeychainWire", "KeychainClient"]),
         // `import Security` on Linux: a thin re-export of KeychainServices.
         .target(name: "Security", dependencies: ["KeychainServices"]),
 

@@ -138,8 +138,10 @@ public final class KeychainConnection: Sendable {
             s.pending[id] = Pending(waiter: waiter, generation: link.generation, sent: false)
             return id
         }
-        let frame = Frame.encode(Request(id: id, op: op.rawValue, query: query, attributes: attributes,
-                                         arguments: arguments).value)
+        // In wiping storage: a request may carry an item's secret or a passphrase, and the frame is
+        // zeroed once written (when the last reference to it goes, at the end of this call).
+        let frame = Frame.encodeSecret(Request(id: id, op: op.rawValue, query: query, attributes: attributes,
+                                               arguments: arguments).value)
         // The daemon enforces its own maxFrameBytes (1 MiB by default, configurable up to 64 MiB) and
         // answers a larger frame with an error; beyond 64 MiB no daemon would accept it.
         if frame.count - 4 > Self.maxRequestBytes {
@@ -211,7 +213,7 @@ public final class KeychainConnection: Sendable {
         var frames = FrameBuffer(maxBytes: Self.maxResponseBytes)
         var reason = link.lostError
         while true {
-            let body: [UInt8]?
+            let body: SecretBytes?
             do throws(KeychainError) { body = try link.socket.readFrame(&frames) } catch {
                 reason = KeychainError(.notAvailable, "connection to keychaind at \(link.path) failed before the answer arrived (\(error.message)); the request may or may not have been carried out")
                 break

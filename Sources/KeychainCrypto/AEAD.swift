@@ -77,6 +77,19 @@ public enum AEAD {
         return out
     }
 
+    /// Opens a sealed box into wiping storage (an item's secret).
+    public static func openSecret(_ sealed: [UInt8], key: UnsafeRawBufferPointer, ad: UnsafeRawBufferPointer,
+                                  what: StaticString) throws(KeychainError) -> SecretBytes {
+        guard sealed.count >= overhead else { throw KeychainError(.decode, "\(what) is damaged (too short)") }
+        var out = SecretBytes(count: sealed.count - overhead)
+        try withBytes(sealed) { (s) throws(KeychainError) in
+            try out.withUnsafeMutableBytes { (o) throws(KeychainError) in
+                try open(s, key: key, ad: ad, into: o, what: what)
+            }
+        }
+        return out
+    }
+
     /// Opens a sealed 32-byte key into a stack buffer, runs `body` with it and zeroes it afterwards.
     /// No heap allocation: this is the per-item key path of every read.
     @inlinable

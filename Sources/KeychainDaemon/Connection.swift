@@ -60,27 +60,24 @@ final class Connection: @unchecked Sendable {
     /// Serves until the peer closes, misbehaves, idles out, or the daemon stops reading (SHUT_RD).
     /// The caller closes the socket afterwards.
     func run() {
+        // Requests and responses may carry secrets: every buffer they pass through is wiping storage.
         var frames = FrameBuffer(maxBytes: Self.unidentifiedFrameBytes)
-        var input = [UInt8](repeating: 0, count: 4 * 1024)
-        var output: [UInt8] = []
+        var input = SecretBytes(count: 4 * 1024)
+        var output = SecretBytes(capacity: 4 * 1024)
         var held = 0    // this connection's share of the budget
-        defer {
-            zero(&input)
-            _ = budget.adjust(by: -held)
-        }
+        defer { _ = budget.adjust(by: -held) }
         let pid = peer.identity.pid
         while true {
             // An identified app gets the configured frame limit and a larger read buffer.
             let identified = (try? peer.app(in: handler.registrar).get()) != nil
             frames.maxBytes = identified ? maxFrameBytes : Self.unidentifiedFrameBytes
             if identified && input.count < 64 * 1024 {
-                zero(&input)
-                input = [UInt8](repeating: 0, count: 64 * 1024)
+                input = SecretBytes(count: 64 * 1024)
             }
             let n: Int
             let writer: Int32
             do {
-                (n, writer) = try withMutableBytes(&input) { (b) throws(Errno) in try socket.socket.receiveWithWriter(into: b) }
+                (n, writer) = try input.withUnsafeMutableBytes { (b) throws(Errno) in try socket.socket.receiveWithWriter(into: b) }
             } catch {
                 if error.code.isTimeout {
                     Log.debug("connection idle timeout", [("pid", String(pid))])
@@ -102,25 +99,27 @@ final class Connection: @unchecked Sendable {
                 socket.drainForClose()
                 return
             }
-            input.withUnsafeBytes { frames.append(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
+            input.withUnsafeMutableBytes { read in
+                frames.append(UnsafeRawBufferPointer(rebasing: read[0..<n]))
+                // The frame buffer has its own copy now: what was read must not outlive it here.
+                Zeroing.zero(UnsafeMutableRawBufferPointer(rebasing: read[0..<n]))
+            }
             var close = false
             while !close {
-                let body: [UInt8]?
+                let body: SecretBytes?
                 do { body = try frames.next() } catch {
                     Log.info("connection closed: oversized frame", [("pid", String(pid))])
-                    output.append(contentsOf: Response(id: 0, error: error).frame())
+                    Response(id: 0, error: error).appendFrame(to: &output)
                     close = true
                     break
                 }
-                guard var body else { break }
+                guard let body else { break }
                 let outcome = handler.handle(frame: body, peer: peer)
-                zero(&body)
-                output.append(contentsOf: outcome.response.frame())
+                outcome.response.appendFrame(to: &output)
                 // Answers to a long pipeline go out as they pile up, so one client cannot make the
                 // daemon buffer a gigabyte of responses to a single read.
                 if output.count >= Self.flushBytes {
                     let ok = (try? socket.writeAll(output)) != nil
-                    zero(&output)
                     output.removeAll(keepingCapacity: true)
                     if !ok { return }
                 }
@@ -136,7 +135,7 @@ final class Connection: @unchecked Sendable {
                     held = pending
                 } else {
                     Log.warning("connection closed: buffer budget exhausted", [("pid", String(pid)), ("limit", String(budget.limit))])
-                    output.append(contentsOf: Response(id: 0, error: KeychainError(.allocate, "keychaind is holding too many partial requests (\(budget.limit) bytes in all); try again")).frame())
+                    Response(id: 0, error: KeychainError(.allocate, "keychaind is holding too many partial requests (\(budget.limit) bytes in all); try again")).appendFrame(to: &output)
                     close = true
                 }
             }
@@ -147,7 +146,6 @@ final class Connection: @unchecked Sendable {
             }
             if !output.isEmpty {
                 let ok = (try? socket.writeAll(output)) != nil
-                zero(&output)
                 output.removeAll(keepingCapacity: true)
                 if !ok { return }
             }
@@ -158,8 +156,4 @@ final class Connection: @unchecked Sendable {
         }
     }
 
-    /// Request and response bytes may hold secrets: wipe buffers before they are reused or freed.
-    private func zero(_ bytes: inout [UInt8]) {
-        Zeroing.zero(&bytes)
-    }
 }

@@ -45,12 +45,14 @@ public final class RequestHandler: Sendable {
 
     /// One request from a peer identified afresh (the fuzz target; connections use a `ConnectionPeer`).
     public func handle(frame body: [UInt8], peer: PeerIdentity) -> Outcome {
-        handle(frame: body, peer: ConnectionPeer(peer))
+        handle(frame: SecretBytes(body), peer: ConnectionPeer(peer))
     }
 
-    func handle(frame body: [UInt8], peer: ConnectionPeer) -> Outcome {
+    /// One request from a connection. Secrets in it (`secretRequestKeys`) are decoded straight into
+    /// wiping storage, so the decoded request leaves no copy of them behind.
+    func handle(frame body: SecretBytes, peer: ConnectionPeer) -> Outcome {
         let value: Value
-        do { value = try CBOR.decode(body) } catch {
+        do { value = try CBOR.decode(body, secretKeys: secretRequestKeys) } catch {
             return Outcome(response: Response(id: 0, error: KeychainError(.param, "request is not valid CBOR: \(error.message)")),
                            closeAfter: true)
         }
@@ -315,6 +317,8 @@ public final class RequestHandler: Sendable {
                 return nil
             case .bytes(let b)?:
                 return try PasswordHash.passphrase(b)
+            case .secret(let s)?:
+                return try s.withUnsafeBytes { (b) throws(KeychainError) in try PasswordHash.passphrase(b) }
             case let other?:
                 throw .param("\"\(key)\" must be bytes, not \(other.kindName)")
             }

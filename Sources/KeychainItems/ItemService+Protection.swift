@@ -255,7 +255,6 @@ extension ItemService {
         }
         var items: [OpenedItem] = []
         var damaged = 0
-        defer { for i in items.indices { if items[i].secret != nil { Sodium.zero(&items[i].secret!) } } }
         let filter = RowFilter(classes: Self.backedUpClasses.map(\.rawValue), includeSecret: true)
         try store.read { (r) throws(KeychainError) in
             try r.forEach(filter) { (row) throws(KeychainError) -> Bool in
@@ -271,7 +270,7 @@ extension ItemService {
             "classes": .array(Self.backedUpClasses.map { .text($0.code) }),
         ])
         for item in items {
-            writer.append(ref: item.row.ref, attributes: item.attributes, secret: item.secret ?? [])
+            writer.append(ref: item.row.ref, attributes: item.attributes, secret: item.secret ?? SecretBytes())
         }
         return writer.finish()
     }
@@ -301,7 +300,7 @@ extension ItemService {
                 var taken = false
                 try w.reader.forEach(RowFilter(ref: ref)) { (_) throws(KeychainError) -> Bool in taken = true; return false }
                 if taken { ref = Sodium.randomBytes(PersistentRef.idLength) }
-                let row = try codec.seal(ref: ref, protection: protection, attributes: item.attributes, secret: item.secret)
+                let row = try codec.seal(ref: ref, protection: protection, attributes: item.attributes, secret: SecretBytes(item.secret))
                 do throws(KeychainError) {
                     try w.insert(row)
                     restored += 1

@@ -1,4 +1,5 @@
 import KeychainCore
+import KeychainSystem
 
 /// Which SecItem call a dictionary belongs to: the same keys are legal in some and errors in others.
 enum Operation: String {
@@ -61,7 +62,7 @@ struct ParsedQuery {
     /// The item id named by `v_PersistentRef`.
     var persistentRef: [UInt8]?
     /// `v_Data`.
-    var secret: [UInt8]?
+    var secret: SecretBytes?
     var limit: MatchLimit = .one
     var returns = ReturnFlags()
 
@@ -77,7 +78,7 @@ struct ParsedQuery {
                 }
                 classGiven = true
             case "v_Data":
-                guard case .bytes(let b) = value else { throw .param("v_Data must be data, not \(value.kindName)") }
+                guard let b = value.secretBytes else { throw .param("v_Data must be data, not \(value.kindName)") }
                 secret = b
             case "v_PersistentRef":
                 guard operation != .add else { throw .param("v_PersistentRef is not allowed in \(operation.rawValue)") }
@@ -156,13 +157,13 @@ struct ParsedQuery {
 struct ParsedChanges {
     var attributes: [Attribute: Value] = [:]
     var sync: Bool?
-    var secret: [UInt8]?
+    var secret: SecretBytes?
 
     init(_ dictionary: [String: Value]) throws(KeychainError) {
         for (key, value) in dictionary {
             switch key {
             case "v_Data":
-                guard case .bytes(let b) = value else { throw .param("v_Data must be data, not \(value.kindName)") }
+                guard let b = value.secretBytes else { throw .param("v_Data must be data, not \(value.kindName)") }
                 secret = b
             case "nleg":
                 break

@@ -91,19 +91,23 @@ public final class UnixSocket: Sendable {
         try withBytes(bytes) { (b) throws(KeychainError) in try writeAll(b) }
     }
 
+    /// Writes every byte of a frame held in wiping storage.
+    public func writeAll(_ bytes: SecretBytes) throws(KeychainError) {
+        try bytes.withUnsafeBytes { (b) throws(KeychainError) in try writeAll(b) }
+    }
+
     /// Writes every byte of `bytes`.
     public func writeAll(_ bytes: UnsafeRawBufferPointer) throws(KeychainError) {
         do { try socket.sendAll(bytes) } catch { throw KeychainError(.notAvailable, error) }
     }
 
     /// Reads one whole frame body, or nil at a clean end of stream between frames.
-    public func readFrame(_ frames: inout FrameBuffer) throws(KeychainError) -> [UInt8]? {
-        var chunk = [UInt8](repeating: 0, count: 16 * 1024)
-        defer { Zeroing.zero(&chunk) }
+    public func readFrame(_ frames: inout FrameBuffer) throws(KeychainError) -> SecretBytes? {
+        var chunk = SecretBytes(count: 16 * 1024)
         while true {
             if let body = try frames.next() { return body }
             let n: Int
-            do { n = try withMutableBytes(&chunk) { (b) throws(Errno) in try socket.receive(into: b) } } catch {
+            do { n = try chunk.withUnsafeMutableBytes { (b) throws(Errno) in try socket.receive(into: b) } } catch {
                 throw KeychainError(.notAvailable, error)
             }
             if n == 0 {

@@ -28,6 +28,7 @@ enum JSON {
         switch v {
         case .int(let i): return String(i)
         case .bytes(let b): return string(Base64.encode(b))
+        case .secret(let s): return string(Base64.encode(s.unprotectedArray))
         case .text(let s): return string(s)
         case .array(let a): return "[" + a.map(encode).joined(separator: ",") + "]"
         case .map(let m):
@@ -126,6 +127,8 @@ enum Human {
             return String(i)
         case .bool(let b): return b ? "yes" : "no"
         case .date(let d): return Dates.local(d)
+        case .secret(let s):
+            return text(.bytes(s.unprotectedArray), key: key)
         case .bytes(let b):
             if let s = String(validating: b, as: UTF8.self), s.unicodeScalars.allSatisfy({ $0.value >= 0x20 && $0.value != 0x7F }) {
                 return s

@@ -15,8 +15,20 @@ Daemon.installSignalHandlers()
 CurrentProcess.makeUmaskPrivate()
 // One descriptor per client: take the hard limit so a thousand clients fit.
 CurrentProcess.raiseOpenFileLimit()
-do { try CurrentProcess.makeUndumpable() } catch {
-    Log.warning("could not make the process non-dumpable")
+// Non-dumpable: no core files, and no /proc/<pid>/mem or ptrace for other processes of this user.
+// Debug builds (never a release or a package) can stay dumpable for the heap-scan test, which reads
+// the daemon's memory to prove secrets are wiped (docs/security.md §1).
+#if DEBUG
+let stayDumpable = CurrentProcess.environment("KEYCHAIND_TEST_DUMPABLE") == "1"
+#else
+let stayDumpable = false
+#endif
+if stayDumpable {
+    Log.warning("debug build: staying dumpable for a memory-scanning test (KEYCHAIND_TEST_DUMPABLE=1)")
+} else {
+    do { try CurrentProcess.makeUndumpable() } catch {
+        Log.warning("could not make the process non-dumpable")
+    }
 }
 
 func fail(_ message: String) -> Never {

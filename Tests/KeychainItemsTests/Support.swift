@@ -51,8 +51,8 @@ final class Fixture {
     func secret(_ svce: String, _ acct: String, _ extra: [String: Value] = [:], caller: Caller = Fixture.app) throws -> String? {
         var q = query(svce, acct, extra)
         q["r_Data"] = .bool(true)
-        guard case .bytes(let b)? = try copy(q, caller: caller) else { return nil }
-        return String(decoding: b, as: UTF8.self)
+        guard let b = try copy(q, caller: caller)?.secretBytes else { return nil }
+        return String(decoding: b.unprotectedArray, as: UTF8.self)
     }
 
     func attributes(_ svce: String, _ acct: String, _ extra: [String: Value] = [:], caller: Caller = Fixture.app) throws -> [String: Value] {
