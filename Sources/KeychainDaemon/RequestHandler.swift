@@ -72,7 +72,7 @@ public final class RequestHandler: Sendable {
     }
 
     private func serve(_ request: Request, peer: ConnectionPeer) throws(KeychainError) -> Value? {
-        guard let action = AccessPolicy.Action(rawValue: request.op) else {
+        guard let action = Operation(rawValue: request.op) else {
             throw .param("unknown op \"\(request.op)\" (known: \(Operation.allCases.map(\.rawValue).joined(separator: ", ")))")
         }
         // Secrets in the request's arguments are copied into guarded memory when used and the
@@ -100,7 +100,7 @@ public final class RequestHandler: Sendable {
         case .allow:
             break
         }
-        if action.isItemAction, let c = caller {
+        if action.isItemOperation, let c = caller {
             // Activity for auto-lock, counted before the work so a slow request is not followed by a lock.
             touch()
             caller = try withPresence(c, args, passphraseSet: passphraseSet)
@@ -138,7 +138,7 @@ public final class RequestHandler: Sendable {
         return c
     }
 
-    private func requiredPresence(_ args: Arguments, _ action: AccessPolicy.Action) throws(KeychainError) -> SecureBytes {
+    private func requiredPresence(_ args: Arguments, _ action: Operation) throws(KeychainError) -> SecureBytes {
         guard let p = try args.secret(Arguments.presenceKey, required: false) else {
             throw KeychainError.passphraseNeeded("op \"\(action.rawValue)\" needs the keychain passphrase (\"\(Arguments.presenceKey)\"): an administrator proves the user's presence while a passphrase is set")
         }
@@ -147,7 +147,7 @@ public final class RequestHandler: Sendable {
 
     // MARK: SecItem calls
 
-    private func item(_ action: AccessPolicy.Action, _ request: Request, caller: Caller) throws(KeychainError) -> Value? {
+    private func item(_ action: Operation, _ request: Request, caller: Caller) throws(KeychainError) -> Value? {
         let op = action.rawValue
         for key in request.arguments.keys where key != Arguments.presenceKey {
             throw .param("unknown request key \"\(Arguments.printable(key))\" for op \"\(op)\"")
@@ -173,7 +173,7 @@ public final class RequestHandler: Sendable {
 
     // MARK: Admin operations (docs/protocol.md §11)
 
-    private func admin(_ action: AccessPolicy.Action, _ args: Arguments, caller: Caller) throws(KeychainError) -> Value? {
+    private func admin(_ action: Operation, _ args: Arguments, caller: Caller) throws(KeychainError) -> Value? {
         switch action {
         case .lock:
             try args.expect([])

@@ -1,14 +1,6 @@
 import KeychainCore
 import KeychainSystem
 
-/// Which SecItem call a dictionary belongs to: the same keys are legal in some and errors in others.
-enum Operation: String {
-    case add = "SecItemAdd"
-    case copy = "SecItemCopyMatching"
-    case update = "SecItemUpdate"
-    case delete = "SecItemDelete"
-}
-
 enum MatchLimit: Equatable {
     case one
     case all
@@ -81,7 +73,7 @@ struct ParsedQuery {
                 guard let b = value.secretBytes else { throw .param("v_Data must be data, not \(value.kindName)") }
                 secret = b
             case "v_PersistentRef":
-                guard operation != .add else { throw .param("v_PersistentRef is not allowed in \(operation.rawValue)") }
+                guard operation != .add else { throw .param("v_PersistentRef is not allowed in \(operation.callName)") }
                 guard case .bytes(let b) = value else { throw .param("v_PersistentRef must be data, not \(value.kindName)") }
                 guard let id = PersistentRef.id(from: b) else { throw .param("v_PersistentRef is not a persistent reference of a generic password") }
                 persistentRef = id
@@ -94,7 +86,7 @@ struct ParsedQuery {
                 guard case .bool = value else { throw .param("m_CaseInsensitive must be a boolean, not \(value.kindName)") }
             case "r_Data", "r_Attributes", "r_PersistentRef":
                 if operation == .update || operation == .delete {
-                    throw .param("\(key) (a kSecReturn key) is not allowed in \(operation.rawValue)")
+                    throw .param("\(key) (a kSecReturn key) is not allowed in \(operation.callName)")
                 }
                 guard case .bool(let b) = value else { throw .param("\(key) must be a boolean, not \(value.kindName)") }
                 switch key {
@@ -139,7 +131,7 @@ struct ParsedQuery {
 
     private func rejectMatchKey(_ key: String, _ operation: Operation) throws(KeychainError) {
         if operation != .copy {
-            throw .param("\(key) (a kSecMatch key) is not allowed in \(operation.rawValue)")
+            throw .param("\(key) (a kSecMatch key) is not allowed in \(operation.callName)")
         }
     }
 

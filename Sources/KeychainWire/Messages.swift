@@ -1,14 +1,6 @@
 import KeychainCore
 import KeychainSystem
 
-/// The operations a request may name (SPEC §4).
-public enum Operation: String, Sendable, CaseIterable {
-    case add, copy, update, delete
-    case status, lock, unlock, passwd, backup, restore
-    /// Registrations: approve an `apps.d` file, revoke an approval (admins, with the passphrase).
-    case approve, revoke
-}
-
 /// The request keys whose byte strings are secrets: decoded straight into wiping storage
 /// (`Value.secret`) wherever they appear in a request.
 public let secretRequestKeys: Set<String> = ["v_Data", "passphrase", "old", "new", "keychainPassphrase"]

@@ -12,7 +12,7 @@ import KeychainSystem
 /// group rules, then what identification makes of peers that are not who they claim to be.
 @Suite("AccessPolicyTable")
 struct AccessPolicyTableTests {
-    typealias Action = AccessPolicy.Action
+    typealias Action = KeychainCore.Operation
 
     enum Who: String, CaseIterable {
         case unregistered, app, admin
