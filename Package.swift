@@ -46,7 +46,7 @@ let package = Package(
         // `import Security` on Linux: a thin re-export of KeychainServices.
         .target(name: "Security", dependencies: ["KeychainServices"]),
 
-        .executableTarget(name: "keychaind", dependencies: ["KeychainSystem", "KeychainDaemon", "KeychainItems", "KeychainWire"]),
+        .executableTarget(name: "keychaind", dependencies: ["KeychainSystem", "KeychainDaemon", "KeychainItems", "KeychainStore"]),
         .executableTarget(name: "keychainctl", dependencies: ["KeychainSystem", "KeychainCore", "KeychainWire", "KeychainClient"]),
         // Release-built benchmark: daemon figures beside a bare socket-echo floor (scripts/bench), and
         // the cost of a passphrase change on an in-process keychain (--rotation).
@@ -63,3 +63,12 @@ let package = Package(
     ],
     swiftLanguageModes: [.v6]
 )
+
+// Every Swift target imports what it uses, declares it, and exposes a dependency only where its own
+// public API needs it (`public import`): the compiler enforces the layering above.
+for target in package.targets where target.type != .system && target.type != .binary {
+    var settings = target.swiftSettings ?? []
+    settings.append(.enableUpcomingFeature("InternalImportsByDefault"))
+    settings.append(.enableUpcomingFeature("MemberImportVisibility"))
+    target.swiftSettings = settings
+}

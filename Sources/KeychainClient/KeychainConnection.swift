@@ -1,6 +1,6 @@
-@_exported import KeychainCore
+public import KeychainCore
 import KeychainSystem
-@_exported import KeychainWire
+import KeychainWire
 
 /// One connection to keychaind, shared by every caller in the process, with pipelined requests.
 ///

@@ -1,4 +1,4 @@
-import KeychainSystem
+public import KeychainSystem
 
 /// A strict CBOR (RFC 8949) codec for `Value`.
 ///

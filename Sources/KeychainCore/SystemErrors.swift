@@ -1,4 +1,4 @@
-import KeychainSystem
+public import KeychainSystem
 
 extension KeychainError {
     /// A failed system call as a keychaind error: `context` (what was being done, for example

@@ -1,4 +1,4 @@
-import KeychainSystem
+public import KeychainSystem
 
 /// The data model shared by the wire protocol, the item store and the clients: the subset of CBOR
 /// (RFC 8949) that keychaind speaks.

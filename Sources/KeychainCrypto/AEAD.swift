@@ -1,6 +1,6 @@
 import CSodium
-import KeychainCore
-import KeychainSystem
+public import KeychainCore
+public import KeychainSystem
 
 /// XChaCha20-Poly1305-IETF with associated data. A sealed box is `nonce (24) ‖ ciphertext ‖ tag (16)`,
 /// with a fresh random nonce each time (192-bit nonces are safe to pick at random).

@@ -1,6 +1,6 @@
 import CSodium
-import KeychainCore
-import KeychainSystem
+public import KeychainCore
+public import KeychainSystem
 
 /// The backup file format (docs/backup.md): a fixed header, then records of one
 /// `crypto_secretstream_xchacha20poly1305` stream keyed by Argon2id of the backup passphrase.

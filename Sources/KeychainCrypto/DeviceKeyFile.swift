@@ -1,4 +1,4 @@
-import KeychainCore
+public import KeychainCore
 import KeychainSystem
 
 /// The device key file (`device.key`): 32 random bytes, mode 0600, the root of this device's keys.

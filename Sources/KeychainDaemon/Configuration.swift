@@ -1,6 +1,6 @@
 import Foundation
 import KeychainCore
-import KeychainCrypto
+public import KeychainCrypto
 
 /// Daemon settings: defaults, overridden by `keychaind.json`, overridden by command-line flags.
 /// Read and validated once at start; `apps` again on SIGHUP.

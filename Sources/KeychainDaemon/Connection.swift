@@ -37,8 +37,7 @@ final class BufferBudget: Sendable {
 /// (SCM_CREDENTIALS): they must come from the process identified at accept. A client that sends half
 /// a frame, nothing, or stops reading holds only this thread; the idle and send timeouts end it.
 /// Until the peer is an identified app its frames and buffers stay small.
-final class Connection: @unchecked Sendable {
-    // Safety: used only by the thread that runs it; the handler and budget are Sendable.
+final class Connection: Sendable {
     let socket: UnixSocket
     let peer: ConnectionPeer
     let handler: RequestHandler

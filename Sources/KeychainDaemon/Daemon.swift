@@ -5,10 +5,11 @@ import KeychainCrypto
 import KeychainItems
 import KeychainSystem
 import KeychainWire
+import KeychainStore
 
 /// The daemon's lifecycle: configuration, the item service, the listener, one thread per
 /// connection, signals (SIGTERM/SIGINT graceful stop, SIGHUP reload of apps.d), sd_notify.
-public final class Daemon: @unchecked Sendable {
+public final class Daemon: Sendable {
     let settings: Settings
     let bundledCLI: String?
     let handler: RequestHandler

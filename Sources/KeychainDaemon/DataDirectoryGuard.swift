@@ -1,4 +1,4 @@
-import KeychainCore
+public import KeychainCore
 import KeychainItems
 import KeychainSystem
 

@@ -1,5 +1,5 @@
-import KeychainCore
-import KeychainSystem
+public import KeychainCore
+public import KeychainSystem
 import KeychainWire
 
 /// The listening socket: inherited from systemd (`LISTEN_FDS`, fd 3) or bound at the configured path.

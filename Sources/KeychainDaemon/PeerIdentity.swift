@@ -1,5 +1,5 @@
-import KeychainCore
-import KeychainSystem
+public import KeychainCore
+public import KeychainSystem
 
 /// A file as the kernel knows it: device and inode. Two paths name the same file when these agree;
 /// a bind mount over a path, or a new file renamed over it, gives a different identity.

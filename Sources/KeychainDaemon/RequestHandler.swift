@@ -1,9 +1,9 @@
 import Synchronization
 import KeychainCore
 import KeychainCrypto
-import KeychainItems
+public import KeychainItems
 import KeychainSystem
-import KeychainWire
+public import KeychainWire
 
 /// Turns one frame body into one response: decodes the request, finds who is calling, asks the
 /// access policy (KeychainItems/AccessPolicy.swift), and calls the item service. Knows no sockets.

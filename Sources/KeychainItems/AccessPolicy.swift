@@ -1,4 +1,4 @@
-import KeychainCore
+public import KeychainCore
 
 /// Who is asking, once the daemon has identified the calling process (SPEC §5): a registered app with
 /// its keychain access groups, whether it is an administrator, and whether this request proved the

@@ -1,5 +1,5 @@
-import KeychainCore
-import KeychainCrypto
+public import KeychainCore
+public import KeychainCrypto
 import KeychainStore
 import KeychainSystem
 

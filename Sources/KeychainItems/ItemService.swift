@@ -1,6 +1,6 @@
-import KeychainCore
-import KeychainCrypto
-import KeychainStore
+public import KeychainCore
+public import KeychainCrypto
+public import KeychainStore
 import KeychainSystem
 
 /// Apple's SecItem calls for generic passwords, on an encrypted item store in `directory`.

@@ -1,4 +1,4 @@
-import Foundation
+public import Foundation
 
 // The kSec… constants, with Apple's wire strings as their values (SPEC §3), so that
 // `kSecClass as String`, `[kSecClass: kSecClassGenericPassword] as CFDictionary` and

@@ -1,4 +1,4 @@
-import KeychainCore
+public import KeychainCore
 import KeychainSystem
 
 /// The item database: one writer connection behind a `WriterGate` (writes run in `BEGIN IMMEDIATE`

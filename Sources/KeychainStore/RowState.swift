@@ -1,5 +1,5 @@
-import KeychainCore
-import KeychainCrypto
+public import KeychainCore
+public import KeychainCrypto
 
 /// The row state: a keyed digest of which version of every row the database should hold, so rows
 /// removed, added, swapped or replayed from an older copy of the database are caught when the store

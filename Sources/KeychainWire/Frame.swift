@@ -1,5 +1,5 @@
-import KeychainCore
-import KeychainSystem
+public import KeychainCore
+public import KeychainSystem
 
 /// Framing of the wire protocol: a 4-byte big-endian length, then that many bytes of one CBOR map.
 public enum Frame {

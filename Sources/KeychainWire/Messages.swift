@@ -1,5 +1,5 @@
-import KeychainCore
-import KeychainSystem
+public import KeychainCore
+public import KeychainSystem
 
 /// The request keys whose byte strings are secrets: decoded straight into wiping storage
 /// (`Value.secret`) wherever they appear in a request.

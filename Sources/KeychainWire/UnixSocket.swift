@@ -1,5 +1,5 @@
-import KeychainCore
-import KeychainSystem
+public import KeychainCore
+public import KeychainSystem
 
 /// A Unix-domain stream socket to or from keychaind: the system socket plus the protocol's rules
 /// (which peers to trust, how frames are read, how a connection ends without losing the last answer).

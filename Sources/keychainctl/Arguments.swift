@@ -1,4 +1,5 @@
 import KeychainClient
+import KeychainCore
 
 /// The verbs of SPEC §7, with the options each accepts and its help text.
 enum Verb: String, CaseIterable {

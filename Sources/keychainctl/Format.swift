@@ -1,5 +1,6 @@
 import KeychainSystem
 import KeychainClient
+import KeychainCore
 
 // Output formats: JSON for scripts (wire keys, secrets and other bytes base64, dates ISO 8601 UTC),
 // aligned text for people (dates in local time).

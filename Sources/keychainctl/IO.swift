@@ -1,5 +1,6 @@
 import KeychainClient
 import KeychainSystem
+import KeychainCore
 
 // Input and output without Foundation (keychainctl links only the Swift runtime, KeychainClient and
 // glibc, so a `find -w` costs a couple of milliseconds per process).

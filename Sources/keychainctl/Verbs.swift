@@ -1,5 +1,6 @@
 import KeychainSystem
 import KeychainClient
+import KeychainCore
 
 /// Runs one parsed invocation against the daemon, writing into `out`.
 struct Command {

@@ -1,5 +1,6 @@
 import KeychainSystem
 import KeychainClient
+import KeychainCore
 
 // keychainctl: the administrator's CLI for keychaind (SPEC §7).
 // Exit status: 0, or the low byte of the OSStatus (44 not found, 45 duplicate, 206 errSecParam, …).

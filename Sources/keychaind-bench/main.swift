@@ -139,7 +139,7 @@ enum EchoServer {
 }
 
 /// A detached pthread running a closure (no Foundation in this tool).
-final class ThreadBox: @unchecked Sendable {
+final class ThreadBox: Sendable {
     let body: @Sendable () -> Void
     init(_ body: @escaping @Sendable () -> Void) { self.body = body }
     func start() {

@@ -2,6 +2,7 @@ import Foundation
 import KeychainDaemon
 import KeychainItems
 import KeychainSystem
+import KeychainStore
 
 // Swift's crash reporter prints memory next to registers; a secrets daemon must not. The setting is
 // read at process start, so when it is missing we set it and exec ourselves once.

@@ -2,6 +2,7 @@ import Foundation
 import XCTest
 import KeychainServices
 import KeychainClient
+import KeychainWire
 
 /// A secret written and read through the daemon leaves no copy in its memory: every buffer it passed
 /// through (socket reads, frames, the decoded request, the opened item, the response) is wiped.

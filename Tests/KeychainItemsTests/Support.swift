@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 import KeychainCore
+import KeychainSystem
 @testable import KeychainItems
 
 /// A keychain in a fresh temporary directory, removed by `cleanup()`.
