@@ -36,7 +36,7 @@ public struct ConfigurationError: Error, CustomStringConvertible {
     public var description: String { "\(file): \(reason)" }
 }
 
-/// One registered application (`apps.d/*.json`, SPEC §5).
+/// One registered application (`apps.d/*.json`, docs/security.md §2).
 public struct AppEntry: Sendable, Equatable {
     public var applicationIdentifier: String
     public var accessGroups: [String]

@@ -45,7 +45,7 @@ public final class Daemon: Sendable {
     }
 
     /// The `keychainctl` beside this executable: an app with the group `keychainctl` unless a
-    /// registration that counts names it (SPEC §5).
+    /// registration that counts names it (docs/security.md §2).
     public static func bundledCLIPath() -> String? {
         guard let exe = TrustedPaths.realPath("/proc/self/exe") else { return nil }
         let cli = Listener.parentDirectory(of: exe) + "/keychainctl"

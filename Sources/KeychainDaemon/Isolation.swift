@@ -2,7 +2,7 @@ import KeychainSystem
 import KeychainCore
 
 /// How strongly apps are kept apart right now, in plain words (`status` → `isolation`, shown by
-/// `keychainctl status`; SPEC §5).
+/// `keychainctl status`; docs/security.md §2).
 enum Isolation {
     /// `level`: "none" (no passphrase: every process of the user can read device.key and the database)
     /// or "apps" (a passphrase protects the keys; apps are told apart by their executables).

@@ -1,6 +1,6 @@
 import KeychainSystem
 
-/// Who can change a file: the checks behind trusted registrations (SPEC §5).
+/// Who can change a file: the checks behind trusted registrations (docs/security.md §2).
 ///
 /// A path can be changed by whoever can write the file itself or any directory on the way to it
 /// (rename or replace an entry). A directory with the sticky bit (like /tmp) lets others add entries

@@ -1,6 +1,6 @@
 public import KeychainCore
 
-/// Who is asking, once the daemon has identified the calling process (SPEC §5): a registered app with
+/// Who is asking, once the daemon has identified the calling process (docs/security.md §2): a registered app with
 /// its keychain access groups, whether it is an administrator, and whether this request proved the
 /// user's presence (carried the keychain passphrase, or none is set).
 public struct Caller: Sendable, Hashable {
@@ -11,7 +11,7 @@ public struct Caller: Sendable, Hashable {
     /// May act on every group; secrets and writes outside its own groups need `hasPresence`.
     public var isAdmin: Bool
     /// The keychain passphrase was verified in this request, or no passphrase is set (there is
-    /// nothing to prove then: SPEC §5, "Admins prove presence").
+    /// nothing to prove then: docs/security.md §2, "What each caller may do").
     public var hasPresence: Bool
 
     public init(applicationIdentifier: String = "", accessGroups: [String], isAdmin: Bool = false, hasPresence: Bool = true) {

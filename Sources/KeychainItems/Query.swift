@@ -58,7 +58,7 @@ struct ParsedQuery {
     var limit: MatchLimit = .one
     var returns = ReturnFlags()
 
-    /// Parses `dictionary` under the rules of `operation` (reference §3).
+    /// Parses `dictionary` under the rules of `operation` (docs/protocol.md §8).
     init(_ dictionary: [String: Value], for operation: Operation) throws(KeychainError) {
         var classGiven = false
         for (key, value) in dictionary {

@@ -1,7 +1,7 @@
 import KeychainCore
 import KeychainSystem
 
-/// Apple's result shapes (reference §3.3, SPEC §4), per item.
+/// Apple's result shapes (docs/protocol.md §9), per item.
 enum ResultShape {
     /// `r_Data` alone → the secret; `r_PersistentRef` alone → the reference; `r_Attributes` alone →
     /// the attribute map; several → one map with the attributes (if asked) plus `v_Data` /

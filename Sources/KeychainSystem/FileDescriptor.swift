@@ -114,6 +114,11 @@ public final class FileDescriptor: Sendable {
         try withDescriptor("fsync") { (fd) throws(Errno) in _ = try valueOrErrno("fsync") { fsync(fd) } }
     }
 
+    /// `fdatasync(2)`: the file's data (and the metadata needed to read it back) reach the disk.
+    public func syncData() throws(Errno) {
+        try withDescriptor("fdatasync") { (fd) throws(Errno) in _ = try valueOrErrno("fdatasync") { fdatasync(fd) } }
+    }
+
     /// `fstat(2)`.
     public func status() throws(Errno) -> FileStatus {
         try withDescriptor("fstat") { (fd) throws(Errno) in

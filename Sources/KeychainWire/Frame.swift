@@ -3,7 +3,7 @@ public import KeychainSystem
 
 /// Framing of the wire protocol: a 4-byte big-endian length, then that many bytes of one CBOR map.
 public enum Frame {
-    /// Default largest frame body a peer accepts (SPEC §4 `maxFrameBytes`).
+    /// Default largest frame body a peer accepts (docs/protocol.md §2, `maxFrameBytes`).
     public static let defaultMaxBytes = 1 << 20
 
     /// The frame for `value`: header and CBOR body in one buffer, ready to write.

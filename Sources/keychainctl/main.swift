@@ -2,7 +2,7 @@ import KeychainSystem
 import KeychainClient
 import KeychainCore
 
-// keychainctl: the administrator's CLI for keychaind (SPEC §7).
+// keychainctl: the administrator's CLI for keychaind (man/keychainctl.1.scd).
 // Exit status: 0, or the low byte of the OSStatus (44 not found, 45 duplicate, 206 errSecParam, …).
 
 /// The exit status for a failure: the OSStatus's low byte, never 0.

@@ -4,6 +4,7 @@
 //   keychaind-bench --socket PATH [--rounds 5] [--ops 20000] [--cli PATH] [--daemon-pid PID] [--json]
 //   keychaind-bench --fill N --socket PATH          (adds N items, pipelined, then exits)
 //   keychaind-bench --echo-server PATH --reply-bytes N   (internal: the floor)
+//   keychaind-bench --fsync-floor DIR [--ops N]     (the durable-write floor: append 200 B + fdatasync)
 //   keychaind-bench --rotation 1000,100000 [--rounds 5] [--profile moderate] [--json]
 //                                                   (passphrase-change cost in process: Rotation.swift)
 #if canImport(Glibc)
@@ -53,6 +54,7 @@ struct Args {
     var fillFrom = 0
     var rotation: [Int]?
     var profile = KDFProfile.moderate
+    var fsyncFloor: String?
 
     init(_ argv: [String]) {
         var i = 0
@@ -76,6 +78,7 @@ struct Args {
             case "--copies-only": copiesOnly = Int(value())
             case "--random-of": randomOf = Int(value())
             case "--fill-from": fillFrom = Int(value()) ?? 0
+            case "--fsync-floor": fsyncFloor = value()
             case "--rotation":
                 let sizes = value().split(separator: ",").compactMap { Int($0) }
                 guard !sizes.isEmpty, sizes.allSatisfy({ $0 >= 0 }) else { die("--rotation needs item counts, e.g. 1000,100000") }
@@ -99,6 +102,8 @@ struct Args {
                   --rotation N,M,…    no daemon: time passphrase changes on in-process keychains of N, M, …
                                       items (release build; Argon2id timed separately); --rounds changes each
                   --profile P         with --rotation: Argon2id costs, moderate (default) or interactive
+                  --fsync-floor DIR   no daemon: appends of 200 bytes each followed by fdatasync, in a file in
+                                      DIR (--ops of them, default 2000): the floor of a durable add
                 """)
                 exit(0)
             default: die("unknown argument \(argv[i])")
@@ -259,6 +264,34 @@ let args = Args(Array(CommandLine.arguments.dropFirst()))
 signal(SIGPIPE, SIG_IGN)
 
 if let path = args.echoServer { EchoServer.run(path: path, replyBytes: args.replyBytes) }
+if let directory = args.fsyncFloor { runFsyncFloor(directory: directory, count: args.ops == 20_000 ? 2000 : args.ops) }
+
+/// The durable-write floor: what one fdatasync'ed append of a small record costs on this disk, the
+/// least a durable add can cost. Prints `{"fsync_floor_ops_s": …, "fsync_floor_us_p50": …}` and exits.
+func runFsyncFloor(directory: String, count: Int) -> Never {
+    let path = directory + "/fsync-floor-\(CurrentProcess.pid)"
+    let file: FileDescriptor
+    do { file = try FileDescriptor.open(path, [.writeOnly, .create, .truncate], permissions: 0o600) } catch {
+        die("fsync floor: \(error)")
+    }
+    defer { FileSystem.removeIfPresent(path) }
+    let record = [UInt8](repeating: 0x5A, count: 200)
+    var times: [Double] = []
+    times.reserveCapacity(count)
+    let start = now()
+    for _ in 0..<max(count, 1) {
+        let t0 = now()
+        do throws(Errno) {
+            try file.writeAll(record)
+            try file.syncData()
+        } catch { die("fsync floor: \(error)") }
+        times.append(now() - t0)
+    }
+    let elapsed = now() - start
+    FileSystem.removeIfPresent(path)
+    print("{\"fsync_floor_ops_s\": \(fmt(Double(times.count) / elapsed)), \"fsync_floor_us_p50\": \(fmt(median(times) * 1e6))}")
+    exit(0)
+}
 if let sizes = args.rotation { runRotationBench(sizes: sizes, rounds: args.rounds, profile: args.profile, json: args.json) }
 
 if let n = args.fill {

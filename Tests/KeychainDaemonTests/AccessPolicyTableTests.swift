@@ -8,7 +8,7 @@ import KeychainItems
 @testable import KeychainDaemon
 import KeychainSystem
 
-/// The access policy as a table (SPEC §5): every op for every kind of caller, then the item-level
+/// The access policy as a table (docs/security.md §2): every op for every kind of caller, then the item-level
 /// group rules, then what identification makes of peers that are not who they claim to be.
 @Suite("AccessPolicyTable")
 struct AccessPolicyTableTests {
