@@ -1,4 +1,4 @@
-public import KeychainCore
+package import KeychainCore
 import KeychainSystem
 import KeychainWire
 

@@ -1,5 +1,5 @@
 import CSQLite
-public import KeychainCore
+package import KeychainCore
 import KeychainSystem
 
 /// One SQLite connection. Not thread-safe by itself (opened NOMUTEX): the store hands each connection
