@@ -56,8 +56,15 @@ let package = Package(
         .executableTarget(name: "device-id-example", dependencies: ["KeychainServices"],
                           path: "Examples/device-id-example"),
 
+        // Tests, one target per module with logic, on a shared support target (temporary
+        // directories, the known-answer files in Tests/Golden).
+        .target(name: "KeychainTestSupport", dependencies: [], path: "Tests/KeychainTestSupport"),
+        .testTarget(name: "KeychainSystemTests", dependencies: ["KeychainSystem", "KeychainTestSupport"]),
         .testTarget(name: "KeychainCoreTests", dependencies: ["KeychainCore", "KeychainWire"]),
-        .testTarget(name: "KeychainItemsTests", dependencies: ["KeychainSystem", "KeychainItems", "KeychainStore", "KeychainCrypto", "KeychainCore"]),
+        .testTarget(name: "KeychainCryptoTests", dependencies: ["KeychainSystem", "KeychainCore", "KeychainCrypto", "KeychainTestSupport"]),
+        .testTarget(name: "KeychainStoreTests", dependencies: ["KeychainSystem", "KeychainCore", "KeychainCrypto", "KeychainStore", "KeychainTestSupport"]),
+        .testTarget(name: "KeychainClientTests", dependencies: ["KeychainServices", "KeychainClient", "KeychainCore", "KeychainWire"]),
+        .testTarget(name: "KeychainItemsTests", dependencies: ["KeychainSystem", "KeychainItems", "KeychainStore", "KeychainCrypto", "KeychainCore", "KeychainTestSupport"]),
         .testTarget(name: "KeychainDaemonTests", dependencies: ["KeychainSystem", "KeychainDaemon", "KeychainItems", "KeychainCore"]),
         .testTarget(name: "IntegrationTests", dependencies: ["KeychainSystem", "KeychainServices", "Security", "KeychainClient", "KeychainCore", "KeychainWire"]),
     ],
