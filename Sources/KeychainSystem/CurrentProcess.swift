@@ -3,8 +3,11 @@ import Glibc
 
 /// This process: its ids, environment, limits and hardening.
 public enum CurrentProcess {
+    /// This process's id.
     public static var pid: Int32 { getpid() }
+    /// The real user id.
     public static var uid: UInt32 { getuid() }
+    /// The effective user id.
     public static var effectiveUID: UInt32 { geteuid() }
 
     /// The supplementary groups and the effective group.

@@ -39,27 +39,39 @@ public final class FileDescriptor: Sendable {
 
     /// How `open` opens a file. Every descriptor keychaind opens is close-on-exec.
     public struct Options: OptionSet, Sendable {
+        /// The `open(2)` flags.
         public let rawValue: Int32
+        /// Options from raw `open(2)` flags.
         public init(rawValue: Int32) { self.rawValue = rawValue }
 
+        /// Open for reading (the default).
         public static let readOnly = Options([])
+        /// Open for writing only.
         public static let writeOnly = Options(rawValue: O_WRONLY)
+        /// Open for reading and writing.
         public static let readWrite = Options(rawValue: O_RDWR)
+        /// Create the file when it does not exist.
         public static let create = Options(rawValue: O_CREAT)
         /// With `create`: fail with EEXIST instead of opening an existing file.
         public static let exclusive = Options(rawValue: O_EXCL)
+        /// Empty the file when it is opened for writing.
         public static let truncate = Options(rawValue: O_TRUNC)
         /// Refuse a symbolic link as the last component.
         public static let noFollow = Options(rawValue: O_NOFOLLOW)
+        /// Fail unless the path is a directory.
         public static let directory = Options(rawValue: O_DIRECTORY)
         /// A terminal that must not become the controlling terminal.
         public static let noControllingTerminal = Options(rawValue: O_NOCTTY)
     }
 
     /// Opens `path` (close-on-exec); `permissions` apply when the file is created.
-    public static func open(_ path: String, _ options: Options = .readOnly,
-                            permissions: UInt32 = 0o600) throws(Errno) -> FileDescriptor {
-        let fd = try valueOrErrno("open \(path)") { Glibc.open(path, options.rawValue | O_CLOEXEC, mode_t(permissions)) }
+    public static func open(
+        _ path: String, _ options: Options = .readOnly,
+        permissions: UInt32 = 0o600
+    ) throws(Errno) -> FileDescriptor {
+        let fd = try valueOrErrno("open \(path)") {
+            Glibc.open(path, options.rawValue | O_CLOEXEC, mode_t(permissions))
+        }
         return FileDescriptor(adopting: fd)
     }
 
@@ -130,12 +142,15 @@ public final class FileDescriptor: Sendable {
 
     /// `fchmod(2)`.
     public func setPermissions(_ mode: UInt32) throws(Errno) {
-        try withDescriptor("fchmod") { (fd) throws(Errno) in _ = try valueOrErrno("fchmod") { fchmod(fd, mode_t(mode)) } }
+        try withDescriptor("fchmod") { (fd) throws(Errno) in _ = try valueOrErrno("fchmod") { fchmod(fd, mode_t(mode)) }
+        }
     }
 
     /// An exclusive `flock` taken without waiting: EWOULDBLOCK when another descriptor holds it.
     public func lockExclusiveWithoutWaiting() throws(Errno) {
-        try withDescriptor("flock") { (fd) throws(Errno) in _ = try valueOrErrno("flock") { flock(fd, LOCK_EX | LOCK_NB) } }
+        try withDescriptor("flock") { (fd) throws(Errno) in
+            _ = try valueOrErrno("flock") { flock(fd, LOCK_EX | LOCK_NB) }
+        }
     }
 
     /// Whether the descriptor is a terminal.
@@ -148,6 +163,7 @@ public final class FileDescriptor: Sendable {
 /// One of descriptors 0, 1 and 2 (or another descriptor this process did not open): written and read
 /// without taking ownership.
 public struct StandardStream: Sendable {
+    /// The descriptor number (not owned).
     public let fd: Int32
 
     /// Writes every byte; errors are dropped (there is nowhere left to report them).

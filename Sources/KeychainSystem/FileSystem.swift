@@ -5,13 +5,19 @@ public struct FileStatus: Sendable, Equatable {
     /// The kind of file.
     public enum Kind: Sendable, Equatable { case regular, directory, socket, symbolicLink, other }
 
+    /// Regular file, directory, socket, link or other.
     public let kind: Kind
     /// Permission bits, set-id and sticky bits (`st_mode & 07777`).
     public let permissions: UInt32
+    /// The owner.
     public let uid: UInt32
+    /// The group.
     public let gid: UInt32
+    /// The size in bytes.
     public let size: Int64
+    /// The device the file is on.
     public let device: UInt64
+    /// The inode number on that device.
     public let inode: UInt64
 
     init(_ st: stat) {

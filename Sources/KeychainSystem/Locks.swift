@@ -11,6 +11,7 @@ public final class Lock: @unchecked Sendable {
     // Safety: the pthread mutex is the synchronisation; the pointer itself never changes.
     private let mutex: UnsafeMutablePointer<pthread_mutex_t>
 
+    /// A new mutex, held by no one.
     public init() {
         mutex = .allocate(capacity: 1)
         mutex.initialize(to: pthread_mutex_t())
@@ -49,6 +50,7 @@ public final class Condition: @unchecked Sendable {
     // Safety: the pthread condition is the synchronisation; the pointer itself never changes.
     fileprivate let condition: UnsafeMutablePointer<pthread_cond_t>
 
+    /// A new condition variable.
     public init() {
         condition = .allocate(capacity: 1)
         condition.initialize(to: pthread_cond_t())
@@ -76,6 +78,7 @@ public final class Locked<Value> {
     private let lock = Lock()
     private var value: Value
 
+    /// A lock guarding `value`.
     public init(_ value: Value) { self.value = value }
 
     /// Runs `body` with the lock held. `body` must not call back into the same `Locked` (not reentrant).
@@ -94,6 +97,7 @@ public final class ReadWriteLock: @unchecked Sendable {
     // Safety: the pthread rwlock is the synchronisation; the pointer itself never changes.
     private let lock: UnsafeMutablePointer<pthread_rwlock_t>
 
+    /// A new lock, held by no one.
     public init() {
         lock = .allocate(capacity: 1)
         lock.initialize(to: pthread_rwlock_t())
@@ -133,6 +137,7 @@ public final class OneShot<Value: Sendable>: @unchecked Sendable {
     private let semaphore: UnsafeMutablePointer<sem_t>
     private var value: Value?
 
+    /// An empty hand-over: `wait` blocks until `resume`.
     public init() {
         semaphore = .allocate(capacity: 1)
         semaphore.initialize(to: sem_t())
@@ -173,11 +178,13 @@ public enum Threads {
         pthread_attr_setdetachstate(&attr, Int32(PTHREAD_CREATE_DETACHED))
         pthread_attr_setstacksize(&attr, stackSize)
         var tid = pthread_t()
-        let rc = pthread_create(&tid, &attr, { raw in
-            let body = Unmanaged<ThreadBody>.fromOpaque(raw!).takeRetainedValue()
-            body.run()
-            return nil
-        }, box)
+        let rc = pthread_create(
+            &tid, &attr,
+            { raw in
+                let body = Unmanaged<ThreadBody>.fromOpaque(raw!).takeRetainedValue()
+                body.run()
+                return nil
+            }, box)
         pthread_attr_destroy(&attr)
         if rc != 0 {
             Unmanaged<ThreadBody>.fromOpaque(box).release()

@@ -35,7 +35,9 @@ public struct SecretBytes: Sendable, Hashable, CustomStringConvertible, CustomDe
         _ = buffer.copyBytes(from: bytes) as Void?
     }
 
+    /// The number of bytes.
     public var count: Int { storage.count }
+    /// Whether there are no bytes.
     public var isEmpty: Bool { storage.count == 0 }
 
     /// The bytes as an ordinary array: a copy nothing will wipe. Only for handing a secret to code
@@ -50,7 +52,9 @@ public struct SecretBytes: Sendable, Hashable, CustomStringConvertible, CustomDe
 
     /// Runs `body` with the bytes, writable (copying them first when they are shared).
     @inlinable
-    public mutating func withUnsafeMutableBytes<R, E: Error>(_ body: (UnsafeMutableRawBufferPointer) throws(E) -> R) throws(E) -> R {
+    public mutating func withUnsafeMutableBytes<R, E: Error>(_ body: (UnsafeMutableRawBufferPointer) throws(E) -> R)
+        throws(E) -> R
+    {
         makeUnique(capacity: storage.capacity)
         return try body(UnsafeMutableRawBufferPointer(start: storage.pointer, count: storage.count))
     }
@@ -67,7 +71,8 @@ public struct SecretBytes: Sendable, Hashable, CustomStringConvertible, CustomDe
         guard bytes.count > 0 else { return }
         let needed = storage.count + bytes.count
         if needed > storage.capacity || !isKnownUniquelyReferenced(&storage) {
-            makeUnique(capacity: needed > storage.capacity ? Swift.max(needed, storage.capacity * 2, 64) : storage.capacity)
+            makeUnique(
+                capacity: needed > storage.capacity ? Swift.max(needed, storage.capacity * 2, 64) : storage.capacity)
         }
         (storage.pointer + storage.count).copyMemory(from: bytes.baseAddress!, byteCount: bytes.count)
         storage.count = needed
@@ -128,7 +133,7 @@ public struct SecretBytes: Sendable, Hashable, CustomStringConvertible, CustomDe
         let copy = Storage(capacity: Swift.max(capacity, storage.count))
         copy.pointer.copyMemory(from: storage.pointer, byteCount: storage.count)
         copy.count = storage.count
-        storage = copy   // the old buffer is zeroed when its last holder lets go
+        storage = copy  // the old buffer is zeroed when its last holder lets go
     }
 
     /// Constant time in the content (the lengths may differ quickly).
@@ -144,7 +149,9 @@ public struct SecretBytes: Sendable, Hashable, CustomStringConvertible, CustomDe
         hasher.combine(count)
     }
 
+    /// The length only, never the bytes.
     public var description: String { "<\(count) secret bytes>" }
+    /// The length only, never the bytes.
     public var debugDescription: String { description }
 
     /// The memory: malloc'ed, zeroed in full (capacity, not just count) before it is freed.

@@ -14,6 +14,7 @@ public struct SocketAddress: Sendable {
         case nul
     }
 
+    /// The address for `path`; errors say why it cannot be a Unix socket address.
     public init(path: String) throws(Problem) {
         var bytes = Array(path.utf8)
         let abstract = bytes.first == UInt8(ascii: "@")
@@ -39,8 +40,11 @@ public struct SocketAddress: Sendable {
 
 /// Who is on the other end of a Unix socket, as the kernel recorded it at connect (`SO_PEERCRED`).
 public struct PeerCredentials: Sendable, Equatable {
+    /// The process id at connect time.
     public let pid: Int32
+    /// The user id at connect time.
     public let uid: UInt32
+    /// The group id at connect time.
     public let gid: UInt32
 }
 
@@ -48,6 +52,7 @@ public struct PeerCredentials: Sendable, Equatable {
 ///
 /// The one place where keychaind makes socket system calls; failures are `Errno`s naming the call.
 public final class Socket: Sendable {
+    /// The owned descriptor.
     public let descriptor: FileDescriptor
 
     /// Takes ownership of `fd`.
@@ -63,12 +68,18 @@ public final class Socket: Sendable {
 
     /// A new, unconnected stream socket (close-on-exec).
     public static func stream() throws(Errno) -> Socket {
-        Socket(adopting: try valueOrErrno("socket") { socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0) })
+        Socket(
+            adopting: try valueOrErrno("socket") {
+                socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+            })
     }
 
     /// A new datagram socket (close-on-exec).
     public static func datagram() throws(Errno) -> Socket {
-        Socket(adopting: try valueOrErrno("socket") { socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0) })
+        Socket(
+            adopting: try valueOrErrno("socket") {
+                socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+            })
     }
 
     /// `connect(2)`.
@@ -89,13 +100,17 @@ public final class Socket: Sendable {
 
     /// `listen(2)`.
     public func listen(backlog: Int32) throws(Errno) {
-        try descriptor.withDescriptor("listen") { (fd) throws(Errno) in _ = try valueOrErrno("listen") { Glibc.listen(fd, backlog) } }
+        try descriptor.withDescriptor("listen") { (fd) throws(Errno) in
+            _ = try valueOrErrno("listen") { Glibc.listen(fd, backlog) }
+        }
     }
 
     /// `accept4(2)` with close-on-exec: the new connection's descriptor (owned by the caller).
     /// EINTR is retried; anything else (the listener shut down, out of descriptors) is thrown.
     public func accept() throws(Errno) -> Int32 {
-        try descriptor.withDescriptor("accept") { (fd) throws(Errno) in try valueOrErrno("accept") { kc_accept_cloexec(fd) } }
+        try descriptor.withDescriptor("accept") { (fd) throws(Errno) in
+            try valueOrErrno("accept") { kc_accept_cloexec(fd) }
+        }
     }
 
     /// `dup(2)` with close-on-exec: a second descriptor for the same socket.
@@ -110,7 +125,9 @@ public final class Socket: Sendable {
         try descriptor.withDescriptor("send") { (fd) throws(Errno) in
             var sent = 0
             while sent < bytes.count {
-                sent += try valueOrErrno("send") { Glibc.send(fd, bytes.baseAddress! + sent, bytes.count - sent, Int32(MSG_NOSIGNAL)) }
+                sent += try valueOrErrno("send") {
+                    Glibc.send(fd, bytes.baseAddress! + sent, bytes.count - sent, Int32(MSG_NOSIGNAL))
+                }
             }
         }
     }
@@ -137,7 +154,9 @@ public final class Socket: Sendable {
 
     /// Like `receive`, through `recvmsg` with SCM_CREDENTIALS: also the pid of the process that
     /// wrote the bytes (0 when they carried none). Needs `passCredentials()` first.
-    public func receiveWithWriter(into buffer: UnsafeMutableRawBufferPointer) throws(Errno) -> (count: Int, writer: Int32) {
+    public func receiveWithWriter(into buffer: UnsafeMutableRawBufferPointer) throws(Errno) -> (
+        count: Int, writer: Int32
+    ) {
         try descriptor.withDescriptor("recvmsg") { (fd) throws(Errno) in
             var writer: Int32 = 0
             let n = try valueOrErrno("recvmsg") { kc_recv_from_writer(fd, buffer.baseAddress, buffer.count, &writer) }
@@ -212,9 +231,13 @@ public final class Socket: Sendable {
     /// The `SOL_SOCKET` options `option` reads.
     public struct Option: Sendable {
         let rawValue: Int32
+        /// `SO_DOMAIN`: the address family.
         public static let domain = Option(rawValue: SO_DOMAIN)
+        /// `SO_TYPE`: stream or datagram.
         public static let type = Option(rawValue: SO_TYPE)
+        /// `SO_ACCEPTCONN`: 1 for a listening socket.
         public static let acceptsConnections = Option(rawValue: SO_ACCEPTCONN)
+        /// `SO_PASSCRED`: 1 when reads carry the writer's credentials.
         public static let passesCredentials = Option(rawValue: SO_PASSCRED)
     }
 

@@ -8,10 +8,12 @@ public final class UnixSocket: Sendable {
     /// The owned socket (closed once, by `close()` or deinit).
     public let socket: Socket
 
+    /// Takes ownership of `fd` (closed once, by `close()` or when released).
     public init(adopting fd: Int32) {
         socket = Socket(adopting: fd)
     }
 
+    /// Wraps `socket`, taking ownership of it.
     public init(_ socket: Socket) {
         self.socket = socket
     }
@@ -19,6 +21,7 @@ public final class UnixSocket: Sendable {
     /// The descriptor; -1 once closed.
     public var fd: Int32 { socket.fd }
 
+    /// Closes the socket (once; later calls do nothing).
     public func close() { socket.close() }
 
     /// A new, unconnected stream socket with close-on-exec set.
@@ -31,7 +34,8 @@ public final class UnixSocket: Sendable {
         do { return try SocketAddress(path: path) } catch {
             switch error {
             case .length(let bytes, let capacity):
-                throw KeychainError(.param, "socket path is \(bytes) bytes; a Unix socket path must be 1 to \(capacity - 1) bytes")
+                throw KeychainError(
+                    .param, "socket path is \(bytes) bytes; a Unix socket path must be 1 to \(capacity - 1) bytes")
             case .nul:
                 throw KeychainError(.param, "socket path contains a NUL byte")
             }
@@ -49,7 +53,10 @@ public final class UnixSocket: Sendable {
         // a directory someone else controls could lead to an impostor.
         let peer = sock.peerUID()
         guard let peer, peer == CurrentProcess.uid || peer == 0 else {
-            throw KeychainError(.notAvailable, "refusing \(path): the process serving it runs as uid \(peer.map(String.init) ?? "unknown"), not as this user")
+            throw KeychainError(
+                .notAvailable,
+                "refusing \(path): the process serving it runs as uid \(peer.map(String.init) ?? "unknown"), not as this user"
+            )
         }
         return sock
     }
@@ -127,12 +134,15 @@ public final class UnixSocket: Sendable {
 /// Where the daemon's socket is: `$KEYCHAIND_SOCKET`, else `$XDG_RUNTIME_DIR/keychaind/keychaind.sock`,
 /// else `/run/user/<uid>/keychaind/keychaind.sock`.
 public enum SocketLocation {
+    /// The socket path from these environment variables.
     public static func resolve(environment: [String: String]) -> String {
         if let p = environment["KEYCHAIND_SOCKET"], !p.isEmpty { return p }
-        let runtime = environment["XDG_RUNTIME_DIR"].flatMap { $0.isEmpty ? nil : $0 } ?? "/run/user/\(CurrentProcess.uid)"
+        let runtime =
+            environment["XDG_RUNTIME_DIR"].flatMap { $0.isEmpty ? nil : $0 } ?? "/run/user/\(CurrentProcess.uid)"
         return runtime + "/keychaind/keychaind.sock"
     }
 
+    /// The socket path from this process's environment.
     public static func fromProcessEnvironment() -> String {
         var env: [String: String] = [:]
         for key in ["KEYCHAIND_SOCKET", "XDG_RUNTIME_DIR"] {

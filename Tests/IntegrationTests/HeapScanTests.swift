@@ -1,8 +1,8 @@
 import Foundation
-import XCTest
-import KeychainServices
 import KeychainClient
+import KeychainServices
 import KeychainWire
+import XCTest
 
 /// A secret written and read through the daemon leaves no copy in its memory: every buffer it passed
 /// through (socket reads, frames, the decoded request, the opened item, the response) is wiped.
@@ -50,7 +50,9 @@ final class HeapScanTests: XCTestCase {
             var buffer = [UInt8](repeating: 0, count: 1 << 20)
             while offset < range[1] {
                 let want = Int(min(UInt64(buffer.count), range[1] - offset))
-                let n = buffer.withUnsafeMutableBytes { pread(mem, $0.baseAddress, want, off_t(Int64(bitPattern: offset))) }
+                let n = buffer.withUnsafeMutableBytes {
+                    pread(mem, $0.baseAddress, want, off_t(Int64(bitPattern: offset)))
+                }
                 guard n > 0 else { break }
                 scanned += n
                 for (i, piece) in pieces.enumerated() {
@@ -69,7 +71,9 @@ final class HeapScanTests: XCTestCase {
 
     /// Whether `needle` occurs in `haystack` (memchr for its first byte, then memcmp).
     private static func contains(_ haystack: UnsafeRawBufferPointer, _ needle: UnsafeRawBufferPointer) -> Bool {
-        guard let base = haystack.baseAddress, let first = needle.first, haystack.count >= needle.count else { return false }
+        guard let base = haystack.baseAddress, let first = needle.first, haystack.count >= needle.count else {
+            return false
+        }
         var at = 0
         let last = haystack.count - needle.count
         while at <= last {
@@ -89,11 +93,13 @@ final class HeapScanTests: XCTestCase {
         try keychain.set(Data(secret), forKey: "account")
         for _ in 0..<3 { XCTAssertEqual(try keychain.data(forKey: "account"), Data(secret)) }
         let whileConnected = try copies(of: secret, in: pid)
-        XCTAssertEqual(whileConnected, [], "the secret is still in the daemon's memory while the client stays connected")
-        connection.retarget(socketPath: "/nonexistent")   // drops the link: the daemon's connection thread ends
-        XCTAssertTrue(daemon.waitFor {
-            (try? daemon.connect().call("status").result?.map?["connections"]?.int) == 1
-        })
+        XCTAssertEqual(
+            whileConnected, [], "the secret is still in the daemon's memory while the client stays connected")
+        connection.retarget(socketPath: "/nonexistent")  // drops the link: the daemon's connection thread ends
+        XCTAssertTrue(
+            daemon.waitFor {
+                (try? daemon.connect().call("status").result?.map?["connections"]?.int) == 1
+            })
         let afterClose = try copies(of: secret, in: pid)
         XCTAssertEqual(afterClose, [], "the secret is still in the daemon's memory after the connection ended")
     }

@@ -1,8 +1,8 @@
-import Testing
 import KeychainCore
 import KeychainCrypto
 import KeychainSystem
 import KeychainTestSupport
+import Testing
 
 /// The backup format as an earlier keychaind wrote it (Tests/Golden/README.md) keeps opening, and the
 /// primitives under it keep their promises.
@@ -19,7 +19,9 @@ import KeychainTestSupport
         #expect(contents.parameters.opsLimit == KDFProfile.interactive.opsLimit)
         var found: [String: (String, String?)] = [:]
         for item in contents.items {
-            let account = String(decoding: item.attributes["acct"]?.bytes ?? Array((item.attributes["acct"]?.text ?? "").utf8), as: UTF8.self)
+            let account = String(
+                decoding: item.attributes["acct"]?.bytes ?? Array((item.attributes["acct"]?.text ?? "").utf8),
+                as: UTF8.self)
             found[account] = (String(decoding: item.secret, as: UTF8.self), item.attributes["pdmn"]?.text)
             #expect(item.attributes["agrp"] == .text("GOLDEN.app"))
             #expect(item.ref.count == 16)
@@ -27,9 +29,11 @@ import KeychainTestSupport
         #expect(found["alice"]?.0 == "golden secret (ak)" && found["alice"]?.1 == "ak")
         #expect(found["bob"]?.0 == "golden secret (ck)" && found["bob"]?.1 == "ck")
         #expect(found["carol"]?.0 == "golden secret (dk)" && found["carol"]?.1 == "dk")
-        #expect(found["dave"] == nil)   // ThisDeviceOnly items are never backed up
+        #expect(found["dave"] == nil)  // ThisDeviceOnly items are never backed up
         let alice = try #require(contents.items.first { $0.attributes["labl"] != nil })
-        #expect(alice.attributes["labl"] == .text("Golden label") || alice.attributes["labl"] == .bytes(Array("Golden label".utf8)))
+        #expect(
+            alice.attributes["labl"] == .text("Golden label")
+                || alice.attributes["labl"] == .bytes(Array("Golden label".utf8)))
     }
 
     @Test func theGoldenBackupRefusesAWrongPassphraseAndAnyChangedByte() throws {
@@ -64,7 +68,9 @@ import KeychainTestSupport
         for (k, a) in [(other, ad), (key, Array("row 2".utf8))] {
             #expect(throws: KeychainError.self) {
                 try k.withUnsafeBytes { (kb) throws(KeychainError) in
-                    try withBytes(a) { (ab) throws(KeychainError) in _ = try AEAD.open(sealed, key: kb, ad: ab, what: "test") }
+                    try withBytes(a) { (ab) throws(KeychainError) in
+                        _ = try AEAD.open(sealed, key: kb, ad: ab, what: "test")
+                    }
                 }
             }
         }

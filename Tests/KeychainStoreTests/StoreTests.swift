@@ -1,17 +1,20 @@
-import Testing
 import KeychainCore
 import KeychainCrypto
-@testable import KeychainStore
 import KeychainSystem
 import KeychainTestSupport
+import Testing
+
+@testable import KeychainStore
 
 /// The store on its own: the row-state arithmetic, the SQL a filter becomes, the database lock, and
 /// the golden database's row-state record.
 @Suite struct StoreTests {
     @Test func sumsAddAndSubtractModulo2To256() {
-        var one = Sum256(); one.limbs.0 = 1
-        var max = Sum256(); max.limbs = (.max, .max, .max, .max)
-        #expect(max + one == Sum256())                 // wraps to zero
+        var one = Sum256()
+        one.limbs.0 = 1
+        var max = Sum256()
+        max.limbs = (.max, .max, .max, .max)
+        #expect(max + one == Sum256())  // wraps to zero
         #expect(Sum256() - one == max)
         let a = Sum256((0..<32).map { UInt8($0) })
         let b = Sum256((0..<32).map { UInt8(255 - $0) })
@@ -25,7 +28,9 @@ import KeychainTestSupport
         #expect(point.sql.contains("key_ix IN (?,?)") && point.sql.contains(", secret FROM items"))
         #expect(point.pointLookupKeys?.count == 2)
         let scan = RowFilter(serviceIndex: [3], accessGroupIndexes: [], classes: [6, 7])
-        #expect(scan.sql.contains("svce_ix = ?") && scan.sql.contains("agrp_ix IN (NULL)") && scan.sql.contains("class IN (6,7)"))
+        #expect(
+            scan.sql.contains("svce_ix = ?") && scan.sql.contains("agrp_ix IN (NULL)")
+                && scan.sql.contains("class IN (6,7)"))
         #expect(!scan.sql.contains("secret"))
         #expect(scan.pointLookupKeys == nil)
     }

@@ -1,6 +1,6 @@
-import Testing
 import KeychainSystem
 import KeychainTestSupport
+import Testing
 
 /// The system layer's promises: errors name their call, descriptors close once, secrets copy on
 /// write and wipe, locks guard.
@@ -23,7 +23,7 @@ import KeychainTestSupport
         try file.writeAll(Array("hello".utf8))
         #expect(file.isOpen)
         file.close()
-        file.close()                                    // a second close does nothing
+        file.close()  // a second close does nothing
         #expect(!file.isOpen && file.rawValue == -1)
         #expect(throws: Errno.self) { try file.writeAll([1]) }
         let again = try FileDescriptor.open(temporary.appending("f"))
@@ -35,14 +35,14 @@ import KeychainTestSupport
         var a = SecretBytes(Array("0123456789".utf8))
         let b = a
         a.withUnsafeMutableBytes { $0[0] = UInt8(ascii: "X") }
-        #expect(b.unprotectedArray == Array("0123456789".utf8))      // the copy kept its bytes
+        #expect(b.unprotectedArray == Array("0123456789".utf8))  // the copy kept its bytes
         #expect(a.unprotectedArray == Array("X123456789".utf8))
         #expect(a != b && a.count == b.count)
         #expect(a.description == "<10 secret bytes>" && !"\(a)".contains("123"))
-        for _ in 0..<100 { a.append(contentsOf: Array("more".utf8)) }   // grows through new buffers
+        for _ in 0..<100 { a.append(contentsOf: Array("more".utf8)) }  // grows through new buffers
         #expect(a.count == 410 && a.extracting(0..<10).unprotectedArray == Array("X123456789".utf8))
         a.removeFirst(400)
-        #expect(a.unprotectedArray == Array("remoremore".utf8))          // the last 10 bytes moved to the front
+        #expect(a.unprotectedArray == Array("remoremore".utf8))  // the last 10 bytes moved to the front
         a.removeAll(keepingCapacity: true)
         #expect(a.isEmpty)
     }

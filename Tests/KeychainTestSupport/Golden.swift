@@ -5,7 +5,7 @@ public import Foundation
 public enum Golden {
     /// `Tests/Golden` in the source tree.
     public static let directory: String = {
-        let here = URL(fileURLWithPath: #filePath)   // Tests/KeychainTestSupport/Golden.swift
+        let here = URL(fileURLWithPath: #filePath)  // Tests/KeychainTestSupport/Golden.swift
         return here.deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent("Golden").path
     }()
 
@@ -19,8 +19,9 @@ public enum Golden {
     public static func copyKeychain(_ name: String, to destination: String) throws {
         let source = directory + "/" + name
         let files = FileManager.default
-        try files.createDirectory(atPath: destination, withIntermediateDirectories: true,
-                                  attributes: [.posixPermissions: 0o700])
+        try files.createDirectory(
+            atPath: destination, withIntermediateDirectories: true,
+            attributes: [.posixPermissions: 0o700])
         for file in try files.contentsOfDirectory(atPath: source) {
             try files.copyItem(atPath: source + "/" + file, toPath: destination + "/" + file)
             try files.setAttributes([.posixPermissions: 0o600], ofItemAtPath: destination + "/" + file)
