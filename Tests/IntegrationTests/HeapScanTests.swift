@@ -39,6 +39,7 @@ final class HeapScanTests: XCTestCase {
         let pieces = stride(from: 0, to: secret.count, by: 16).map { Array(secret[$0..<min($0 + 16, secret.count)]) }
         var found: [String] = []
         var scanned = 0
+        var skipped = 0
         for line in maps.split(separator: "\n") {
             let fields = line.split(separator: " ", omittingEmptySubsequences: true)
             guard fields.count >= 2, fields[1].hasPrefix("r") else { continue }
@@ -46,6 +47,12 @@ final class HeapScanTests: XCTestCase {
             if name == "[vvar]" || name == "[vsyscall]" || name == "[vvar_vclock]" { continue }
             let range = fields[0].split(separator: "-").compactMap { UInt64($0, radix: 16) }
             guard range.count == 2 else { continue }
+            // A sanitizer runtime reserves terabytes of shadow memory; reading it would take hours.
+            // The daemon's own heap arenas, stacks and images are far smaller than this.
+            if range[1] - range[0] > Self.largestMapping {
+                skipped += 1
+                continue
+            }
             var offset = range[0]
             var buffer = [UInt8](repeating: 0, count: 1 << 20)
             while offset < range[1] {
@@ -66,8 +73,16 @@ final class HeapScanTests: XCTestCase {
             }
         }
         XCTAssertGreaterThan(scanned, 1 << 20, "the scan read almost nothing of the daemon's memory")
+        if skipped > 0 {
+            // Only under ASan/TSan, whose allocators live in such reservations: there the scan covers
+            // what it can, and the plain debug run of the suite is the one that proves the claim.
+            print("HeapScanTests: \(skipped) mappings over \(Self.largestMapping >> 30) GiB not scanned (sanitizer shadow)")
+        }
         return found
     }
+
+    /// Mappings larger than this are not read (see `copies`).
+    private static let largestMapping: UInt64 = 4 << 30
 
     /// Whether `needle` occurs in `haystack` (memchr for its first byte, then memcmp).
     private static func contains(_ haystack: UnsafeRawBufferPointer, _ needle: UnsafeRawBufferPointer) -> Bool {
