@@ -117,6 +117,28 @@ public enum FileSystem {
         return slash == path.startIndex ? "/" : String(path[..<slash])
     }
 
+    /// The names in directory `path` (without "." and ".."), or nil when it is not a readable directory.
+    public static func contentsOfDirectory(_ path: String) -> [String]? {
+        guard let directory = opendir(path) else { return nil }
+        defer { closedir(directory) }
+        var names: [String] = []
+        while let entry = readdir(directory) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
+            }
+            if name != "." && name != ".." { names.append(name) }
+        }
+        return names
+    }
+
+    /// A new private directory (`mkdtemp`, mode 0700) named `<parent>/<prefix>XXXXXX`.
+    public static func makeTemporaryDirectory(in parent: String, prefix: String) throws(Errno) -> String {
+        var template = Array("\(parent)/\(prefix)XXXXXX".utf8CString)
+        let made = template.withUnsafeMutableBufferPointer { mkdtemp($0.baseAddress!) != nil }
+        guard made else { throw Errno.current("mkdtemp \(parent)") }
+        return String(decoding: template.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+
     /// Reads a whole (small) file; nil when it cannot be opened or read.
     public static func contents(of path: String) -> [UInt8]? {
         guard let fd = try? FileDescriptor.open(path) else { return nil }

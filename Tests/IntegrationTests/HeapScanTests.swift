@@ -66,7 +66,14 @@ final class HeapScanTests: XCTestCase {
                     let hit = buffer.withUnsafeBytes { b in
                         piece.withUnsafeBytes { p in Self.contains(UnsafeRawBufferPointer(rebasing: b[0..<n]), p) }
                     }
-                    if hit { found.append("piece \(i) in \(name) (\(fields[0]))") }
+                    if hit {
+                        found.append("piece \(i) in \(name) (\(fields[0]))")
+                        if i == 1 {
+                            found.append(buffer.withUnsafeBytes { b in
+                                piece.withUnsafeBytes { p in Self.context(of: p, in: UnsafeRawBufferPointer(rebasing: b[0..<n])) }
+                            })
+                        }
+                    }
                 }
                 // Overlap the next read so a piece split across two reads is still found.
                 offset += UInt64(max(n - 16, 1))
@@ -83,6 +90,24 @@ final class HeapScanTests: XCTestCase {
 
     /// Mappings larger than this are not read (see `copies`).
     private static let largestMapping: UInt64 = 4 << 30
+
+    /// The bytes around the first occurrence of `needle` (hex, the needle itself masked), to tell
+    /// which buffer kept it.
+    private static func context(of needle: UnsafeRawBufferPointer, in haystack: UnsafeRawBufferPointer) -> String {
+        guard let base = haystack.baseAddress else { return "" }
+        var at = 0
+        while at + needle.count <= haystack.count {
+            if memcmp(base + at, needle.baseAddress!, needle.count) == 0 {
+                let from = max(0, at - 96), to = min(haystack.count, at + needle.count + 96)
+                let hex = (from..<to).map { i in
+                    (at..<(at + needle.count)).contains(i) ? "**" : String(format: "%02x", haystack[i])
+                }
+                return "context: " + hex.joined()
+            }
+            at += 1
+        }
+        return ""
+    }
 
     /// Whether `needle` occurs in `haystack` (memchr for its first byte, then memcmp).
     private static func contains(_ haystack: UnsafeRawBufferPointer, _ needle: UnsafeRawBufferPointer) -> Bool {
