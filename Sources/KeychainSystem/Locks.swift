@@ -158,7 +158,7 @@ public final class OneShot<Value: Sendable>: @unchecked Sendable {
 
     /// Blocks until `resume` has run, then returns its value.
     public func wait() -> Value {
-        while sem_wait(semaphore) != 0 {}  // EINTR
+        _ = try? valueOrErrno("sem_wait") { sem_wait(semaphore) }  // EINTR is retried there
         return value!
     }
 }
