@@ -158,12 +158,23 @@ public enum CBOR {
         let bytes: UnsafeRawBufferPointer
         let limits: Limits
         let secretKeys: Set<String>
+        /// Bit n set when a secret key is n bytes long: most keys are ruled out without hashing them.
+        let secretKeyLengths: UInt64
         var offset = 0
 
         init(bytes: UnsafeRawBufferPointer, limits: Limits, secretKeys: Set<String>) {
             self.bytes = bytes
             self.limits = limits
             self.secretKeys = secretKeys
+            secretKeyLengths = secretKeys.reduce(0) { mask, key in
+                key.utf8.count < 64 ? mask | (1 << UInt64(key.utf8.count)) : mask
+            }
+        }
+
+        func isSecretKey(_ key: String) -> Bool {
+            let n = key.utf8.count
+            guard n < 64, secretKeyLengths & (1 << UInt64(n)) != 0 else { return false }
+            return secretKeys.contains(key)
         }
 
         func fail(_ what: String) -> KeychainError {
@@ -259,7 +270,7 @@ public enum CBOR {
                     let keyHead = try byte()
                     guard keyHead >> 5 == 3 else { throw fail("map key is not a text string") }
                     let key = try readText(keyHead & 0x1F)
-                    let value = try readValue(depth: depth + 1, secret: !secretKeys.isEmpty && secretKeys.contains(key))
+                    let value = try readValue(depth: depth + 1, secret: secretKeyLengths != 0 && isSecretKey(key))
                     guard m.updateValue(value, forKey: key) == nil else { throw fail("duplicate map key") }
                 }
                 return .map(m)

@@ -37,7 +37,9 @@ final class BufferBudget: Sendable {
 /// (SCM_CREDENTIALS): they must come from the process identified at accept. A client that sends half
 /// a frame, nothing, or stops reading holds only this thread; the idle and send timeouts end it.
 /// Until the peer is an identified app its frames and buffers stay small.
-final class Connection: Sendable {
+///
+/// Not Sendable: made on the thread that serves it (Daemon.admit) and used by that thread only.
+final class Connection {
     let socket: UnixSocket
     let peer: ConnectionPeer
     let handler: RequestHandler

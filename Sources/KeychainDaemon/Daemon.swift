@@ -96,9 +96,12 @@ public final class Daemon: Sendable {
         handler.openConnections.add(1, ordering: .relaxed)
         let key = ObjectIdentifier(socket)
         connections.withLock { $0[key] = socket }
-        let connection = Connection(socket: socket, peer: ConnectionPeer(peer), handler: handler,
-                                    maxFrameBytes: settings.maxFrameBytes, budget: handler.budget)
+        let maxFrameBytes = settings.maxFrameBytes
         let thread = Thread { [self] in
+            // Made on the thread that serves it: a connection and what it caches about its peer
+            // belong to this one thread, so they need no lock and no Sendable claim.
+            let connection = Connection(socket: socket, peer: ConnectionPeer(peer), handler: self.handler,
+                                        maxFrameBytes: maxFrameBytes, budget: self.handler.budget)
             connection.run()
             // Forget the socket before closing it, so `drain` never shuts down a closed descriptor.
             self.connections.withLock { _ = $0.removeValue(forKey: key) }

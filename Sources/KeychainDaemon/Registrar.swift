@@ -98,19 +98,19 @@ final class Registrar: Sendable {
 
 /// What one connection knows about its peer: the facts read at accept, and the app they map to in a
 /// given registry generation (looked up again only when the registry changed).
-final class ConnectionPeer: Sendable {
+///
+/// Not Sendable: made and used by its connection's own thread only.
+final class ConnectionPeer {
     let identity: PeerIdentity
-    /// Used by the connection's own thread; the lock (uncontended) makes handing the peer to that
-    /// thread safe without an unchecked claim.
-    private let cached = Locked<(generation: Int, result: Result<AppEntry, KeychainIdentityError>)?>(nil)
+    private var cached: (generation: Int, result: Result<AppEntry, KeychainIdentityError>)?
 
     init(_ identity: PeerIdentity) { self.identity = identity }
 
     func app(in registrar: Registrar) -> Result<AppEntry, KeychainIdentityError> {
         let (registry, generation) = registrar.current
-        if let hit = cached.withLock({ $0 }), hit.generation == generation { return hit.result }
+        if let cached, cached.generation == generation { return cached.result }
         let result = registry.identify(identity)
-        cached.withLock { $0 = (generation, result) }
+        cached = (generation, result)
         return result
     }
 }

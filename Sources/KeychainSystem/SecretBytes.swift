@@ -7,38 +7,41 @@ import Glibc
 /// The shape of swift-crypto's `SecureBytes`: a value type over a class that owns the memory. Copies
 /// share the buffer until one of them is changed. `description` shows only the length; equality is
 /// compared in constant time and hashing uses the length alone, so neither leaks the content.
-public struct SecretBytes: Sendable, Hashable, CustomStringConvertible, CustomDebugStringConvertible {
+public struct SecretBytes: @unchecked Sendable, Hashable, CustomStringConvertible, CustomDebugStringConvertible {
+    // Safety: `storage` is written only through the mutating members below, which first make it
+    // unique (isKnownUniquelyReferenced) — the copy-on-write discipline of Array's buffer — so a
+    // storage shared between threads is only ever read.
     @usableFromInline var storage: Storage
 
     /// `count` zero bytes.
     public init(count: Int = 0) {
-        storage = Storage(capacity: count)
+        storage = Storage.make(capacity: count)
+        storage.pointer.initializeMemory(as: UInt8.self, repeating: 0, count: count)
         storage.count = count
     }
 
     /// An empty buffer with room for `capacity` bytes before it must grow.
     public init(capacity: Int) {
-        storage = Storage(capacity: capacity)
+        storage = Storage.make(capacity: capacity)
     }
 
     /// A copy of `bytes` (the caller wipes its own copy if it must).
     public init(copying bytes: UnsafeRawBufferPointer) {
-        storage = Storage(capacity: bytes.count)
+        storage = Storage.make(capacity: bytes.count)
         append(contentsOf: bytes)
     }
 
     /// A copy of `bytes` (the caller wipes its own copy if it must).
     public init(_ bytes: some Collection<UInt8>) {
-        storage = Storage(capacity: bytes.count)
+        storage = Storage.make(capacity: bytes.count)
         storage.count = bytes.count
-        let buffer = UnsafeMutableRawBufferPointer(start: storage.pointer, count: bytes.count)
-        _ = buffer.copyBytes(from: bytes) as Void?
+        UnsafeMutableRawBufferPointer(start: storage.pointer, count: bytes.count).copyBytes(from: bytes)
     }
 
     /// The number of bytes.
-    public var count: Int { storage.count }
+    @inlinable public var count: Int { storage.count }
     /// Whether there are no bytes.
-    public var isEmpty: Bool { storage.count == 0 }
+    @inlinable public var isEmpty: Bool { storage.count == 0 }
 
     /// The bytes as an ordinary array: a copy nothing will wipe. Only for handing a secret to code
     /// that takes arrays and owns the result (an app's own `Data`).
@@ -55,24 +58,24 @@ public struct SecretBytes: Sendable, Hashable, CustomStringConvertible, CustomDe
     public mutating func withUnsafeMutableBytes<R, E: Error>(_ body: (UnsafeMutableRawBufferPointer) throws(E) -> R)
         throws(E) -> R
     {
-        makeUnique(capacity: storage.capacity)
+        makeUnique(capacity: storage.room)
         return try body(UnsafeMutableRawBufferPointer(start: storage.pointer, count: storage.count))
     }
 
     /// Makes room for `capacity` bytes in all.
     public mutating func reserveCapacity(_ capacity: Int) {
-        if capacity > storage.capacity || !isKnownUniquelyReferenced(&storage) {
-            makeUnique(capacity: Swift.max(capacity, storage.capacity))
+        if capacity > storage.room || !isKnownUniquelyReferenced(&storage) {
+            makeUnique(capacity: Swift.max(capacity, storage.room))
         }
     }
 
     /// Appends `bytes`, growing (into a new buffer, the old one zeroed) when needed.
+    @inlinable
     public mutating func append(contentsOf bytes: UnsafeRawBufferPointer) {
         guard bytes.count > 0 else { return }
         let needed = storage.count + bytes.count
-        if needed > storage.capacity || !isKnownUniquelyReferenced(&storage) {
-            makeUnique(
-                capacity: needed > storage.capacity ? Swift.max(needed, storage.capacity * 2, 64) : storage.capacity)
+        if needed > storage.room || !isKnownUniquelyReferenced(&storage) {
+            makeUnique(capacity: needed > storage.room ? Swift.max(needed, storage.room * 2, 64) : storage.room)
         }
         (storage.pointer + storage.count).copyMemory(from: bytes.baseAddress!, byteCount: bytes.count)
         storage.count = needed
@@ -89,16 +92,22 @@ public struct SecretBytes: Sendable, Hashable, CustomStringConvertible, CustomDe
     }
 
     /// Appends one byte.
+    @inlinable
     public mutating func append(_ byte: UInt8) {
-        var b = byte
-        Swift.withUnsafeBytes(of: &b) { append(contentsOf: $0) }
+        if storage.count < storage.room && isKnownUniquelyReferenced(&storage) {
+            storage.pointer.storeBytes(of: byte, toByteOffset: storage.count, as: UInt8.self)
+            storage.count += 1
+        } else {
+            var b = byte
+            Swift.withUnsafeBytes(of: &b) { append(contentsOf: $0) }
+        }
     }
 
     /// Drops the first `n` bytes, moving the rest to the front and zeroing what was behind them.
     public mutating func removeFirst(_ n: Int) {
         precondition(n >= 0 && n <= count, "removeFirst beyond the end")
         guard n > 0 else { return }
-        makeUnique(capacity: storage.capacity)
+        makeUnique(capacity: storage.room)
         let rest = storage.count - n
         if rest > 0 { storage.pointer.copyMemory(from: storage.pointer + n, byteCount: rest) }
         explicit_bzero(storage.pointer + rest, n)
@@ -108,10 +117,10 @@ public struct SecretBytes: Sendable, Hashable, CustomStringConvertible, CustomDe
     /// Zeroes and empties the buffer, keeping its capacity when `keepingCapacity`.
     public mutating func removeAll(keepingCapacity: Bool = false) {
         if keepingCapacity && isKnownUniquelyReferenced(&storage) {
-            explicit_bzero(storage.pointer, storage.capacity)
+            explicit_bzero(storage.pointer, storage.room)
             storage.count = 0
         } else {
-            storage = Storage(capacity: keepingCapacity ? storage.capacity : 0)
+            storage = Storage.make(capacity: keepingCapacity ? storage.room : 0)
         }
     }
 
@@ -129,8 +138,8 @@ public struct SecretBytes: Sendable, Hashable, CustomStringConvertible, CustomDe
 
     @usableFromInline
     mutating func makeUnique(capacity: Int) {
-        if isKnownUniquelyReferenced(&storage) && capacity == storage.capacity { return }
-        let copy = Storage(capacity: Swift.max(capacity, storage.count))
+        if isKnownUniquelyReferenced(&storage) && capacity == storage.room { return }
+        let copy = Storage.make(capacity: Swift.max(capacity, storage.count))
         copy.pointer.copyMemory(from: storage.pointer, byteCount: storage.count)
         copy.count = storage.count
         storage = copy  // the old buffer is zeroed when its last holder lets go
@@ -154,25 +163,51 @@ public struct SecretBytes: Sendable, Hashable, CustomStringConvertible, CustomDe
     /// The length only, never the bytes.
     public var debugDescription: String { description }
 
-    /// The memory: malloc'ed, zeroed in full (capacity, not just count) before it is freed.
+    /// The memory, allocated with the object (one allocation, as an array's), zeroed in full
+    /// (capacity, not just count) before it is freed.
     @usableFromInline
-    final class Storage: @unchecked Sendable {
-        // Safety: written only through SecretBytes' mutating members, which first make the storage
-        // unique (isKnownUniquelyReferenced) — the copy-on-write discipline of Array's buffer — so a
-        // storage shared between threads is only ever read.
-        @usableFromInline let pointer: UnsafeMutableRawPointer
-        @usableFromInline let capacity: Int
-        @usableFromInline var count = 0
+    final class Storage: ManagedBuffer<StorageHeader, UInt8> {
 
-        init(capacity: Int) {
-            self.capacity = capacity
-            guard let p = calloc(Swift.max(capacity, 1), 1) else { fatalError("out of memory") }
-            pointer = p
+        /// A buffer with room for `capacity` bytes (its content undefined until written).
+        @usableFromInline
+        static func make(capacity: Int) -> Storage {
+            let size = Swift.max(capacity, 1)
+            let buffer = Storage.create(minimumCapacity: size) { _ in StorageHeader(count: 0, room: size) }
+            return unsafeDowncast(buffer, to: Storage.self)
         }
+
+        /// The first byte (stable for the object's life).
+        @inlinable
+        var pointer: UnsafeMutableRawPointer {
+            withUnsafeMutablePointerToElements { UnsafeMutableRawPointer($0) }
+        }
+
+        /// Bytes in use.
+        @inlinable
+        var count: Int {
+            get { header.count }
+            set { header.count = newValue }
+        }
+
+        /// Bytes that fit without growing (what was asked for; the allocation may be larger).
+        @inlinable
+        var room: Int { header.room }
 
         deinit {
-            explicit_bzero(pointer, capacity)
-            free(pointer)
+            _ = withUnsafeMutablePointerToElements { explicit_bzero($0, header.room) }
         }
+    }
+}
+
+/// The count and room kept in front of a `SecretBytes` buffer.
+@usableFromInline
+struct StorageHeader {
+    @usableFromInline var count: Int
+    @usableFromInline let room: Int
+
+    @usableFromInline
+    init(count: Int, room: Int) {
+        self.count = count
+        self.room = room
     }
 }
