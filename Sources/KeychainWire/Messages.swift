@@ -96,11 +96,9 @@ public struct Response: Sendable {
     /// message, needsPassphrase): the same bytes as `Frame.encode(value)`, without building a map on
     /// the hot path.
     public func frame() -> [UInt8] {
-        var out: [UInt8] = [0, 0, 0, 0]
-        out.reserveCapacity(64 + (result.map { if case .bytes(let b) = $0 { return b.count }; return 64 } ?? 0))
-        write(into: &out)
-        Frame.patchLength(&out)
-        return out
+        var out = SecretBytes(capacity: 64 + (result.map { if case .bytes(let b) = $0 { return b.count }; return 64 } ?? 0))
+        appendFrame(to: &out)
+        return out.unprotectedArray
     }
 
     /// Appends the response's frame to `out`, in wiping storage: what the daemon sends (a result may
@@ -110,26 +108,6 @@ public struct Response: Sendable {
         out.append(contentsOf: [0, 0, 0, 0])
         write(into: &out)
         Frame.patchLength(&out, from: start)
-    }
-
-    private func write(into out: inout [UInt8]) {
-        CBOR.appendMapHeader(fieldCount, into: &out)
-        CBOR.appendText("id", into: &out)
-        CBOR.encode(.int(id), into: &out)
-        if let result {
-            CBOR.appendText("result", into: &out)
-            CBOR.encode(result, into: &out)
-        }
-        CBOR.appendText("status", into: &out)
-        CBOR.encode(.int(Int64(status.rawValue)), into: &out)
-        if let message {
-            CBOR.appendText("message", into: &out)
-            CBOR.encode(.text(message), into: &out)
-        }
-        if needsPassphrase {
-            CBOR.appendText("needsPassphrase", into: &out)
-            CBOR.encode(.bool(true), into: &out)
-        }
     }
 
     private func write(into out: inout SecretBytes) {
