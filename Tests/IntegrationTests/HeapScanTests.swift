@@ -81,9 +81,10 @@ final class HeapScanTests: XCTestCase {
         }
         XCTAssertGreaterThan(scanned, 1 << 20, "the scan read almost nothing of the daemon's memory")
         if skipped > 0 {
-            // Only under ASan/TSan, whose allocators live in such reservations: there the scan covers
-            // what it can, and the plain debug run of the suite is the one that proves the claim.
-            print("HeapScanTests: \(skipped) mappings over \(Self.largestMapping >> 30) GiB not scanned (sanitizer shadow)")
+            // Only under ASan/TSan: their allocators keep the heap inside such reservations, so the
+            // scan could not see the daemon's heap and would prove nothing. The plain debug run of
+            // the suite (scripts/test runs it before the sanitizers) is the one that makes the claim.
+            throw XCTSkip("a sanitizer runtime keeps the daemon's heap in \(skipped) mappings over \(Self.largestMapping >> 30) GiB, too large to read")
         }
         return found
     }
@@ -148,11 +149,13 @@ final class HeapScanTests: XCTestCase {
         XCTAssertEqual(afterClose, [], "the secret is still in the daemon's memory after the connection ended")
     }
 
-    /// The scan finds what is there: a secret the daemon was never given is absent, and the daemon's
-    /// own marker strings (its log messages) are present.
+    /// The scan finds what is there: the daemon's socket path, which it keeps in its heap (a path
+    /// this test made up), and not a secret the daemon was never given.
     func testTheScanSeesTheDaemonsMemory() throws {
         let pid = try XCTUnwrap(daemon.process?.processIdentifier)
-        XCTAssertFalse(try copies(of: Array("database rows match their sealed row-state record".utf8), in: pid).isEmpty)
-        XCTAssertTrue(try copies(of: distinctiveSecret(), in: pid).isEmpty)
+        let own = try copies(of: Array(daemon.socketPath.utf8), in: pid)
+        XCTAssertFalse(own.isEmpty, "the scan did not find the daemon's own socket path in its memory")
+        let absent = try copies(of: distinctiveSecret(), in: pid)
+        XCTAssertTrue(absent.isEmpty)
     }
 }
