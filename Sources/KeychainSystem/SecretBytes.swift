@@ -81,6 +81,23 @@ public struct SecretBytes: @unchecked Sendable, Hashable, CustomStringConvertibl
         storage.count = needed
     }
 
+    /// Lets `body` write up to `count` bytes straight after the bytes held (growing first when
+    /// needed) and keeps as many as it says it wrote: reading from a socket without a second buffer.
+    /// `body` must write no more than it reports.
+    @inlinable
+    public mutating func append<E: Error>(
+        upTo count: Int, _ body: (UnsafeMutableRawBufferPointer) throws(E) -> Int
+    ) throws(E) -> Int {
+        let needed = storage.count + count
+        if needed > storage.room || !isKnownUniquelyReferenced(&storage) {
+            makeUnique(capacity: needed > storage.room ? Swift.max(needed, storage.room * 2, 64) : storage.room)
+        }
+        let written = try body(UnsafeMutableRawBufferPointer(start: storage.pointer + storage.count, count: count))
+        precondition(written >= 0 && written <= count, "wrote outside the space given")
+        storage.count += written
+        return written
+    }
+
     /// Appends the bytes of `other`.
     public mutating func append(contentsOf other: SecretBytes) {
         other.withUnsafeBytes { append(contentsOf: $0) }
@@ -117,7 +134,9 @@ public struct SecretBytes: @unchecked Sendable, Hashable, CustomStringConvertibl
     /// Zeroes and empties the buffer, keeping its capacity when `keepingCapacity`.
     public mutating func removeAll(keepingCapacity: Bool = false) {
         if keepingCapacity && isKnownUniquelyReferenced(&storage) {
-            explicit_bzero(storage.pointer, storage.room)
+            // Bytes past `count` never hold anything kept (every way of shrinking zeroes what it
+            // drops), so zeroing what is in use is enough.
+            explicit_bzero(storage.pointer, storage.count)
             storage.count = 0
         } else {
             storage = Storage.make(capacity: keepingCapacity ? storage.room : 0)

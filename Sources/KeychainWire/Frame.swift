@@ -68,6 +68,15 @@ public struct FrameBuffer: Sendable {
         storage.append(contentsOf: bytes)
     }
 
+    /// Lets `receive` write up to `count` bytes straight into the buffer (a socket read without an
+    /// intermediate buffer); returns what `receive` returned (0: end of stream).
+    public mutating func receive<E: Error>(
+        upTo count: Int, _ receive: (UnsafeMutableRawBufferPointer) throws(E) -> Int
+    ) throws(E) -> Int {
+        compact()
+        return try storage.append(upTo: count, receive)
+    }
+
     public mutating func append(_ bytes: [UInt8]) {
         bytes.withUnsafeBytes { append($0) }
     }

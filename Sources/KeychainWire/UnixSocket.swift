@@ -110,18 +110,19 @@ public final class UnixSocket: Sendable {
 
     /// Reads one whole frame body, or nil at a clean end of stream between frames.
     public func readFrame(_ frames: inout FrameBuffer) throws(KeychainError) -> SecretBytes? {
-        var chunk = SecretBytes(count: 16 * 1024)
         while true {
             if let body = try frames.next() { return body }
             let n: Int
-            do { n = try chunk.withUnsafeMutableBytes { (b) throws(Errno) in try socket.receive(into: b) } } catch {
+            do {
+                // Straight into the frame buffer (wiping storage): no second copy of what arrives.
+                n = try frames.receive(upTo: 16 * 1024) { (b) throws(Errno) in try socket.receive(into: b) }
+            } catch {
                 throw KeychainError(.notAvailable, error)
             }
             if n == 0 {
                 if frames.pendingCount == 0 { return nil }
                 throw KeychainError(.notAvailable, "connection closed in the middle of a frame")
             }
-            chunk.withUnsafeBytes { frames.append(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
         }
     }
 
