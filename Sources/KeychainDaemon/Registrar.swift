@@ -1,6 +1,4 @@
-#if canImport(Glibc)
-import Glibc
-#endif
+import KeychainSystem
 import KeychainCore
 import KeychainItems
 
@@ -100,8 +98,9 @@ final class Registrar: Sendable {
 
 /// What one connection knows about its peer: the facts read at accept, and the app they map to in a
 /// given registry generation (looked up again only when the registry changed).
-final class ConnectionPeer: @unchecked Sendable {
-    // Safety: used by its connection's thread only.
+///
+/// Not Sendable: made and used by its connection's own thread only.
+final class ConnectionPeer {
     let identity: PeerIdentity
     private var cached: (generation: Int, result: Result<AppEntry, KeychainIdentityError>)?
 

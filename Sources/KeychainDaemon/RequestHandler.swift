@@ -1,11 +1,9 @@
-#if canImport(Glibc)
-import Glibc
-#endif
 import Synchronization
 import KeychainCore
-import KeychainWire
-import KeychainItems
 import KeychainCrypto
+public import KeychainItems
+import KeychainSystem
+public import KeychainWire
 
 /// Turns one frame body into one response: decodes the request, finds who is calling, asks the
 /// access policy (KeychainItems/AccessPolicy.swift), and calls the item service. Knows no sockets.
@@ -50,12 +48,14 @@ public final class RequestHandler: Sendable {
 
     /// One request from a peer identified afresh (the fuzz target; connections use a `ConnectionPeer`).
     public func handle(frame body: [UInt8], peer: PeerIdentity) -> Outcome {
-        handle(frame: body, peer: ConnectionPeer(peer))
+        handle(frame: SecretBytes(body), peer: ConnectionPeer(peer))
     }
 
-    func handle(frame body: [UInt8], peer: ConnectionPeer) -> Outcome {
+    /// One request from a connection. Secrets in it (`secretRequestKeys`) are decoded straight into
+    /// wiping storage, so the decoded request leaves no copy of them behind.
+    func handle(frame body: SecretBytes, peer: ConnectionPeer) -> Outcome {
         let value: Value
-        do { value = try CBOR.decode(body) } catch {
+        do { value = try CBOR.decode(body, secretKeys: secretRequestKeys) } catch {
             return Outcome(response: Response(id: 0, error: KeychainError(.param, "request is not valid CBOR: \(error.message)")),
                            closeAfter: true)
         }
@@ -75,7 +75,7 @@ public final class RequestHandler: Sendable {
     }
 
     private func serve(_ request: Request, peer: ConnectionPeer) throws(KeychainError) -> Value? {
-        guard let action = AccessPolicy.Action(rawValue: request.op) else {
+        guard let action = Operation(rawValue: request.op) else {
             throw .param("unknown op \"\(request.op)\" (known: \(Operation.allCases.map(\.rawValue).joined(separator: ", ")))")
         }
         // Secrets in the request's arguments are copied into guarded memory when used and the
@@ -103,7 +103,7 @@ public final class RequestHandler: Sendable {
         case .allow:
             break
         }
-        if action.isItemAction, let c = caller {
+        if action.isItemOperation, let c = caller {
             // Activity for auto-lock, counted before the work so a slow request is not followed by a lock.
             touch()
             caller = try withPresence(c, args, passphraseSet: passphraseSet)
@@ -141,7 +141,7 @@ public final class RequestHandler: Sendable {
         return c
     }
 
-    private func requiredPresence(_ args: Arguments, _ action: AccessPolicy.Action) throws(KeychainError) -> SecureBytes {
+    private func requiredPresence(_ args: Arguments, _ action: Operation) throws(KeychainError) -> SecureBytes {
         guard let p = try args.secret(Arguments.presenceKey, required: false) else {
             throw KeychainError.passphraseNeeded("op \"\(action.rawValue)\" needs the keychain passphrase (\"\(Arguments.presenceKey)\"): an administrator proves the user's presence while a passphrase is set")
         }
@@ -150,7 +150,7 @@ public final class RequestHandler: Sendable {
 
     // MARK: SecItem calls
 
-    private func item(_ action: AccessPolicy.Action, _ request: Request, caller: Caller) throws(KeychainError) -> Value? {
+    private func item(_ action: Operation, _ request: Request, caller: Caller) throws(KeychainError) -> Value? {
         let op = action.rawValue
         for key in request.arguments.keys where key != Arguments.presenceKey {
             throw .param("unknown request key \"\(Arguments.printable(key))\" for op \"\(op)\"")
@@ -176,7 +176,7 @@ public final class RequestHandler: Sendable {
 
     // MARK: Admin operations (docs/protocol.md §11)
 
-    private func admin(_ action: AccessPolicy.Action, _ args: Arguments, caller: Caller) throws(KeychainError) -> Value? {
+    private func admin(_ action: Operation, _ args: Arguments, caller: Caller) throws(KeychainError) -> Value? {
         switch action {
         case .lock:
             try args.expect([])
@@ -320,6 +320,8 @@ public final class RequestHandler: Sendable {
                 return nil
             case .bytes(let b)?:
                 return try PasswordHash.passphrase(b)
+            case .secret(let s)?:
+                return try s.withUnsafeBytes { (b) throws(KeychainError) in try PasswordHash.passphrase(b) }
             case let other?:
                 throw .param("\"\(key)\" must be bytes, not \(other.kindName)")
             }
@@ -371,19 +373,5 @@ public final class RequestHandler: Sendable {
         if let bus { result["secretService"] = .map(bus.fields) }
         if case .failure(let why) = identified { result["unidentified"] = .text(why.message) }
         return .map(result)
-    }
-}
-
-enum MonotonicClock {
-    static func now() -> Double {
-        var ts = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &ts)
-        return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
-    }
-
-    static func milliseconds() -> Int64 {
-        var ts = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &ts)
-        return Int64(ts.tv_sec) * 1000 + Int64(ts.tv_nsec) / 1_000_000
     }
 }
