@@ -158,25 +158,11 @@ final class DaemonHarness: @unchecked Sendable {
 
     /// Runs a program to completion; returns exit status and its output.
     @discardableResult
-    func run(_ executable: String, _ args: [String], stdin: String? = nil, environment: [String: String] = [:]) throws -> (status: Int32, stdout: String, stderr: String) {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: executable)
-        p.arguments = args
+    func run(_ executable: String, _ args: [String], stdin: String? = nil, environment: [String: String] = [:]) throws -> ProgramResult {
         var env = ProcessInfo.processInfo.environment
         env["KEYCHAIND_SOCKET"] = socketPath
         for (k, v) in environment { env[k] = v }
-        p.environment = env
-        let out = Pipe(), err = Pipe(), input = Pipe()
-        p.standardOutput = out
-        p.standardError = err
-        p.standardInput = input
-        try p.run()
-        if let stdin { input.fileHandleForWriting.write(Data(stdin.utf8)) }
-        try? input.fileHandleForWriting.close()
-        let o = out.fileHandleForReading.readDataToEndOfFile()
-        let e = err.fileHandleForReading.readDataToEndOfFile()
-        p.waitUntilExit()
-        return (p.terminationStatus, String(decoding: o, as: UTF8.self), String(decoding: e, as: UTF8.self))
+        return try runToCompletion(executable, args, environment: env, stdin: stdin)
     }
 }
 

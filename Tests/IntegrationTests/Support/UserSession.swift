@@ -148,23 +148,9 @@ final class UserSession: @unchecked Sendable {
 
     /// Runs `executable` as `uid` to completion.
     @discardableResult
-    func run(_ executable: String, _ args: [String], stdin: String? = nil) throws -> (status: Int32, stdout: String, stderr: String) {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
-        p.arguments = setpriv + [executable] + args
-        p.environment = environment
-        p.currentDirectoryURL = URL(fileURLWithPath: home)
-        let out = Pipe(), err = Pipe(), input = Pipe()
-        p.standardOutput = out
-        p.standardError = err
-        p.standardInput = input
-        try p.run()
-        if let stdin { input.fileHandleForWriting.write(Data(stdin.utf8)) }
-        try? input.fileHandleForWriting.close()
-        let o = out.fileHandleForReading.readDataToEndOfFile()
-        let e = err.fileHandleForReading.readDataToEndOfFile()
-        p.waitUntilExit()
-        return (p.terminationStatus, String(decoding: o, as: UTF8.self), String(decoding: e, as: UTF8.self))
+    func run(_ executable: String, _ args: [String], stdin: String? = nil) throws -> ProgramResult {
+        try runToCompletion("/usr/bin/setpriv", setpriv + [executable] + args, environment: environment,
+                            currentDirectory: home, stdin: stdin)
     }
 
     /// A file only `uid` can read (a passphrase file for keychainctl).
