@@ -213,7 +213,7 @@ public struct SecretBytes: @unchecked Sendable, Hashable, CustomStringConvertibl
         var room: Int { header.room }
 
         deinit {
-            _ = withUnsafeMutablePointerToElements { explicit_bzero($0, header.room) }
+            withUnsafeMutablePointerToElements { explicit_bzero($0, header.room) }
         }
     }
 }
