@@ -6,11 +6,13 @@
  *       adds the bench item (service bench.copy, account alice) when missing, copies it once, checks
  *       the secret came back, and prints the size of the daemon's answer frame (for floor-echo).
  *   floor-client run --echo SOCKET [--echo SOCKET] --daemon SOCKET [--rounds 5] [--ops 20000]
- *                    [--clients 8] [--random-of N] [--label L] [--no-throughput]
+ *                    [--clients 8] [--random-of N] [--label L] [--no-throughput] [--also NAME=SOCKET …]
  *       per round: each echo's latency, the daemon's latency, each echo's throughput, the daemon's
  *       throughput (clients connections, one thread each); prints one JSON object of medians over
  *       rounds. With two echo servers (floor-echo --threads and --epoll) the floor of each figure is
  *       the better of the two (lower latency, higher throughput); both are printed too.
+ *       --also NAME=SOCKET: a reference server measured the same way in every round (NAME_p50_us,
+ *       NAME_ops_s), not part of the floor (floor-echo --isolation, --secure).
  *       --random-of N: every copy names a random one of N filled items (service bench.fill,
  *       accounts user0 … user<N-1>, as keychaind-bench --fill makes them); the echo gets the same bytes.
  *   floor-client copies DAEMON_SOCKET N
@@ -219,14 +221,20 @@ int main(int argc, char **argv) {
         return 2;
     }
     const char *echo[2] = { NULL, NULL }, *daemon = NULL, *label = "run";
-    int echoes = 0;
+    int echoes = 0, alsos = 0;
+    const char *also_name[4], *also_path[4];
     int rounds = 5, ops = 20000, clients = 8, random_of = 0, tput = 1;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--no-throughput") == 0) { tput = 0; continue; }
         if (!v) die("an option needs a value");
-        if (strcmp(a, "--echo") == 0) { if (echoes == 2) die("at most two --echo"); echo[echoes++] = v; }
+        if (strcmp(a, "--also") == 0) {
+            const char *eq = strchr(v, '=');
+            if (!eq || alsos == 4) die("--also NAME=SOCKET (at most 4)");
+            also_name[alsos] = strndup(v, (size_t)(eq - v));
+            also_path[alsos++] = eq + 1;
+        } else if (strcmp(a, "--echo") == 0) { if (echoes == 2) die("at most two --echo"); echo[echoes++] = v; }
         else if (strcmp(a, "--daemon") == 0) daemon = v;
         else if (strcmp(a, "--rounds") == 0) rounds = atoi(v);
         else if (strcmp(a, "--ops") == 0) ops = atoi(v);
@@ -254,11 +262,14 @@ int main(int argc, char **argv) {
         fr.f[0] = request(2, "copy", "bench.copy", "alice", 0);
     }
     double ep50[2][100], ep99[2][100], dp50[100], dp99[100], eops[2][100], dops[100];
+    double ap50[4][100], ap99[4][100], aops[4][100];
     for (int r = 0; r < rounds; r++) {
         for (int e = 0; e < echoes; e++) latency(echo[e], &fr, ops, &ep50[e][r], &ep99[e][r]);
+        for (int e = 0; e < alsos; e++) latency(also_path[e], &fr, ops, &ap50[e][r], &ap99[e][r]);
         latency(daemon, &fr, ops, &dp50[r], &dp99[r]);
         if (tput) {
             for (int e = 0; e < echoes; e++) eops[e][r] = throughput(echo[e], &fr, clients, ops);
+            for (int e = 0; e < alsos; e++) aops[e][r] = throughput(also_path[e], &fr, clients, ops);
             dops[r] = throughput(daemon, &fr, clients, ops);
         }
     }
@@ -282,6 +293,15 @@ int main(int argc, char **argv) {
         if (tput) {
             snprintf(key, sizeof key, "echo%d_ops_s", e + 1);
             print_num(key, m8[e], 0);
+        }
+    }
+    for (int e = 0; e < alsos; e++) {
+        char key[96];
+        snprintf(key, sizeof key, "%s_p50_us", also_name[e]);
+        print_num(key, median(ap50[e], rounds) * 1e6, 0);
+        if (tput) {
+            snprintf(key, sizeof key, "%s_ops_s", also_name[e]);
+            print_num(key, median(aops[e], rounds), 0);
         }
     }
     print_num("copy_p50_us", d50 * 1e6, 0);
