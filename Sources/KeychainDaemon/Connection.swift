@@ -74,6 +74,7 @@ final class Connection: @unchecked Sendable {
         var input = [UInt8](repeating: 0, count: 4 * 1024)
         var output: [UInt8] = []
         var held = 0    // this connection's share of the budget
+        let memo = CopyMemo()
         defer {
             zero(&input)
             _ = budget.adjust(by: -held)
@@ -122,7 +123,7 @@ final class Connection: @unchecked Sendable {
                     break
                 }
                 guard var body else { break }
-                let outcome = handler.handle(frame: body, peer: peer)
+                let outcome = handler.handle(frame: body, peer: peer, memo: memo)
                 zero(&body)
                 output.append(contentsOf: outcome.response.frame())
                 // Answers to a long pipeline go out as they pile up, so one client cannot make the

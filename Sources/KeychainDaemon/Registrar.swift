@@ -114,4 +114,7 @@ final class ConnectionPeer: @unchecked Sendable {
         cached = (generation, result)
         return result
     }
+
+    /// The registry generation of the last `app(in:)` answer (0 before the first).
+    var generation: Int { cached?.generation ?? 0 }
 }

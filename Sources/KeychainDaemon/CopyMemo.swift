@@ -1,0 +1,65 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import KeychainItems
+
+/// One connection's memo of compiled `copy` queries, keyed by the bytes of the request's `query`.
+///
+/// A client asks for the same few items again and again, in requests of one shape (`RequestShape`):
+/// only the id differs. The first such request is decoded, checked and served in full; its compiled
+/// query (parsed, scoped to the caller, blind-index digests computed) is kept here with the bytes of
+/// its `query`, and a later request whose `query` bytes are identical skips CBOR decoding, parsing,
+/// the policy decision and the digests. The rows are still read, opened and checked on every request
+/// (the store, its lookup cache and the class keys decide), so writes, locks and row damage show at once.
+///
+/// What makes a memo entry valid is everything the skipped work depended on besides the query bytes:
+/// the caller (which app the connection's peer is, fixed for a registry generation) and whether a
+/// keychain passphrase is set (an administrator's presence). An entry records both and is used only
+/// while both are unchanged; any reload of the registrations (approve, revoke, passwd, unlock,
+/// SIGHUP) makes every entry stale. Nothing secret is kept: queries carrying `v_Data` are not
+/// remembered, and a compiled query holds digests and attribute filters only.
+///
+/// Used by its connection's thread only.
+final class CopyMemo {
+    /// What the skipped work depended on besides the query bytes.
+    struct Token: Equatable {
+        var registryGeneration: Int
+        var passphraseSet: Bool
+    }
+
+    private struct Entry {
+        var query: [UInt8]
+        var token: Token
+        var compiled: ItemService.CompiledCopy
+    }
+
+    /// Direct-mapped by a hash of the query bytes: no allocation and no hashing of Swift values on a hit.
+    static let slots = 64
+    private var entries: [Entry?]
+
+    init() {
+        entries = Array(repeating: nil, count: Self.slots)
+    }
+
+    private static func slot(_ bytes: UnsafeRawBufferPointer) -> Int {
+        // FNV-1a: cheap, and a collision only costs a miss (the bytes are compared in full).
+        var h: UInt64 = 0xcbf2_9ce4_8422_2325
+        for b in bytes { h = (h ^ UInt64(b)) &* 0x100_0000_01b3 }
+        return Int(truncatingIfNeeded: h ^ (h >> 32)) & (slots - 1)
+    }
+
+    /// The compiled query remembered for exactly these `query` bytes under `token`, else nil.
+    func lookup(_ query: UnsafeRawBufferPointer, token: Token) -> ItemService.CompiledCopy? {
+        guard !query.isEmpty else { return nil }
+        guard let entry = entries[Self.slot(query)], entry.token == token,
+              entry.query.count == query.count,
+              entry.query.withUnsafeBytes({ memcmp($0.baseAddress!, query.baseAddress!, query.count) == 0 }) else { return nil }
+        return entry.compiled
+    }
+
+    /// Remembers `compiled` for these `query` bytes (never a query that carries a secret).
+    func store(_ query: UnsafeRawBufferPointer, token: Token, compiled: ItemService.CompiledCopy) {
+        guard !compiled.carriesSecret else { return }
+        entries[Self.slot(query)] = Entry(query: Array(query), token: token, compiled: compiled)
+    }
+}
