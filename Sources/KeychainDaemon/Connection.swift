@@ -125,7 +125,8 @@ final class Connection: @unchecked Sendable {
                 guard var body else { break }
                 let outcome = handler.handle(frame: body, peer: peer, memo: memo)
                 zero(&body)
-                output.append(contentsOf: outcome.response.frame())
+                outcome.response.appendFrame(to: &output)
+                outcome.wipeResult()
                 // Answers to a long pipeline go out as they pile up, so one client cannot make the
                 // daemon buffer a gigabyte of responses to a single read.
                 if output.count >= Self.flushBytes {

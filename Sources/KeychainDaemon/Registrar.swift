@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import Synchronization
 import KeychainCore
 import KeychainItems
 
@@ -14,6 +15,8 @@ final class Registrar: Sendable {
     private let bundledCLI: String?
     private let items: ItemService
     private let state: Locked<(registry: AppRegistry, generation: Int)>
+    /// The generation of `state`, readable without the lock (stored after the registry it counts).
+    private let latestGeneration = Atomic<Int>(1)
 
     init(systemDirectories: [String], userDirectory: String, bundledCLI: String?, items: ItemService) throws(ConfigurationError) {
         self.systemDirectories = systemDirectories
@@ -37,6 +40,11 @@ final class Registrar: Sendable {
 
     var current: (registry: AppRegistry, generation: Int) { state.withLock { $0 } }
 
+    /// The current generation alone, without taking the lock or copying the registry: a connection
+    /// asks it before every request. A reload is seen by every request that starts after the reload
+    /// returned (approve, revoke and passwd answer their caller only then).
+    var generation: Int { latestGeneration.load(ordering: .acquiring) }
+
     /// The user's `apps.d`, where `approve` reads files.
     var userAppsDirectory: String { userDirectory }
 
@@ -47,7 +55,10 @@ final class Registrar: Sendable {
         do {
             let registry = try Self.load(systemDirectories: systemDirectories, userDirectory: userDirectory,
                                          bundledCLI: bundledCLI, items: items)
-            state.withLock { $0 = (registry, $0.generation + 1) }
+            state.withLock {
+                $0 = (registry, $0.generation + 1)
+                latestGeneration.store($0.generation, ordering: .releasing)
+            }
             Log.info("apps reloaded", [("why", why), ("apps", String(registry.registrations.count)),
                                        ("untrusted", String(registry.untrusted.count))])
             Self.logUntrusted(registry)
@@ -108,8 +119,8 @@ final class ConnectionPeer: @unchecked Sendable {
     init(_ identity: PeerIdentity) { self.identity = identity }
 
     func app(in registrar: Registrar) -> Result<AppEntry, KeychainIdentityError> {
+        if let cached, cached.generation == registrar.generation { return cached.result }
         let (registry, generation) = registrar.current
-        if let cached, cached.generation == generation { return cached.result }
         let result = registry.identify(identity)
         cached = (generation, result)
         return result

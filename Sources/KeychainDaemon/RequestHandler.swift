@@ -46,6 +46,19 @@ public final class RequestHandler: Sendable {
     public struct Outcome {
         public var response: Response
         public var closeAfter: Bool
+        /// The result is a secret read for this request alone (a memoized copy): wiped once framed.
+        var resultIsSecret = false
+
+        public init(response: Response, closeAfter: Bool) {
+            self.response = response
+            self.closeAfter = closeAfter
+        }
+
+        /// Zeroes the returned secret in place once it has been framed.
+        func wipeResult() {
+            guard resultIsSecret, case .bytes(let b)? = response.result else { return }
+            Sodium.wipeShared(b)
+        }
     }
 
     /// One request from a peer identified afresh (the fuzz target; connections use a `ConnectionPeer`).
@@ -102,7 +115,9 @@ public final class RequestHandler: Sendable {
         guard let compiled = found else { return nil }
         touch()
         do {
-            return Outcome(response: Response(id: shape.id, result: try items.copy(compiled)), closeAfter: false)
+            var outcome = Outcome(response: Response(id: shape.id, result: try items.copy(compiled)), closeAfter: false)
+            outcome.resultIsSecret = true
+            return outcome
         } catch {
             return Outcome(response: Response(id: shape.id, error: error), closeAfter: false)
         }

@@ -189,15 +189,16 @@ public final class ItemService: Sendable {
             }
         }
         guard !found.isEmpty else { throw Self.notFound }
-        if parsed.returns.data {
+        let caller = compiled.caller
+        if parsed.returns.data && caller.isAdmin && !caller.hasPresence {
             // The group of a key-only match is the one the query's digest was computed for.
-            try AccessPolicy.checkAdminReach(found.map { $0.attributes["agrp"]?.text ?? scope?.first ?? "" }, .readSecrets, compiled.caller)
+            try AccessPolicy.checkAdminReach(found.map { $0.attributes["agrp"]?.text ?? scope?.first ?? "" }, .readSecrets, caller)
         }
         guard parsed.returns.any else { return nil }
-        let values = found.map {
-            ResultShape.value(attributes: $0.attributes, secret: $0.secret ?? [], ref: $0.row.ref, returns: parsed.returns)
+        func shaped(_ item: OpenedItem) -> Value {
+            ResultShape.value(attributes: item.attributes, secret: item.secret ?? [], ref: item.row.ref, returns: parsed.returns)
         }
-        return parsed.limit.returnsArray ? .array(values) : values[0]
+        return parsed.limit.returnsArray ? .array(found.map(shaped)) : shaped(found[0])
     }
 
     // MARK: SecItemUpdate

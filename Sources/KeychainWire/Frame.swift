@@ -18,11 +18,16 @@ public enum Frame {
 
     /// Writes the body length into the 4 header bytes reserved at the start of `frame`.
     public static func patchLength(_ frame: inout [UInt8]) {
-        let n = UInt32(frame.count - 4)
-        frame[0] = UInt8(n >> 24)
-        frame[1] = UInt8(truncatingIfNeeded: n >> 16)
-        frame[2] = UInt8(truncatingIfNeeded: n >> 8)
-        frame[3] = UInt8(truncatingIfNeeded: n)
+        patchLength(&frame, at: 0)
+    }
+
+    /// The same for a frame that starts at `start` and runs to the end of `buffer`.
+    public static func patchLength(_ buffer: inout [UInt8], at start: Int) {
+        let n = UInt32(buffer.count - start - 4)
+        buffer[start] = UInt8(n >> 24)
+        buffer[start + 1] = UInt8(truncatingIfNeeded: n >> 16)
+        buffer[start + 2] = UInt8(truncatingIfNeeded: n >> 8)
+        buffer[start + 3] = UInt8(truncatingIfNeeded: n)
     }
 }
 

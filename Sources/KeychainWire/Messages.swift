@@ -99,8 +99,17 @@ public struct Response: Sendable {
     /// message, needsPassphrase): the same bytes as `Frame.encode(value)`, without building a map on
     /// the hot path.
     public func frame() -> [UInt8] {
-        var out: [UInt8] = [0, 0, 0, 0]
-        out.reserveCapacity(64 + (result.map { if case .bytes(let b) = $0 { return b.count }; return 64 } ?? 0))
+        var out: [UInt8] = []
+        appendFrame(to: &out)
+        return out
+    }
+
+    /// Appends the response's frame to `out` (a connection's output buffer): no intermediate array,
+    /// so the only copy of a returned secret is the one in `out`, which its owner wipes.
+    public func appendFrame(to out: inout [UInt8]) {
+        let start = out.count
+        out.reserveCapacity(start + 4 + 64 + (result.map { if case .bytes(let b) = $0 { return b.count }; return 64 } ?? 0))
+        out.append(contentsOf: [0, 0, 0, 0] as [UInt8])
         CBOR.appendMapHeader(2 + (result == nil ? 0 : 1) + (message == nil ? 0 : 1) + (needsPassphrase ? 1 : 0), into: &out)
         CBOR.appendText("id", into: &out)
         CBOR.encode(.int(id), into: &out)
@@ -118,8 +127,7 @@ public struct Response: Sendable {
             CBOR.appendText("needsPassphrase", into: &out)
             CBOR.encode(.bool(true), into: &out)
         }
-        Frame.patchLength(&out)
-        return out
+        Frame.patchLength(&out, at: start)
     }
 
     public var value: Value {

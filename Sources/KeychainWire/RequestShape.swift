@@ -20,54 +20,53 @@ public struct RequestShape: Equatable, Sendable {
         self.queryStart = queryStart
     }
 
-    /// A map of four entries, "v" = 1, then the key "id"; the keys "op" and "query" (CBOR text heads).
-    static let start: [UInt8] = [0xA4, 0x61, 0x76, 0x01, 0x62, 0x69, 0x64]
-    static let opKey: [UInt8] = [0x62, 0x6F, 0x70]
-    static let queryKey: [UInt8] = [0x65, 0x71, 0x75, 0x65, 0x72, 0x79]
-
     /// The shape of `body`, or nil when it is not exactly the common one.
     public static func scan(_ body: UnsafeRawBufferPointer) -> RequestShape? {
-        var at = 0
-        func byte() -> UInt8? {
-            guard at < body.count else { return nil }
-            defer { at += 1 }
-            return body[at]
-        }
-        func literal(_ bytes: [UInt8]) -> Bool {
-            let n = bytes.count
-            guard body.count - at >= n else { return false }
-            for i in 0..<n where body[at + i] != bytes[i] { return false }
-            at += n
-            return true
-        }
-        // A map of four entries; "v" = 1; "id" = an unsigned integer that fits Int64.
-        guard literal(Self.start), let head = byte(), head >> 5 == 0 else { return nil }
+        // Index arithmetic on the raw bytes, every read bounds-checked against `count` first: this runs
+        // before every request, so it stays free of closures, arrays and allocation.
+        let count = body.count
+        // A map of four entries; "v" = 1; the key "id" (A4 61 76 01 62 69 64), then the id's head.
+        guard count > 7, body[0] == 0xA4, body[1] == 0x61, body[2] == 0x76, body[3] == 0x01,
+              body[4] == 0x62, body[5] == 0x69, body[6] == 0x64 else { return nil }
+        var at = 7
+        let head = body[at]
+        at += 1
+        // "id" = an unsigned integer that fits Int64.
+        guard head >> 5 == 0 else { return nil }
         var id: UInt64
-        switch head & 0x1F {
-        case let small where small < 24: id = UInt64(small)
-        case let info where info <= 27:
+        let info = head & 0x1F
+        if info < 24 {
+            id = UInt64(info)
+        } else if info <= 27 {
             let width = 1 << Int(info - 24)
-            guard body.count - at >= width else { return nil }
+            guard count - at >= width else { return nil }
             id = 0
             for _ in 0..<width { id = id << 8 | UInt64(body[at]); at += 1 }
-        default: return nil
+        } else {
+            return nil
         }
         guard id <= UInt64(Int64.max) else { return nil }
-        // "op" = a short ASCII text string.
-        guard literal(Self.opKey), let opHead = byte(), opHead >> 5 == 3 else { return nil }
+        // "op" (62 6F 70) = a short text string.
+        guard count - at >= 4, body[at] == 0x62, body[at + 1] == 0x6F, body[at + 2] == 0x70 else { return nil }
+        let opHead = body[at + 3]
+        at += 4
+        guard opHead >> 5 == 3 else { return nil }
         let opLength = Int(opHead & 0x1F)
-        guard opLength < 24, body.count - at >= opLength else { return nil }
+        guard opLength < 24, count - at >= opLength else { return nil }
         let opBytes = UnsafeRawBufferPointer(rebasing: body[at..<at + opLength])
         at += opLength
-        // "query" = a map (its head only: the rest is compared byte for byte by the caller).
-        guard literal(Self.queryKey), at < body.count, body[at] >> 5 == 5 else { return nil }
-        return RequestShape(id: Int64(id), op: Operation.named(opBytes), queryStart: at)
+        // "query" (65 71 75 65 72 79) = a map (its head only: the rest is compared byte for byte by the caller).
+        guard count - at >= 7, body[at] == 0x65, body[at + 1] == 0x71, body[at + 2] == 0x75, body[at + 3] == 0x65,
+              body[at + 4] == 0x72, body[at + 5] == 0x79, body[at + 6] >> 5 == 5 else { return nil }
+        return RequestShape(id: Int64(id), op: Operation.named(opBytes), queryStart: at + 6)
     }
 }
 
 extension Operation {
     /// The operation whose name is exactly these bytes, without making a String.
     static func named(_ bytes: UnsafeRawBufferPointer) -> Operation? {
+        // "copy", the hot one, without walking allCases (an array built per call).
+        if bytes.count == 4 && bytes[0] == 0x63 && bytes[1] == 0x6F && bytes[2] == 0x70 && bytes[3] == 0x79 { return .copy }
         for op in Operation.allCases where op.rawValue.utf8.elementsEqual(bytes) { return op }
         return nil
     }
