@@ -1,7 +1,9 @@
 // swift-tools-version:6.0
 // keychaind — Apple's Keychain Services for Linux.
-// Layering (bottom to top): C shims → KeychainCore → KeychainCrypto / KeychainWire → KeychainStore
-// → KeychainItems → KeychainDaemon → KeychainSecretService → executables. KeychainServices (client) sits on KeychainWire only.
+// Layering (bottom to top): C shims → KeychainSystem → KeychainCore → KeychainCrypto / KeychainWire
+// → KeychainStore → KeychainItems → KeychainDaemon → KeychainSecretService → executables.
+// KeychainServices (client) sits on KeychainClient → KeychainWire. Only KeychainSystem (and the C
+// shims) call libc for files, sockets, clocks, processes and locks.
 import PackageDescription
 
 let package = Package(
@@ -26,44 +28,64 @@ let package = Package(
         .systemLibrary(name: "CGcrypt", path: "Sources/CGcrypt",
                        pkgConfig: "libgcrypt", providers: [.apt(["libgcrypt20-dev"])]),
 
+        // The one system layer: owned descriptors, typed errno with the EINTR loop, files, sockets,
+        // peer credentials, clocks, locks, threads, zeroing.
+        .target(name: "KeychainSystem", dependencies: ["CSupport"]),
         // Status codes, the value model and its CBOR encoding: shared by everything above.
-        .target(name: "KeychainCore"),
+        .target(name: "KeychainCore", dependencies: ["KeychainSystem"]),
         // Frames and request/response messages of the wire protocol.
-        .target(name: "KeychainWire", dependencies: ["KeychainCore"]),
+        .target(name: "KeychainWire", dependencies: ["KeychainSystem", "KeychainCore"]),
         // Keys, key hierarchy, sealing, blind indexes, guarded memory.
-        .target(name: "KeychainCrypto", dependencies: ["KeychainCore", "CSodium", "CSupport"]),
+        .target(name: "KeychainCrypto", dependencies: ["KeychainSystem", "KeychainCore", "CSodium"]),
         // SQLite schema, migrations, rows of sealed items, transactions.
-        .target(name: "KeychainStore", dependencies: ["KeychainCore", "KeychainCrypto", "CSQLite"]),
+        .target(name: "KeychainStore", dependencies: ["KeychainSystem", "KeychainCore", "KeychainCrypto", "CSQLite"]),
         // The item model and Apple's SecItem semantics on top of the store.
-        .target(name: "KeychainItems", dependencies: ["KeychainCore", "KeychainStore", "KeychainCrypto"]),
+        .target(name: "KeychainItems", dependencies: ["KeychainSystem", "KeychainCore", "KeychainStore", "KeychainCrypto"]),
         // Sockets, connections, caller identity, configuration, policy, lifecycle.
-        .target(name: "KeychainDaemon", dependencies: ["KeychainCore", "KeychainWire", "KeychainItems", "CSupport"]),
+        .target(name: "KeychainDaemon", dependencies: ["KeychainSystem", "KeychainCore", "KeychainWire", "KeychainItems", "KeychainStore", "KeychainCrypto"]),
         // The freedesktop Secret Service on the session bus, served inside keychaind (`--secret-service`).
-        .target(name: "KeychainSecretService", dependencies: ["KeychainCore", "KeychainCrypto", "KeychainItems", "KeychainDaemon",
-                                                              "CSystemd", "CGcrypt", "CSodium", "CSupport"]),
+        .target(name: "KeychainSecretService", dependencies: ["KeychainSystem", "KeychainCore", "KeychainCrypto", "KeychainItems",
+                                                              "KeychainDaemon", "CSystemd", "CGcrypt", "CSodium"]),
         // The client core without Foundation (so keychainctl starts fast): the shared pipelined
         // connection, value-level calls, admin calls, the device-identifier convention.
-        .target(name: "KeychainClient", dependencies: ["KeychainCore", "KeychainWire"]),
+        .target(name: "KeychainClient", dependencies: ["KeychainSystem", "KeychainCore", "KeychainWire"]),
         // The client library: Apple's SecItem API, a Swift-native API, DeviceIdentifier.
-        .target(name: "KeychainServices", dependencies: ["KeychainCore", "KeychainWire", "KeychainClient"]),
+        .target(name: "KeychainServices", dependencies: ["KeychainSystem", "KeychainCore", "KeychainWire", "KeychainClient"]),
         // `import Security` on Linux: a thin re-export of KeychainServices.
         .target(name: "Security", dependencies: ["KeychainServices"]),
 
-        .executableTarget(name: "keychaind", dependencies: ["KeychainDaemon", "KeychainSecretService"]),
-        .executableTarget(name: "keychainctl", dependencies: ["KeychainClient"]),
+        .executableTarget(name: "keychaind", dependencies: ["KeychainSystem", "KeychainDaemon", "KeychainItems", "KeychainStore",
+                                                            "KeychainSecretService"]),
+        .executableTarget(name: "keychainctl", dependencies: ["KeychainSystem", "KeychainCore", "KeychainWire", "KeychainClient"]),
         // Release-built benchmark: daemon figures beside a bare socket-echo floor (scripts/bench), and
         // the cost of a passphrase change on an in-process keychain (--rotation).
-        .executableTarget(name: "keychaind-bench", dependencies: ["KeychainCore", "KeychainWire", "KeychainCrypto", "KeychainItems"]),
+        .executableTarget(name: "keychaind-bench", dependencies: ["KeychainSystem", "KeychainCore", "KeychainWire", "KeychainCrypto", "KeychainItems"]),
         // libFuzzer target for the CBOR decoder and request validation (see docs/reliability.md).
-        .executableTarget(name: "keychaind-fuzz", dependencies: ["KeychainDaemon", "KeychainCore", "KeychainItems", "CSupport"]),
+        .executableTarget(name: "keychaind-fuzz", dependencies: ["KeychainSystem", "KeychainDaemon", "KeychainCore", "KeychainItems", "CSupport"]),
         .executableTarget(name: "device-id-example", dependencies: ["KeychainServices"],
                           path: "Examples/device-id-example"),
 
+        // Tests, one target per module with logic, on a shared support target (temporary
+        // directories, the known-answer files in Tests/Golden).
+        .target(name: "KeychainTestSupport", dependencies: [], path: "Tests/KeychainTestSupport"),
+        .testTarget(name: "KeychainSystemTests", dependencies: ["KeychainSystem", "KeychainTestSupport"]),
         .testTarget(name: "KeychainCoreTests", dependencies: ["KeychainCore", "KeychainWire"]),
-        .testTarget(name: "KeychainItemsTests", dependencies: ["KeychainItems", "KeychainStore", "KeychainCrypto", "KeychainCore"]),
-        .testTarget(name: "KeychainDaemonTests", dependencies: ["KeychainDaemon", "KeychainItems", "KeychainCore"]),
-        .testTarget(name: "SecretServiceTests", dependencies: ["KeychainSecretService", "KeychainItems", "KeychainCrypto", "KeychainCore", "CGcrypt"]),
-        .testTarget(name: "IntegrationTests", dependencies: ["KeychainServices", "Security", "KeychainClient", "KeychainCore", "KeychainWire"]),
+        .testTarget(name: "KeychainCryptoTests", dependencies: ["KeychainSystem", "KeychainCore", "KeychainCrypto", "KeychainTestSupport"]),
+        .testTarget(name: "KeychainStoreTests", dependencies: ["KeychainSystem", "KeychainCore", "KeychainCrypto", "KeychainStore", "KeychainTestSupport"]),
+        .testTarget(name: "KeychainClientTests", dependencies: ["KeychainServices", "KeychainClient", "KeychainCore", "KeychainWire"]),
+        .testTarget(name: "KeychainItemsTests", dependencies: ["KeychainSystem", "KeychainItems", "KeychainStore", "KeychainCrypto", "KeychainCore", "KeychainTestSupport"]),
+        .testTarget(name: "KeychainDaemonTests", dependencies: ["KeychainSystem", "KeychainDaemon", "KeychainItems", "KeychainCore"]),
+        .testTarget(name: "SecretServiceTests", dependencies: ["KeychainSystem", "KeychainSecretService", "KeychainItems", "KeychainCrypto", "KeychainCore", "CGcrypt"]),
+        .testTarget(name: "IntegrationTests", dependencies: ["KeychainSystem", "KeychainServices", "Security", "KeychainClient", "KeychainCore", "KeychainWire"]),
     ],
     swiftLanguageModes: [.v6]
 )
+
+// Every Swift target imports what it uses, declares it, and exposes a dependency only where its own
+// public API needs it (`public import`): the compiler enforces the layering above.
+for target in package.targets where target.type != .system && target.type != .binary {
+    var settings = target.swiftSettings ?? []
+    settings.append(.enableUpcomingFeature("InternalImportsByDefault"))
+    settings.append(.enableUpcomingFeature("MemberImportVisibility"))
+    target.swiftSettings = settings
+}

@@ -43,6 +43,14 @@ int kc_pidfd_open(int32_t pid) {
     return (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
 }
 
+#ifndef SYS_pidfd_send_signal
+#define SYS_pidfd_send_signal 424
+#endif
+
+int kc_pidfd_send_signal(int pidfd, int sig) {
+    return (int)syscall(SYS_pidfd_send_signal, pidfd, sig, NULL, 0);
+}
+
 int kc_pidfd_exited(int pidfd) {
     struct pollfd p = { .fd = pidfd, .events = POLLIN, .revents = 0 };
     int r = poll(&p, 1, 0);

@@ -1,3 +1,4 @@
+public import KeychainCore
 /// The device-identifier convention shared by `DeviceIdentifier`, `keychainctl device-id` and the
 /// Python client (docs/internal/contracts.md): one `genp` item per access group,
 /// `svce` = `com.keychaind.device-identifier`, `acct` = `device-id`, `pdmn` = `cku`, `v_Data` = the

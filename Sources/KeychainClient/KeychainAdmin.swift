@@ -1,3 +1,4 @@
+public import KeychainCore
 /// What `keychainctl status` shows: the daemon's state as the `status` operation reports it.
 public struct KeychainDaemonStatus: Sendable, Hashable {
     public var version: String

@@ -1,8 +1,6 @@
-#if canImport(Glibc)
-import Glibc
-#endif
-@_exported import KeychainCore
-@_exported import KeychainWire
+package import KeychainCore
+import KeychainSystem
+import KeychainWire
 
 /// One connection to keychaind, shared by every caller in the process, with pipelined requests.
 ///
@@ -81,7 +79,7 @@ public final class KeychainConnection: Sendable {
 
     /// Whether this process has a link to the daemon open (for tests and diagnostics). A link inherited
     /// through `fork()` does not count: it belongs to the parent.
-    public var isConnected: Bool { state.withLock { $0.link.map { $0.pid == getpid() } ?? false } }
+    public var isConnected: Bool { state.withLock { $0.link.map { $0.pid == CurrentProcess.pid } ?? false } }
 
     /// How many links this connection has opened so far; a call that had to reconnect raises it
     /// (for tests and diagnostics).
@@ -97,7 +95,7 @@ public final class KeychainConnection: Sendable {
                      arguments: [String: Value] = [:]) throws(KeychainError) -> Value? {
         var plan = RetryPlan(op: op)
         while true {
-            let slot = BlockingSlot()
+            let slot = OneShot<Outcome>()
             let outcome: Outcome
             switch start(op, query, attributes, arguments, waiter: .blocking(slot)) {
             case .failure(let e): throw e
@@ -140,8 +138,10 @@ public final class KeychainConnection: Sendable {
             s.pending[id] = Pending(waiter: waiter, generation: link.generation, sent: false)
             return id
         }
-        let frame = Frame.encode(Request(id: id, op: op.rawValue, query: query, attributes: attributes,
-                                         arguments: arguments).value)
+        // In wiping storage: a request may carry an item's secret or a passphrase, and the frame is
+        // zeroed once written (when the last reference to it goes, at the end of this call).
+        let frame = Frame.encodeSecret(Request(id: id, op: op.rawValue, query: query, attributes: attributes,
+                                               arguments: arguments).value)
         // The daemon enforces its own maxFrameBytes (1 MiB by default, configurable up to 64 MiB) and
         // answers a larger frame with an error; beyond 64 MiB no daemon would accept it.
         if frame.count - 4 > Self.maxRequestBytes {
@@ -178,7 +178,7 @@ public final class KeychainConnection: Sendable {
 
     /// The open link, connecting (once, for all concurrent callers) when there is none.
     private func currentLink() throws(KeychainError) -> Link {
-        let pid = getpid()
+        let pid = CurrentProcess.pid
         // A link inherited through fork() belongs to the parent (its reader thread did not come
         // along, and the daemon identified the parent at connect): the child leaves it alone and opens
         // its own, which the daemon identifies as the child.
@@ -213,7 +213,7 @@ public final class KeychainConnection: Sendable {
         var frames = FrameBuffer(maxBytes: Self.maxResponseBytes)
         var reason = link.lostError
         while true {
-            let body: [UInt8]?
+            let body: SecretBytes?
             do throws(KeychainError) { body = try link.socket.readFrame(&frames) } catch {
                 reason = KeychainError(.notAvailable, "connection to keychaind at \(link.path) failed before the answer arrived (\(error.message)); the request may or may not have been carried out")
                 break
@@ -257,7 +257,7 @@ private final class Link: Sendable {
     let socket: UnixSocket
     let generation: Int
     let path: String
-    let pid = getpid()
+    let pid = CurrentProcess.pid
     /// The daemon's error for a frame it could not take (id 0), after which it closes the link.
     let refusal = Locked<KeychainError?>(nil)
 
@@ -277,8 +277,8 @@ private final class Link: Sendable {
     /// and shutting it down would cut the parent's connection. The child just drops its copy (closed
     /// when the link is released) and connects on its own.
     func shutdown() {
-        guard pid == getpid() else { return }
-        _ = Glibc.shutdown(socket.fd, Int32(SHUT_RDWR))
+        guard pid == CurrentProcess.pid else { return }
+        socket.socket.shutdown(.both)
     }
 }
 
@@ -327,7 +327,7 @@ struct RetryPlan {
 
 /// Someone waiting for a response: a blocked thread or a suspended task.
 enum Waiter: Sendable {
-    case blocking(BlockingSlot)
+    case blocking(OneShot<Outcome>)
     case async(CheckedContinuation<Outcome, Never>)
 
     func resume(_ outcome: Outcome) {
@@ -338,54 +338,9 @@ enum Waiter: Sendable {
     }
 }
 
-/// A one-shot hand-over from the reader thread to a blocked caller (a POSIX semaphore).
-final class BlockingSlot: @unchecked Sendable {
-    private let semaphore: UnsafeMutablePointer<sem_t>
-    // Written once before sem_post and read after sem_wait: the semaphore orders the two.
-    private var outcome: Outcome?
-
-    init() {
-        semaphore = .allocate(capacity: 1)
-        sem_init(semaphore, 0, 0)
-    }
-
-    deinit {
-        sem_destroy(semaphore)
-        semaphore.deallocate()
-    }
-
-    func resume(_ o: Outcome) {
-        outcome = o
-        sem_post(semaphore)
-    }
-
-    func wait() -> Outcome {
-        while sem_wait(semaphore) != 0 {}  // EINTR
-        return outcome!
-    }
-}
-
-private final class ThreadBody {
-    let run: @Sendable () -> Void
-    init(_ run: @escaping @Sendable () -> Void) { self.run = run }
-}
-
-/// Starts a detached POSIX thread (no Foundation, so keychainctl stays light).
+/// Starts the reader thread (a detached POSIX thread: no Foundation, so keychainctl stays light).
 func startThread(_ body: @escaping @Sendable () -> Void) throws(KeychainError) {
-    let box = Unmanaged.passRetained(ThreadBody(body)).toOpaque()
-    var attr = pthread_attr_t()
-    pthread_attr_init(&attr)
-    pthread_attr_setdetachstate(&attr, Int32(PTHREAD_CREATE_DETACHED))
-    pthread_attr_setstacksize(&attr, 256 * 1024)
-    var tid = pthread_t()
-    let rc = pthread_create(&tid, &attr, { raw in
-        let body = Unmanaged<ThreadBody>.fromOpaque(raw!).takeRetainedValue()
-        body.run()
-        return nil
-    }, box)
-    pthread_attr_destroy(&attr)
-    if rc != 0 {
-        Unmanaged<ThreadBody>.fromOpaque(box).release()
-        throw KeychainError(.allocate, "cannot start the keychaind reader thread: \(String(cString: strerror(rc)))")
+    do { try Threads.start(stackSize: 256 * 1024, body) } catch {
+        throw KeychainError(.allocate, "cannot start the keychaind reader thread", error)
     }
 }

@@ -1,3 +1,5 @@
+public import KeychainSystem
+
 /// A strict CBOR (RFC 8949) codec for `Value`.
 ///
 /// Strict means: definite lengths only, map keys must be text and unique, integers must fit in
@@ -27,25 +29,59 @@ public enum CBOR {
     }
 
     public static func encode(_ value: Value, into out: inout [UInt8]) {
+        write(value, into: &out)
+    }
+
+    /// Encodes into wiping storage: for values that may hold a secret (`Value.secret`).
+    public static func encode(_ value: Value, into out: inout SecretBytes) {
+        write(value, into: &out)
+    }
+
+    /// Appends a text string (for encoders that write maps field by field, in canonical key order).
+    public static func appendText(_ t: String, into out: inout [UInt8]) {
+        write(.text(t), into: &out)
+    }
+
+    /// Appends a text string into wiping storage.
+    public static func appendText(_ t: String, into out: inout SecretBytes) {
+        write(.text(t), into: &out)
+    }
+
+    /// Appends the head of a map of `count` entries.
+    public static func appendMapHeader(_ count: Int, into out: inout [UInt8]) {
+        writeHead(5, UInt64(count), &out)
+    }
+
+    /// Appends the head of a map of `count` entries into wiping storage.
+    public static func appendMapHeader(_ count: Int, into out: inout SecretBytes) {
+        writeHead(5, UInt64(count), &out)
+    }
+
+    private static func write<Sink: CBORSink>(_ value: Value, into out: inout Sink) {
         switch value {
         case .int(let v):
             if v >= 0 { writeHead(0, UInt64(v), &out) } else { writeHead(1, UInt64(-1 - v), &out) }
         case .bytes(let b):
             writeHead(2, UInt64(b.count), &out)
-            out.append(contentsOf: b)
+            b.withUnsafeBytes { out.append(contentsOf: $0) }
+        case .secret(let b):
+            writeHead(2, UInt64(b.count), &out)
+            b.withUnsafeBytes { out.append(contentsOf: $0) }
         case .text(let t):
-            let utf8 = t.utf8
-            writeHead(3, UInt64(utf8.count), &out)
-            out.append(contentsOf: utf8)
+            var t = t
+            t.withUTF8 { utf8 in
+                writeHead(3, UInt64(utf8.count), &out)
+                out.append(contentsOf: UnsafeRawBufferPointer(utf8))
+            }
         case .array(let a):
             writeHead(4, UInt64(a.count), &out)
-            for e in a { encode(e, into: &out) }
+            for e in a { write(e, into: &out) }
         case .map(let m):
             writeHead(5, UInt64(m.count), &out)
             // Deterministic order (RFC 8949 §4.2.1 core rule: shorter encoded key first, then bytewise).
             for k in m.keys.sorted(by: keyOrder) {
-                encode(.text(k), into: &out)
-                encode(m[k]!, into: &out)
+                write(.text(k), into: &out)
+                write(m[k]!, into: &out)
             }
         case .bool(let b):
             out.append(b ? 0xF5 : 0xF4)
@@ -56,21 +92,11 @@ public enum CBOR {
         case .date(let d):
             writeHead(6, 1, &out)
             if d == d.rounded(), abs(d) < 9.0e15 {
-                encode(.int(Int64(d)), into: &out)
+                write(.int(Int64(d)), into: &out)
             } else {
                 writeFloat(d, &out)
             }
         }
-    }
-
-    /// Appends a text string (for encoders that write maps field by field, in canonical key order).
-    public static func appendText(_ t: String, into out: inout [UInt8]) {
-        encode(.text(t), into: &out)
-    }
-
-    /// Appends the head of a map of `count` entries.
-    public static func appendMapHeader(_ count: Int, into out: inout [UInt8]) {
-        writeHead(5, UInt64(count), &out)
     }
 
     private static func keyOrder(_ a: String, _ b: String) -> Bool {
@@ -79,13 +105,13 @@ public enum CBOR {
         return a.utf8.lexicographicallyPrecedes(b.utf8)
     }
 
-    private static func writeFloat(_ d: Double, _ out: inout [UInt8]) {
+    private static func writeFloat<Sink: CBORSink>(_ d: Double, _ out: inout Sink) {
         out.append(0xFB)
         let bits = d.bitPattern
         for shift in stride(from: 56, through: 0, by: -8) { out.append(UInt8(truncatingIfNeeded: bits >> UInt64(shift))) }
     }
 
-    private static func writeHead(_ major: UInt8, _ n: UInt64, _ out: inout [UInt8]) {
+    private static func writeHead<Sink: CBORSink>(_ major: UInt8, _ n: UInt64, _ out: inout Sink) {
         let m = major << 5
         switch n {
         case 0..<24:
@@ -105,8 +131,22 @@ public enum CBOR {
 
     // MARK: Decoding
 
-    public static func decode(_ bytes: [UInt8], limits: Limits = .default) throws(KeychainError) -> Value {
-        var reader = Reader(bytes: bytes, limits: limits)
+    public static func decode(_ bytes: [UInt8], limits: Limits = .default,
+                              secretKeys: Set<String> = []) throws(KeychainError) -> Value {
+        try withBytes(bytes) { (raw) throws(KeychainError) in try decode(raw, limits: limits, secretKeys: secretKeys) }
+    }
+
+    /// Decodes a frame body held in wiping storage.
+    public static func decode(_ bytes: SecretBytes, limits: Limits = .default,
+                              secretKeys: Set<String> = []) throws(KeychainError) -> Value {
+        try bytes.withUnsafeBytes { (raw) throws(KeychainError) in try decode(raw, limits: limits, secretKeys: secretKeys) }
+    }
+
+    /// Decodes `bytes`. A byte string that is the value of a map key in `secretKeys` (at any depth)
+    /// becomes `Value.secret`, copied straight into wiping storage.
+    public static func decode(_ bytes: UnsafeRawBufferPointer, limits: Limits = .default,
+                              secretKeys: Set<String> = []) throws(KeychainError) -> Value {
+        var reader = Reader(bytes: bytes, limits: limits, secretKeys: secretKeys)
         let value = try reader.readValue(depth: 0)
         if reader.offset != bytes.count {
             throw KeychainError(.decode, "CBOR: \(bytes.count - reader.offset) trailing bytes after the data item")
@@ -115,13 +155,26 @@ public enum CBOR {
     }
 
     private struct Reader {
-        let bytes: [UInt8]
+        let bytes: UnsafeRawBufferPointer
         let limits: Limits
+        let secretKeys: Set<String>
+        /// Bit n set when a secret key is n bytes long: most keys are ruled out without hashing them.
+        let secretKeyLengths: UInt64
         var offset = 0
 
-        init(bytes: [UInt8], limits: Limits) {
+        init(bytes: UnsafeRawBufferPointer, limits: Limits, secretKeys: Set<String>) {
             self.bytes = bytes
             self.limits = limits
+            self.secretKeys = secretKeys
+            secretKeyLengths = secretKeys.reduce(0) { mask, key in
+                key.utf8.count < 64 ? mask | (1 << UInt64(key.utf8.count)) : mask
+            }
+        }
+
+        func isSecretKey(_ key: String) -> Bool {
+            let n = key.utf8.count
+            guard n < 64, secretKeyLengths & (1 << UInt64(n)) != 0 else { return false }
+            return secretKeys.contains(key)
         }
 
         func fail(_ what: String) -> KeychainError {
@@ -164,7 +217,7 @@ public enum CBOR {
 
         mutating func readText(_ info: UInt8) throws(KeychainError) -> String {
             let n = try length(info)
-            let slice = bytes[offset..<offset + n]
+            let slice = UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + n])
             // ASCII (every key, most values) is valid UTF-8 as it is; only other text needs validating.
             let s: String
             if slice.allSatisfy({ $0 < 0x80 }) {
@@ -177,7 +230,7 @@ public enum CBOR {
             return s
         }
 
-        mutating func readValue(depth: Int) throws(KeychainError) -> Value {
+        mutating func readValue(depth: Int, secret: Bool = false) throws(KeychainError) -> Value {
             let head = try byte()
             let major = head >> 5
             let info = head & 0x1F
@@ -192,9 +245,9 @@ public enum CBOR {
                 return .int(-1 - Int64(n))
             case 2:
                 let n = try length(info)
-                let b = Array(bytes[offset..<offset + n])
+                let raw = UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + n])
                 offset += n
-                return .bytes(b)
+                return secret ? .secret(SecretBytes(copying: raw)) : .bytes(Array(raw))
             case 3:
                 return .text(try readText(info))
             case 4:
@@ -217,7 +270,7 @@ public enum CBOR {
                     let keyHead = try byte()
                     guard keyHead >> 5 == 3 else { throw fail("map key is not a text string") }
                     let key = try readText(keyHead & 0x1F)
-                    let value = try readValue(depth: depth + 1)
+                    let value = try readValue(depth: depth + 1, secret: secretKeyLengths != 0 && isSecretKey(key))
                     guard m.updateValue(value, forKey: key) == nil else { throw fail("duplicate map key") }
                 }
                 return .map(m)
@@ -263,3 +316,12 @@ public enum CBOR {
         }
     }
 }
+
+/// Where the encoder writes: an ordinary array, or wiping storage for values holding secrets.
+protocol CBORSink {
+    mutating func append(_ byte: UInt8)
+    mutating func append(contentsOf bytes: UnsafeRawBufferPointer)
+}
+
+extension Array: CBORSink where Element == UInt8 {}
+extension SecretBytes: CBORSink {}

@@ -1,5 +1,6 @@
 import CSodium
-import KeychainCore
+public import KeychainCore
+public import KeychainSystem
 
 /// XChaCha20-Poly1305-IETF with associated data. A sealed box is `nonce (24) ‖ ciphertext ‖ tag (16)`,
 /// with a fresh random nonce each time (192-bit nonces are safe to pick at random).
@@ -70,6 +71,19 @@ public enum AEAD {
         var out = [UInt8](repeating: 0, count: sealed.count - overhead)
         try withBytes(sealed) { (s) throws(KeychainError) in
             try withMutableBytes(&out) { (o) throws(KeychainError) in
+                try open(s, key: key, ad: ad, into: o, what: what)
+            }
+        }
+        return out
+    }
+
+    /// Opens a sealed box into wiping storage (an item's secret).
+    public static func openSecret(_ sealed: [UInt8], key: UnsafeRawBufferPointer, ad: UnsafeRawBufferPointer,
+                                  what: StaticString) throws(KeychainError) -> SecretBytes {
+        guard sealed.count >= overhead else { throw KeychainError(.decode, "\(what) is damaged (too short)") }
+        var out = SecretBytes(count: sealed.count - overhead)
+        try withBytes(sealed) { (s) throws(KeychainError) in
+            try out.withUnsafeMutableBytes { (o) throws(KeychainError) in
                 try open(s, key: key, ad: ad, into: o, what: what)
             }
         }

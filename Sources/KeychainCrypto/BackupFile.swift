@@ -1,5 +1,6 @@
 import CSodium
-import KeychainCore
+public import KeychainCore
+public import KeychainSystem
 
 /// The backup file format (docs/backup.md): a fixed header, then records of one
 /// `crypto_secretstream_xchacha20poly1305` stream keyed by Argon2id of the backup passphrase.
@@ -51,8 +52,12 @@ public enum BackupFile {
             header += bigEndian(parameters.memLimit, bytes: 8)
             header += parameters.salt
             var streamHeader = [UInt8](repeating: 0, count: streamHeaderBytes)
-            key.withUnsafeBytes { k in
-                _ = crypto_secretstream_xchacha20poly1305_init_push(state, &streamHeader, k.baseAddress!.assumingMemoryBound(to: UInt8.self))
+            let rc = key.withUnsafeBytes { k in
+                crypto_secretstream_xchacha20poly1305_init_push(state, &streamHeader, k.baseAddress!.assumingMemoryBound(to: UInt8.self))
+            }
+            guard rc == 0 else {
+                state.deallocate()
+                throw KeychainError(.internal, "cannot start the backup's encrypted stream")
             }
             header += streamHeader
             output = header
@@ -65,11 +70,11 @@ public enum BackupFile {
         }
 
         /// Adds one item record. The plaintext is wiped after encryption.
-        public func append(ref: [UInt8], attributes: [String: Value], secret: [UInt8]) {
+        public func append(ref: [UInt8], attributes: [String: Value], secret: SecretBytes) {
             precondition(!finished)
-            var plain = CBOR.encode(.map(["ref": .bytes(ref), "attributes": .map(attributes), "secret": .bytes(secret)]))
-            defer { Sodium.zero(&plain) }
-            push(plain, ad: [], tag: crypto_secretstream_xchacha20poly1305_tag_message())
+            var plain = SecretBytes(capacity: 128 + secret.count)
+            CBOR.encode(.map(["ref": .bytes(ref), "attributes": .map(attributes), "secret": .secret(secret)]), into: &plain)
+            plain.withUnsafeBytes { push($0, ad: [], tag: crypto_secretstream_xchacha20poly1305_tag_message()) }
             count += 1
         }
 
@@ -82,20 +87,23 @@ public enum BackupFile {
         }
 
         private func push(_ plain: [UInt8], ad: [UInt8], tag: UInt8) {
+            plain.withUnsafeBytes { push($0, ad: ad, tag: tag) }
+        }
+
+        private func push(_ plain: UnsafeRawBufferPointer, ad: [UInt8], tag: UInt8) {
             let total = plain.count + streamABytes
             output += bigEndian(UInt64(total), bytes: 4)
             let start = output.count
             output += [UInt8](repeating: 0, count: total)
             output.withUnsafeMutableBufferPointer { out in
-                plain.withUnsafeBufferPointer { p in
-                    ad.withUnsafeBufferPointer { a in
-                        var written: UInt64 = 0
-                        let rc = crypto_secretstream_xchacha20poly1305_push(
-                            state, out.baseAddress! + start, &written,
-                            p.baseAddress ?? UnsafePointer(bitPattern: 1), UInt64(p.count),
-                            a.baseAddress, UInt64(a.count), tag)
-                        precondition(rc == 0 && Int(written) == total, "secretstream push failed")
-                    }
+                ad.withUnsafeBufferPointer { a in
+                    var written: UInt64 = 0
+                    let p = plain.baseAddress.map { UnsafePointer($0.assumingMemoryBound(to: UInt8.self)) }
+                    let rc = crypto_secretstream_xchacha20poly1305_push(
+                        state, out.baseAddress! + start, &written,
+                        p ?? UnsafePointer(bitPattern: 1), UInt64(plain.count),
+                        a.baseAddress, UInt64(a.count), tag)
+                    precondition(rc == 0 && Int(written) == total, "secretstream push failed")
                 }
             }
         }

@@ -25,17 +25,26 @@ public enum KeyedHash {
         withUnsafeTemporaryAllocation(byteCount: crypto_generichash_statebytes(), alignment: 64) { raw in
             defer { Sodium.zero(raw) }
             let state = OpaquePointer(raw.baseAddress!)
-            _ = crypto_generichash_init(state, key.baseAddress!.assumingMemoryBound(to: UInt8.self), key.count, out.count)
+            // libsodium fails these only for lengths outside its bounds (checked above) or a state used
+            // after `final`; either is a bug here, never bad input, so it stops the process.
+            var rc = crypto_generichash_init(state, key.baseAddress!.assumingMemoryBound(to: UInt8.self), key.count, out.count)
+            precondition(rc == 0, "crypto_generichash_init failed")
             var d = domain
-            _ = crypto_generichash_update(state, &d, 1)
+            rc = crypto_generichash_update(state, &d, 1)
+            precondition(rc == 0, "crypto_generichash_update failed")
             parts { part in
                 var n = UInt64(part.count).littleEndian
-                withUnsafeBytes(of: &n) { _ = crypto_generichash_update(state, $0.baseAddress!.assumingMemoryBound(to: UInt8.self), 8) }
+                let lengthRC = withUnsafeBytes(of: &n) {
+                    crypto_generichash_update(state, $0.baseAddress!.assumingMemoryBound(to: UInt8.self), 8)
+                }
+                precondition(lengthRC == 0, "crypto_generichash_update failed")
                 if let base = part.baseAddress, part.count > 0 {
-                    _ = crypto_generichash_update(state, base.assumingMemoryBound(to: UInt8.self), UInt64(part.count))
+                    let partRC = crypto_generichash_update(state, base.assumingMemoryBound(to: UInt8.self), UInt64(part.count))
+                    precondition(partRC == 0, "crypto_generichash_update failed")
                 }
             }
-            _ = crypto_generichash_final(state, out.baseAddress!.assumingMemoryBound(to: UInt8.self), out.count)
+            rc = crypto_generichash_final(state, out.baseAddress!.assumingMemoryBound(to: UInt8.self), out.count)
+            precondition(rc == 0, "crypto_generichash_final failed")
         }
     }
 

@@ -1,5 +1,6 @@
 import CSodium
-import KeychainCore
+public import KeychainCore
+import KeychainSystem
 
 /// How expensive Argon2id is for new passphrases and backups (the `kdfProfile` setting).
 ///

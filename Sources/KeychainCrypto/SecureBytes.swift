@@ -20,7 +20,9 @@ public final class SecureBytes: @unchecked Sendable, CustomStringConvertible, Cu
         let buffer = UnsafeMutableRawBufferPointer(start: p, count: count)
         Sodium.zero(buffer)
         fill(buffer)
-        _ = sodium_mprotect_readonly(p)
+        // mprotect fails only when the kernel cannot split the mapping (out of memory or of map
+        // entries): the same condition as a failed sodium_malloc above, treated the same way.
+        guard sodium_mprotect_readonly(p) == 0 else { fatalError("sodium_mprotect_readonly failed: out of memory") }
     }
 
     /// `count` random bytes.

@@ -34,6 +34,12 @@ public enum Sodium {
         return out
     }
 
+    /// Constant-time comparison of two byte arrays (MACs, tags, digests): the time taken depends on
+    /// their lengths only, never on where they first differ.
+    public static func equal(_ a: [UInt8], _ b: [UInt8]) -> Bool {
+        a.withUnsafeBytes { pa in b.withUnsafeBytes { pb in equal(pa, pb) } }
+    }
+
     /// Constant-time comparison of two equally long buffers.
     public static func equal(_ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer) -> Bool {
         guard a.count == b.count else { return false }

@@ -1,4 +1,5 @@
-import KeychainCore
+public import KeychainCore
+import KeychainSystem
 
 /// The key hierarchy of one keychain.
 ///
@@ -311,8 +312,7 @@ public final class Vault: Sendable {
     }
 
     /// A keyring with a fresh registry key, computed but not yet in force (see `PendingChange`).
-    public struct PendingRegistry: @unchecked Sendable {
-        // Safety: immutable after creation; SecureBytes are read-only.
+    public struct PendingRegistry: Sendable {
         public let keyring: [UInt8]
         public let registryKey: SecureBytes
         fileprivate let decoded: Keyring
@@ -357,8 +357,7 @@ public final class Vault: Sendable {
     /// A keyring for a new passphrase (or none), computed but not yet in force. Persist `keyring`
     /// — together with every row re-wrapped by `rewrapItemKey` and the registrations re-sealed under
     /// `registryKey` — in one transaction, then `adopt` it; drop it to abandon the change.
-    public struct PendingChange: @unchecked Sendable {
-        // Safety: immutable after creation; SecureBytes are read-only.
+    public struct PendingChange: Sendable {
         public let keyring: [UInt8]
         public let removesPassphrase: Bool
         /// Classes whose class key is new: every item key of these classes must be re-wrapped.

@@ -1,6 +1,4 @@
-#if canImport(Glibc)
-import Glibc
-#endif
+import KeychainSystem
 import KeychainItems
 
 /// One registration as the daemon sees it: the entry, where it was read, and whether it counts.
@@ -22,7 +20,7 @@ public struct Registration: Sendable {
     public var refusedExecutables: [String: String] = [:]
 }
 
-/// What the registry needs to know to decide which registrations count (SPEC §5).
+/// What the registry needs to know to decide which registrations count (docs/security.md §2).
 public struct RegistryContext: Sendable {
     /// Root-owned directories of registrations, highest precedence first.
     public var systemDirectories: [String]
@@ -101,7 +99,7 @@ public struct AppRegistry: Sendable {
         self.howToRegister = howToRegister
     }
 
-    /// Reads every registration and decides which count (SPEC §5): system files when they and every
+    /// Reads every registration and decides which count (docs/security.md §2): system files when they and every
     /// directory above them are root's and not writable by others; the user's files as they are while
     /// no passphrase is set, afterwards only those approved with it; an executable the user can
     /// modify carries no identity (unless the user is root). Malformed files are errors.

@@ -1,7 +1,7 @@
 import Foundation
 import KeychainCore
-import KeychainCrypto
-import KeychainItems
+public import KeychainCrypto
+public import KeychainItems
 
 /// Daemon settings: defaults, overridden by `keychaind.json`, overridden by command-line flags.
 /// Read and validated once at start; `apps` again on SIGHUP.
@@ -41,7 +41,7 @@ public struct ConfigurationError: Error, CustomStringConvertible {
     public var description: String { "\(file): \(reason)" }
 }
 
-/// One registered application (`apps.d/*.json`, SPEC §5).
+/// One registered application (`apps.d/*.json`, docs/security.md §2).
 public struct AppEntry: Sendable, Equatable {
     public var applicationIdentifier: String
     public var accessGroups: [String]

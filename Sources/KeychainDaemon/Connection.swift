@@ -1,10 +1,7 @@
-#if canImport(Glibc)
-import Glibc
-#endif
 import Synchronization
-import CSupport
 import KeychainCore
 import KeychainItems
+import KeychainSystem
 import KeychainWire
 
 /// Bytes held in partial frames across all connections, against one limit, so many peers each
@@ -40,8 +37,9 @@ final class BufferBudget: Sendable {
 /// (SCM_CREDENTIALS): they must come from the process identified at accept. A client that sends half
 /// a frame, nothing, or stops reading holds only this thread; the idle and send timeouts end it.
 /// Until the peer is an identified app its frames and buffers stay small.
-final class Connection: @unchecked Sendable {
-    // Safety: used only by the thread that runs it; the handler and budget are Sendable.
+///
+/// Not Sendable: made on the thread that serves it (Daemon.admit) and used by that thread only.
+final class Connection {
     let socket: UnixSocket
     let peer: ConnectionPeer
     let handler: RequestHandler
@@ -60,48 +58,39 @@ final class Connection: @unchecked Sendable {
         self.budget = budget
     }
 
-    static func setTimeouts(fd: Int32, idleSeconds: Int, sendSeconds: Int) {
-        var idle = timeval(tv_sec: idleSeconds, tv_usec: 0)
-        var send = timeval(tv_sec: sendSeconds, tv_usec: 0)
-        _ = setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &idle, socklen_t(MemoryLayout<timeval>.size))
-        _ = setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &send, socklen_t(MemoryLayout<timeval>.size))
-    }
-
     /// Serves until the peer closes, misbehaves, idles out, or the daemon stops reading (SHUT_RD).
     /// The caller closes the socket afterwards.
     func run() {
+        // Requests and responses may carry secrets: every buffer they pass through is wiping storage.
         var frames = FrameBuffer(maxBytes: Self.unidentifiedFrameBytes)
-        var input = [UInt8](repeating: 0, count: 4 * 1024)
-        var output: [UInt8] = []
+        var input = SecretBytes(count: 4 * 1024)
+        var output = SecretBytes(capacity: 4 * 1024)
         var held = 0    // this connection's share of the budget
         let memo = CopyMemo()
-        defer {
-            zero(&input)
-            _ = budget.adjust(by: -held)
-        }
+        defer { _ = budget.adjust(by: -held) }
         let pid = peer.identity.pid
         while true {
             // An identified app gets the configured frame limit and a larger read buffer.
             let identified = (try? peer.app(in: handler.registrar).get()) != nil
             frames.maxBytes = identified ? maxFrameBytes : Self.unidentifiedFrameBytes
             if identified && input.count < 64 * 1024 {
-                zero(&input)
-                input = [UInt8](repeating: 0, count: 64 * 1024)
+                input = SecretBytes(count: 64 * 1024)
             }
-            var writer: Int32 = 0
-            let n = input.withUnsafeMutableBytes { kc_recv_from_writer(socket.fd, $0.baseAddress, $0.count, &writer) }
+            let n: Int
+            let writer: Int32
+            do {
+                (n, writer) = try input.withUnsafeMutableBytes { (b) throws(Errno) in try socket.socket.receiveWithWriter(into: b) }
+            } catch {
+                if error.code.isTimeout {
+                    Log.debug("connection idle timeout", [("pid", String(pid))])
+                }
+                return
+            }
             if n == 0 {
                 if frames.pendingCount > 0 {
                     Log.info("connection closed: truncated frame", [("pid", String(pid))])
                     let r = Response(id: 0, error: .param("connection closed in the middle of a frame (\(frames.pendingCount) bytes pending)"))
                     try? socket.writeAll(r.frame())
-                }
-                return
-            }
-            if n < 0 {
-                if errno == EINTR { continue }
-                if errno == EAGAIN || errno == EWOULDBLOCK {
-                    Log.debug("connection idle timeout", [("pid", String(pid))])
                 }
                 return
             }
@@ -112,26 +101,27 @@ final class Connection: @unchecked Sendable {
                 socket.drainForClose()
                 return
             }
-            input.withUnsafeBytes { frames.append(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
+            input.withUnsafeMutableBytes { read in
+                frames.append(UnsafeRawBufferPointer(rebasing: read[0..<n]))
+                // The frame buffer has its own copy now: what was read must not outlive it here.
+                Zeroing.zero(UnsafeMutableRawBufferPointer(rebasing: read[0..<n]))
+            }
             var close = false
             while !close {
-                let body: [UInt8]?
+                let body: SecretBytes?
                 do { body = try frames.next() } catch {
                     Log.info("connection closed: oversized frame", [("pid", String(pid))])
-                    output.append(contentsOf: Response(id: 0, error: error).frame())
+                    Response(id: 0, error: error).appendFrame(to: &output)
                     close = true
                     break
                 }
-                guard var body else { break }
+                guard let body else { break }
                 let outcome = handler.handle(frame: body, peer: peer, memo: memo)
-                zero(&body)
                 outcome.response.appendFrame(to: &output)
-                outcome.wipeResult()
                 // Answers to a long pipeline go out as they pile up, so one client cannot make the
                 // daemon buffer a gigabyte of responses to a single read.
                 if output.count >= Self.flushBytes {
                     let ok = (try? socket.writeAll(output)) != nil
-                    zero(&output)
                     output.removeAll(keepingCapacity: true)
                     if !ok { return }
                 }
@@ -147,7 +137,7 @@ final class Connection: @unchecked Sendable {
                     held = pending
                 } else {
                     Log.warning("connection closed: buffer budget exhausted", [("pid", String(pid)), ("limit", String(budget.limit))])
-                    output.append(contentsOf: Response(id: 0, error: KeychainError(.allocate, "keychaind is holding too many partial requests (\(budget.limit) bytes in all); try again")).frame())
+                    Response(id: 0, error: KeychainError(.allocate, "keychaind is holding too many partial requests (\(budget.limit) bytes in all); try again")).appendFrame(to: &output)
                     close = true
                 }
             }
@@ -158,7 +148,6 @@ final class Connection: @unchecked Sendable {
             }
             if !output.isEmpty {
                 let ok = (try? socket.writeAll(output)) != nil
-                zero(&output)
                 output.removeAll(keepingCapacity: true)
                 if !ok { return }
             }
@@ -169,10 +158,4 @@ final class Connection: @unchecked Sendable {
         }
     }
 
-    /// Request and response bytes may hold secrets: wipe buffers before they are reused or freed.
-    private func zero(_ bytes: inout [UInt8]) {
-        bytes.withUnsafeMutableBytes { raw in
-            if let base = raw.baseAddress { memset(base, 0, raw.count) }
-        }
-    }
 }

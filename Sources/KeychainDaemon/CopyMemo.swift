@@ -1,6 +1,3 @@
-#if canImport(Glibc)
-import Glibc
-#endif
 import KeychainItems
 
 /// One connection's memo of compiled `copy` queries, keyed by the bytes of the request's `query`.
@@ -53,8 +50,23 @@ final class CopyMemo {
         guard !query.isEmpty else { return nil }
         guard let entry = entries[Self.slot(query)], entry.token == token,
               entry.query.count == query.count,
-              entry.query.withUnsafeBytes({ memcmp($0.baseAddress!, query.baseAddress!, query.count) == 0 }) else { return nil }
+              entry.query.withUnsafeBytes({ Self.same($0, query) }) else { return nil }
         return entry.compiled
+    }
+
+    /// Byte equality of two buffers of the same length, eight bytes at a time.
+    private static func same(_ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer) -> Bool {
+        let n = a.count
+        var i = 0
+        while i + 8 <= n {
+            if a.loadUnaligned(fromByteOffset: i, as: UInt64.self) != b.loadUnaligned(fromByteOffset: i, as: UInt64.self) { return false }
+            i += 8
+        }
+        while i < n {
+            if a[i] != b[i] { return false }
+            i += 1
+        }
+        return true
     }
 
     /// Remembers `compiled` for these `query` bytes (never a query that carries a secret).

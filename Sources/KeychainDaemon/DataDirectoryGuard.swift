@@ -1,8 +1,6 @@
-#if canImport(Glibc)
-import Glibc
-#endif
-import KeychainCore
+public import KeychainCore
 import KeychainItems
+import KeychainSystem
 
 /// Refuses a data directory whose database was deleted or truncated to nothing while its device key
 /// is still there. SQLite would open such a file as a new, empty database and the daemon would come
@@ -13,10 +11,10 @@ public enum DataDirectoryGuard {
     public static func check(directory: String) throws(KeychainError) {
         let database = directory + "/" + ItemService.databaseName
         let key = directory + "/" + ItemService.deviceKeyName
-        var st = stat()
-        guard lstat(key, &st) == 0 else { return }          // no key yet: a first start
-        let missing = lstat(database, &st) != 0
-        guard missing || st.st_size == 0 else { return }
+        guard (try? FileSystem.status(key, followLinks: false)) != nil else { return }   // no key yet: a first start
+        let st = try? FileSystem.status(database, followLinks: false)
+        let missing = st == nil
+        guard missing || st?.size == 0 else { return }
         throw KeychainError(.notAvailable, """
             the database \(database) is \(missing ? "missing" : "empty") but the device key file \(key) exists: \
             the keychain was deleted or truncated. Refusing to start with an empty keychain. Restore \

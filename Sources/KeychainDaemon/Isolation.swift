@@ -1,10 +1,8 @@
-#if canImport(Glibc)
-import Glibc
-#endif
+import KeychainSystem
 import KeychainCore
 
 /// How strongly apps are kept apart right now, in plain words (`status` → `isolation`, shown by
-/// `keychainctl status`; SPEC §5).
+/// `keychainctl status`; docs/security.md §2).
 enum Isolation {
     /// `level`: "none" (no passphrase: every process of the user can read device.key and the database)
     /// or "apps" (a passphrase protects the keys; apps are told apart by their executables).
@@ -60,12 +58,7 @@ enum Isolation {
 
     /// `kernel.yama.ptrace_scope`, or nil when the kernel has no Yama.
     static func ptraceScope() -> Int? {
-        let fd = open("/proc/sys/kernel/yama/ptrace_scope", O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { return nil }
-        defer { close(fd) }
-        var buffer = [UInt8](repeating: 0, count: 8)
-        let n = read(fd, &buffer, buffer.count)
-        guard n > 0 else { return nil }
-        return Int(String(decoding: buffer[0..<n], as: UTF8.self).filter(\.isNumber))
+        guard let bytes = FileSystem.contents(of: "/proc/sys/kernel/yama/ptrace_scope"), !bytes.isEmpty else { return nil }
+        return Int(String(decoding: bytes, as: UTF8.self).filter(\.isNumber))
     }
 }

@@ -1,6 +1,4 @@
-#if canImport(Glibc)
-import Glibc
-#endif
+import KeychainSystem
 
 /// Logging to stderr with journald priority prefixes (`<3>` error … `<7>` debug).
 ///
@@ -30,8 +28,7 @@ public enum Log {
         var line = "<\(level.rawValue)>\(message)"
         for (k, v) in details { line += " \(k)=\(v)" }
         line += "\n"
-        var bytes = Array(line.utf8)
-        bytes.withUnsafeMutableBytes { _ = Glibc.write(2, $0.baseAddress, $0.count) }
+        FileDescriptor.standard(2).writeAll(Array(line.utf8))
     }
 
     public static func error(_ m: StaticString, _ d: [(String, String)] = []) { write(.error, m, d) }

@@ -1,6 +1,4 @@
-#if canImport(Glibc)
-import Glibc
-#endif
+import KeychainSystem
 
 /// Command-line flags of `keychaind`.
 public struct Options: Sendable {

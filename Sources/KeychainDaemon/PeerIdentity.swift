@@ -1,8 +1,5 @@
-#if canImport(Glibc)
-import Glibc
-#endif
-import CSupport
-import KeychainCore
+public import KeychainCore
+public import KeychainSystem
 
 /// A file as the kernel knows it: device and inode. Two paths name the same file when these agree;
 /// a bind mount over a path, or a new file renamed over it, gives a different identity.
@@ -17,9 +14,8 @@ public struct FileIdentity: Hashable, Sendable, CustomStringConvertible {
 
     /// `stat(2)` of `path`, following symlinks; nil when it cannot be read.
     public static func of(path: String) -> FileIdentity? {
-        var st = stat()
-        guard stat(path, &st) == 0 else { return nil }
-        return FileIdentity(device: UInt64(st.st_dev), inode: UInt64(st.st_ino))
+        guard let st = try? FileSystem.status(path) else { return nil }
+        return FileIdentity(device: st.device, inode: st.inode)
     }
 
     public var description: String { "dev \(device) ino \(inode)" }
@@ -27,23 +23,20 @@ public struct FileIdentity: Hashable, Sendable, CustomStringConvertible {
 
 /// A pidfd for the process on the other end of a connection, kept open for the connection's life:
 /// while it is open and the process runs, no other process can be that process.
-public final class PeerProcess: @unchecked Sendable {
-    // Safety: `pidfd` is set once at init and closed only in deinit.
+public final class PeerProcess: Sendable {
     public let pid: Int32
-    private let pidfd: Int32
+    private let handle: ProcessHandle
 
-    init(pid: Int32, pidfd: Int32) {
+    init(pid: Int32, handle: ProcessHandle) {
         self.pid = pid
-        self.pidfd = pidfd
+        self.handle = handle
     }
 
-    deinit { close(pidfd) }
-
     /// Whether the process still runs (its pidfd is not yet readable).
-    public var isRunning: Bool { kc_pidfd_exited(pidfd) == 0 }
+    public var isRunning: Bool { handle.isRunning }
 
     /// Whether the pidfd still names a running process with this pid (right after pinning).
-    var isPinned: Bool { isRunning && kc_pidfd_pid(pidfd) == pid }
+    var isPinned: Bool { isRunning && handle.pid == pid }
 }
 
 /// The process on the other end of a connection, as far as the daemon could establish it at accept
@@ -77,34 +70,35 @@ public struct PeerIdentity: Sendable {
     /// (path and file identity) and mount namespace through /proc, and checks that the pidfd still
     /// names a live process with that pid — so a pid recycled in between cannot lend its executable
     /// to an impostor.
-    public static func of(socket fd: Int32) throws(KeychainError) -> PeerIdentity {
-        var cred = kc_peer_cred()
-        guard kc_peer_credentials(fd, &cred) == 0 else {
-            throw KeychainError(.io, "SO_PEERCRED failed: \(String(cString: strerror(errno)))")
-        }
+    public static func of(socket: Socket) throws(KeychainError) -> PeerIdentity {
+        let cred: PeerCredentials
+        do { cred = try socket.peerCredentials() } catch { throw KeychainError(.io, error) }
         func unidentified(_ problem: String, _ process: PeerProcess? = nil) -> PeerIdentity {
             PeerIdentity(pid: cred.pid, uid: cred.uid, executable: nil, executableFile: nil, problem: problem, process: process)
         }
-        var pidfd = kc_peer_pidfd(fd)
         // Kernels before 6.5 lack SO_PEERPIDFD (ENOPROTOOPT): pidfd_open right after accept, the best
         // they allow. Any other failure means the peer is gone (6.5–6.15 refuse a pidfd for a reaped
         // peer): pidfd_open(pid) then could pin whatever process now has that recycled pid.
-        if pidfd < 0 && errno == ENOPROTOOPT { pidfd = kc_pidfd_open(cred.pid) }
-        guard pidfd >= 0 else {
+        let handle: ProcessHandle
+        do throws(Errno) {
+            do { handle = try socket.peerProcess() } catch where error.code == .noProtocolOption {
+                handle = try ProcessHandle.open(pid: cred.pid)
+            }
+        } catch {
             return unidentified("the calling process (pid \(cred.pid)) could not be pinned with a pidfd")
         }
-        return of(pid: cred.pid, uid: cred.uid, pidfd: pidfd)
+        return of(pid: cred.pid, uid: cred.uid, handle: handle)
     }
 
-    /// The same identification for a process already pinned by `pidfd` (which this takes over and
-    /// closes with the identity): its executable (path and file identity) and mount namespace read
-    /// through /proc, then the check that the pidfd still names a live process with that pid. Used
-    /// for socket peers and for callers on the session bus (whose pid comes from the bus).
-    public static func of(pid: Int32, uid: UInt32, pidfd: Int32) -> PeerIdentity {
+    /// The same identification for a process already pinned by `handle` (a pidfd, which the identity
+    /// keeps): its executable (path and file identity) and mount namespace read through /proc, then
+    /// the check that the pidfd still names a live process with that pid. Used for socket peers and
+    /// for callers on the session bus (whose pid comes from the bus).
+    public static func of(pid: Int32, uid: UInt32, handle: ProcessHandle) -> PeerIdentity {
         func unidentified(_ problem: String, _ process: PeerProcess? = nil) -> PeerIdentity {
             PeerIdentity(pid: pid, uid: uid, executable: nil, executableFile: nil, problem: problem, process: process)
         }
-        let process = PeerProcess(pid: pid, pidfd: pidfd)
+        let process = PeerProcess(pid: pid, handle: handle)
         let exe = readExecutable(pid: pid)
         let file = FileIdentity.of(path: "/proc/\(pid)/exe")
         let namespace = FileIdentity.of(path: "/proc/\(pid)/ns/mnt")
@@ -124,9 +118,6 @@ public struct PeerIdentity: Sendable {
     }
 
     static func readExecutable(pid: Int32) -> String? {
-        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
-        let n = readlink("/proc/\(pid)/exe", &buffer, buffer.count - 1)
-        guard n > 0 else { return nil }
-        return String(decoding: buffer[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        FileSystem.readLink("/proc/\(pid)/exe")
     }
 }

@@ -1,7 +1,5 @@
-#if canImport(Glibc)
-import Glibc
-#endif
 import Synchronization
+import KeychainSystem
 import KeychainCore
 import KeychainItems
 
@@ -111,8 +109,9 @@ final class Registrar: Sendable {
 
 /// What one connection knows about its peer: the facts read at accept, and the app they map to in a
 /// given registry generation (looked up again only when the registry changed).
-final class ConnectionPeer: @unchecked Sendable {
-    // Safety: used by its connection's thread only.
+///
+/// Not Sendable: made and used by its connection's own thread only.
+final class ConnectionPeer {
     let identity: PeerIdentity
     private var cached: (generation: Int, result: Result<AppEntry, KeychainIdentityError>)?
 

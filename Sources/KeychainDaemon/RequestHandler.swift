@@ -1,11 +1,9 @@
-#if canImport(Glibc)
-import Glibc
-#endif
 import Synchronization
 import KeychainCore
-import KeychainWire
-import KeychainItems
 import KeychainCrypto
+public import KeychainItems
+import KeychainSystem
+public import KeychainWire
 
 /// Turns one frame body into one response: decodes the request, finds who is calling, asks the
 /// access policy (KeychainItems/AccessPolicy.swift), and calls the item service. Knows no sockets.
@@ -46,45 +44,38 @@ public final class RequestHandler: Sendable {
     public struct Outcome {
         public var response: Response
         public var closeAfter: Bool
-        /// The result is a secret read for this request alone (a memoized copy): wiped once framed.
-        var resultIsSecret = false
-
-        public init(response: Response, closeAfter: Bool) {
-            self.response = response
-            self.closeAfter = closeAfter
-        }
-
-        /// Zeroes the returned secret in place once it has been framed.
-        func wipeResult() {
-            guard resultIsSecret, case .bytes(let b)? = response.result else { return }
-            Sodium.wipeShared(b)
-        }
     }
 
     /// One request from a peer identified afresh (the fuzz target; connections use a `ConnectionPeer`).
     public func handle(frame body: [UInt8], peer: PeerIdentity) -> Outcome {
-        handle(frame: body, peer: ConnectionPeer(peer))
+        handle(frame: SecretBytes(body), peer: ConnectionPeer(peer))
+    }
+
+    /// One request from a connection. Secrets in it (`secretRequestKeys`) are decoded straight into
+    /// wiping storage, so the decoded request leaves no copy of them behind.
+    func handle(frame body: SecretBytes, peer: ConnectionPeer) -> Outcome {
+        handle(frame: body, peer: peer, memo: nil)
     }
 
     /// Where a request of the common shape may leave its compiled `copy` query: the connection's
     /// memo and where the `query` bytes start in the frame body.
     struct MemoSlot {
         let memo: CopyMemo
-        let body: [UInt8]
+        let body: SecretBytes
         let queryStart: Int
     }
 
     /// One request of a connection. With a `memo`, a `copy` of the common request shape whose `query`
     /// bytes were served before on this connection (same caller, same passphrase state) skips
     /// decoding, parsing and the policy decision (CopyMemo.swift).
-    func handle(frame body: [UInt8], peer: ConnectionPeer, memo: CopyMemo? = nil) -> Outcome {
+    func handle(frame body: SecretBytes, peer: ConnectionPeer, memo: CopyMemo?) -> Outcome {
         var slot: MemoSlot?
         if let memo, let shape = body.withUnsafeBytes({ RequestShape.scan($0) }), shape.op == .copy {
             if let outcome = memoized(body, shape: shape, memo: memo, peer: peer) { return outcome }
             slot = MemoSlot(memo: memo, body: body, queryStart: shape.queryStart)
         }
         let value: Value
-        do { value = try CBOR.decode(body) } catch {
+        do { value = try CBOR.decode(body, secretKeys: secretRequestKeys) } catch {
             return Outcome(response: Response(id: 0, error: KeychainError(.param, "request is not valid CBOR: \(error.message)")),
                            closeAfter: true)
         }
@@ -106,7 +97,7 @@ public final class RequestHandler: Sendable {
     /// A `copy` served from the memo, or nil when its query is not there (or the entry is stale).
     /// Everything the full path does per request still happens: the peer is identified in the current
     /// registry generation, activity is counted, and the rows are read and opened now.
-    private func memoized(_ body: [UInt8], shape: RequestShape, memo: CopyMemo, peer: ConnectionPeer) -> Outcome? {
+    private func memoized(_ body: SecretBytes, shape: RequestShape, memo: CopyMemo, peer: ConnectionPeer) -> Outcome? {
         guard case .success = peer.app(in: registrar) else { return nil }
         let token = CopyMemo.Token(registryGeneration: peer.generation, passphraseSet: items.hasPassphrase)
         let found = body.withUnsafeBytes { raw in
@@ -115,16 +106,14 @@ public final class RequestHandler: Sendable {
         guard let compiled = found else { return nil }
         touch()
         do {
-            var outcome = Outcome(response: Response(id: shape.id, result: try items.copy(compiled)), closeAfter: false)
-            outcome.resultIsSecret = true
-            return outcome
+            return Outcome(response: Response(id: shape.id, result: try items.copy(compiled)), closeAfter: false)
         } catch {
             return Outcome(response: Response(id: shape.id, error: error), closeAfter: false)
         }
     }
 
     private func serve(_ request: Request, peer: ConnectionPeer, slot: MemoSlot? = nil) throws(KeychainError) -> Value? {
-        guard let action = AccessPolicy.Action(rawValue: request.op) else {
+        guard let action = Operation(rawValue: request.op) else {
             throw .param("unknown op \"\(request.op)\" (known: \(Operation.allCases.map(\.rawValue).joined(separator: ", ")))")
         }
         // Secrets in the request's arguments are copied into guarded memory when used and the
@@ -152,7 +141,7 @@ public final class RequestHandler: Sendable {
         case .allow:
             break
         }
-        if action.isItemAction, let c = caller {
+        if action.isItemOperation, let c = caller {
             // Activity for auto-lock, counted before the work so a slow request is not followed by a lock.
             touch()
             caller = try withPresence(c, args, passphraseSet: passphraseSet)
@@ -198,7 +187,7 @@ public final class RequestHandler: Sendable {
         return c
     }
 
-    private func requiredPresence(_ args: Arguments, _ action: AccessPolicy.Action) throws(KeychainError) -> SecureBytes {
+    private func requiredPresence(_ args: Arguments, _ action: Operation) throws(KeychainError) -> SecureBytes {
         guard let p = try args.secret(Arguments.presenceKey, required: false) else {
             throw KeychainError.passphraseNeeded("op \"\(action.rawValue)\" needs the keychain passphrase (\"\(Arguments.presenceKey)\"): an administrator proves the user's presence while a passphrase is set")
         }
@@ -207,7 +196,7 @@ public final class RequestHandler: Sendable {
 
     // MARK: SecItem calls
 
-    private func item(_ action: AccessPolicy.Action, _ request: Request, caller: Caller,
+    private func item(_ action: Operation, _ request: Request, caller: Caller,
                       compiled remember: ((ItemService.CompiledCopy) -> Void)? = nil) throws(KeychainError) -> Value? {
         let op = action.rawValue
         for key in request.arguments.keys where key != Arguments.presenceKey {
@@ -236,7 +225,7 @@ public final class RequestHandler: Sendable {
 
     // MARK: Admin operations (docs/protocol.md §11)
 
-    private func admin(_ action: AccessPolicy.Action, _ args: Arguments, caller: Caller) throws(KeychainError) -> Value? {
+    private func admin(_ action: Operation, _ args: Arguments, caller: Caller) throws(KeychainError) -> Value? {
         switch action {
         case .lock:
             try args.expect([])
@@ -380,6 +369,8 @@ public final class RequestHandler: Sendable {
                 return nil
             case .bytes(let b)?:
                 return try PasswordHash.passphrase(b)
+            case .secret(let s)?:
+                return try s.withUnsafeBytes { (b) throws(KeychainError) in try PasswordHash.passphrase(b) }
             case let other?:
                 throw .param("\"\(key)\" must be bytes, not \(other.kindName)")
             }
@@ -431,19 +422,5 @@ public final class RequestHandler: Sendable {
         if let bus { result["secretService"] = .map(bus.fields) }
         if case .failure(let why) = identified { result["unidentified"] = .text(why.message) }
         return .map(result)
-    }
-}
-
-enum MonotonicClock {
-    static func now() -> Double {
-        var ts = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &ts)
-        return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
-    }
-
-    static func milliseconds() -> Int64 {
-        var ts = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &ts)
-        return Int64(ts.tv_sec) * 1000 + Int64(ts.tv_nsec) / 1_000_000
     }
 }

@@ -1,8 +1,6 @@
-#if canImport(Glibc)
-import Glibc
-#endif
+import KeychainSystem
 
-/// Who can change a file: the checks behind trusted registrations (SPEC §5).
+/// Who can change a file: the checks behind trusted registrations (docs/security.md §2).
 ///
 /// A path can be changed by whoever can write the file itself or any directory on the way to it
 /// (rename or replace an entry). A directory with the sticky bit (like /tmp) lets others add entries
@@ -10,19 +8,12 @@ import Glibc
 public enum TrustedPaths {
     /// The user and groups whose power over files is being judged.
     struct Principal {
-        let uid: uid_t
-        let groups: Set<gid_t>
+        let uid: UInt32
+        let groups: Set<UInt32>
 
         /// This process's real uid and its primary and supplementary groups.
         static func current() -> Principal {
-            var groups = Set<gid_t>([getgid(), getegid()])
-            let count = getgroups(0, nil)
-            if count > 0 {
-                var list = [gid_t](repeating: 0, count: Int(count))
-                let n = getgroups(count, &list)
-                if n > 0 { groups.formUnion(list[0..<Int(n)]) }
-            }
-            return Principal(uid: getuid(), groups: groups)
+            Principal(uid: CurrentProcess.uid, groups: Set(CurrentProcess.groups))
         }
     }
 
@@ -30,12 +21,10 @@ public enum TrustedPaths {
     /// others (a sticky root directory such as /tmp is accepted); else why not, naming the culprit.
     public static func rootOwnedProblem(_ path: String) -> String? {
         for (component, isLast) in chain(of: path) {
-            var st = stat()
-            guard lstat(component, &st) == 0 else { return "\(component) cannot be read" }
-            if st.st_uid != 0 { return "\(component) is owned by uid \(st.st_uid), not by root" }
-            let isDirectory = st.st_mode & S_IFMT == S_IFDIR
-            let sticky = isDirectory && st.st_mode & S_ISVTX != 0
-            if st.st_mode & 0o022 != 0 && !(sticky && !isLast) {
+            guard let st = try? FileSystem.status(component, followLinks: false) else { return "\(component) cannot be read" }
+            if st.uid != 0 { return "\(component) is owned by uid \(st.uid), not by root" }
+            let sticky = st.kind == .directory && st.isSticky
+            if st.permissions & 0o022 != 0 && !(sticky && !isLast) {
                 return "\(component) is writable by group or others"
             }
         }
@@ -50,15 +39,13 @@ public enum TrustedPaths {
         if let real = realPath(path), real != path { paths.append(real) }
         for p in paths {
             for (component, isLast) in chain(of: p) {
-                var st = stat()
                 // The written path's own last component may be a symlink: its directory decides.
-                let rc = isLast && p == path && paths.count > 1 ? lstat(component, &st) : stat(component, &st)
-                guard rc == 0 else { return "\(component) cannot be read" }
-                if st.st_mode & S_IFMT == S_IFLNK { continue }
-                if st.st_uid == principal.uid { return "\(component) belongs to uid \(principal.uid)" }
-                let isDirectory = st.st_mode & S_IFMT == S_IFDIR
-                let writable = st.st_mode & 0o002 != 0 || (st.st_mode & 0o020 != 0 && principal.groups.contains(st.st_gid))
-                let sticky = isDirectory && st.st_mode & S_ISVTX != 0
+                let follow = !(isLast && p == path && paths.count > 1)
+                guard let st = try? FileSystem.status(component, followLinks: follow) else { return "\(component) cannot be read" }
+                if st.kind == .symbolicLink { continue }
+                if st.uid == principal.uid { return "\(component) belongs to uid \(principal.uid)" }
+                let writable = st.permissions & 0o002 != 0 || (st.permissions & 0o020 != 0 && principal.groups.contains(st.gid))
+                let sticky = st.kind == .directory && st.isSticky
                 if writable && !(sticky && !isLast) { return "\(component) is writable by uid \(principal.uid)" }
             }
         }
@@ -79,8 +66,6 @@ public enum TrustedPaths {
     }
 
     static func realPath(_ path: String) -> String? {
-        guard let p = realpath(path, nil) else { return nil }
-        defer { free(p) }
-        return String(cString: p)
+        FileSystem.realPath(path)
     }
 }

@@ -1,4 +1,4 @@
-import KeychainCore
+public import KeychainCore
 
 /// The access policy for callers on the session bus (the Secret Service, SPEC §9). A bus caller is
 /// identified as a socket caller is — its process pinned with a pidfd, its executable file looked
@@ -39,7 +39,7 @@ extension AccessPolicy {
     /// What a bus caller may ask for: the Secret Service's calls are item calls on the caller's own
     /// groups, plus `lock` (any app may lock, as on the socket). Unlocking goes through a prompt that
     /// completes when the keychain is unlocked with its passphrase (`keychainctl unlock`).
-    public static func decideOnBus(_ action: Action, caller: Caller) -> Decision {
+    public static func decideOnBus(_ action: Operation, caller: Caller) -> Decision {
         switch action {
         case .add, .copy, .update, .delete, .lock:
             return decide(action, caller: caller, unidentified: "", passphraseSet: false)

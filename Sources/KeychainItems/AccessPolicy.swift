@@ -1,6 +1,6 @@
-import KeychainCore
+public import KeychainCore
 
-/// Who is asking, once the daemon has identified the calling process (SPEC §5): a registered app with
+/// Who is asking, once the daemon has identified the calling process (docs/security.md §2): a registered app with
 /// its keychain access groups, whether it is an administrator, and whether this request proved the
 /// user's presence (carried the keychain passphrase, or none is set).
 public struct Caller: Sendable, Hashable {
@@ -11,7 +11,7 @@ public struct Caller: Sendable, Hashable {
     /// May act on every group; secrets and writes outside its own groups need `hasPresence`.
     public var isAdmin: Bool
     /// The keychain passphrase was verified in this request, or no passphrase is set (there is
-    /// nothing to prove then: SPEC §5, "Admins prove presence").
+    /// nothing to prove then: docs/security.md §2, "What each caller may do").
     public var hasPresence: Bool
 
     public init(applicationIdentifier: String = "", accessGroups: [String], isAdmin: Bool = false, hasPresence: Bool = true) {
@@ -34,15 +34,6 @@ public struct Caller: Sendable, Hashable {
 /// (`scope`, `checkEntitlement`, `checkAdminReach`) while it matches items. Every refusal carries the
 /// status and the one-line reason the client gets.
 public enum AccessPolicy {
-    /// What a request asks to do.
-    public enum Action: String, Sendable, CaseIterable {
-        case add, copy, update, delete
-        case status, lock, unlock, passwd, backup, restore, approve, revoke
-
-        /// The four SecItem calls.
-        public var isItemAction: Bool { self == .add || self == .copy || self == .update || self == .delete }
-    }
-
     /// The policy's answer.
     public enum Decision: Sendable, Equatable {
         /// Serve it.
@@ -77,7 +68,7 @@ public enum AccessPolicy {
 
     /// Who may ask for what. `caller` is nil for a peer that could not be identified as a registered
     /// app (`unidentified` says why, and how to register). `passphraseSet`: whether the keychain has one.
-    public static func decide(_ action: Action, caller: Caller?, unidentified: String, passphraseSet: Bool) -> Decision {
+    public static func decide(_ action: Operation, caller: Caller?, unidentified: String, passphraseSet: Bool) -> Decision {
         if action == .status { return .allow }
         guard let caller else { return .deny(KeychainError(.missingEntitlement, unidentified)) }
         switch action {
@@ -95,7 +86,7 @@ public enum AccessPolicy {
         }
     }
 
-    private static func adminOnly(_ action: Action, _ caller: Caller) -> KeychainError {
+    private static func adminOnly(_ action: Operation, _ caller: Caller) -> KeychainError {
         KeychainError(.missingEntitlement, "op \"\(action.rawValue)\" is for admin apps (a trusted registration with \"admin\": true); \(caller.applicationIdentifier.isEmpty ? "this caller" : caller.applicationIdentifier) is not one")
     }
 

@@ -1,7 +1,7 @@
 import KeychainCore
 import KeychainCrypto
 
-/// The generic-password attributes (SPEC §3), their wire keys, and Apple's input coercions.
+/// The generic-password attributes (docs/protocol.md §7), their wire keys, and Apple's input coercions.
 ///
 /// Each input value is normalised once into the form it is stored and returned in:
 /// strings stay text or bytes as written (Apple returns "the type it was written with"), numbers become

@@ -1,7 +1,4 @@
-#if canImport(Glibc)
-import Glibc
-#endif
-import KeychainCore
+import KeychainSystem
 
 /// Timestamps for cdat/mdat: wall-clock seconds, strictly increasing across the writes of this process,
 /// and an update's mdat at least 1 ms past the item's previous one (as Apple does).
@@ -9,9 +6,7 @@ final class Clock: Sendable {
     private let last = Locked<Double>(0)
 
     func next(after previous: Double? = nil) -> Double {
-        var ts = timespec()
-        clock_gettime(CLOCK_REALTIME, &ts)
-        let wall = Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
+        let wall = WallClock.now()
         return last.withLock { last in
             var t = max(wall, last + 1e-6)
             if let previous { t = max(t, previous + 1e-3) }

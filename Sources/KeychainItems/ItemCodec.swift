@@ -1,4 +1,5 @@
 import KeychainCore
+import KeychainSystem
 import KeychainCrypto
 import KeychainStore
 
@@ -8,7 +9,8 @@ struct OpenedItem {
     var protection: ProtectionClass
     /// Wire key → stored value: every attribute set, plus agrp, pdmn, sync, svce, acct, cdat, mdat.
     var attributes: [String: Value]
-    var secret: [UInt8]?
+    /// Opened into wiping storage: zeroed when the last copy goes.
+    var secret: SecretBytes?
 }
 
 /// Seals items into rows and opens rows into items.
@@ -45,7 +47,7 @@ struct ItemCodec: Sendable {
             throw KeychainError(.decode, "an item in the database is damaged (unknown class or id)")
         }
         let classKey = try vault.classKey(protection)
-        var secret: [UInt8]?
+        var secret: SecretBytes?
         let attributes = try classKey.withUnsafeBytes { (ck) throws(KeychainError) -> [String: Value] in
             let keyAD = Self.associatedData(ref: row.ref, protection: protection, part: .itemKey, uniqueIndex: row.uniqueIndex)
             return try withBytes(keyAD) { (kad) throws(KeychainError) -> [String: Value] in
@@ -53,7 +55,7 @@ struct ItemCodec: Sendable {
                     let attributes = withAttributes ? try openAttributes(row, protection: protection, itemKey: ik) : [:]
                     if withSecret {
                         secret = try withBytes(Self.associatedData(ref: row.ref, protection: protection, part: .secret)) { (sad) throws(KeychainError) in
-                            try AEAD.open(row.secret, key: ik, ad: sad, what: "item secret")
+                            try AEAD.openSecret(row.secret, key: ik, ad: sad, what: "item secret")
                         }
                     }
                     return attributes
@@ -88,7 +90,7 @@ struct ItemCodec: Sendable {
     /// for every write, updates included, so a row written after a passphrase change shares no key
     /// with any older version of itself. `classKey` is the key of `protection` to wrap it with
     /// (nil: the vault's current one).
-    func seal(ref: [UInt8], protection: ProtectionClass, attributes: [String: Value], secret: [UInt8],
+    func seal(ref: [UInt8], protection: ProtectionClass, attributes: [String: Value], secret: SecretBytes,
               rowid: Int64 = 0, classKey given: SecureBytes? = nil) throws(KeychainError) -> StoredItem {
         let classKey: SecureBytes
         if let given { classKey = given } else { classKey = try vault.classKey(protection) }
@@ -106,8 +108,8 @@ struct ItemCodec: Sendable {
             let sealedAttributes = Self.associatedData(ref: ref, protection: protection, part: .attributes).withUnsafeBytes {
                 AEAD.seal(plain, key: ik, ad: $0)
             }
-            let sealedSecret = Self.associatedData(ref: ref, protection: protection, part: .secret).withUnsafeBytes {
-                AEAD.seal(secret, key: ik, ad: $0)
+            let sealedSecret = Self.associatedData(ref: ref, protection: protection, part: .secret).withUnsafeBytes { ad in
+                secret.withUnsafeBytes { AEAD.seal($0, key: ik, ad: ad) }
             }
             return (wrapped: wrapped, attributes: sealedAttributes, secret: sealedSecret)
         }

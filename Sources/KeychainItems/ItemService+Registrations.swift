@@ -1,6 +1,7 @@
-import KeychainCore
-import KeychainCrypto
+public import KeychainCore
+public import KeychainCrypto
 import KeychainStore
+import KeychainSystem
 
 /// An app registration approved with the keychain passphrase. Once a passphrase is set, a
 /// registration in the user's own `apps.d` counts only if it is on the approved list: a process of

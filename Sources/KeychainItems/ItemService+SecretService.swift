@@ -1,4 +1,5 @@
-import KeychainCore
+public import KeychainCore
+public import KeychainSystem
 import KeychainCrypto
 import KeychainStore
 
@@ -174,20 +175,16 @@ extension ItemService {
 
     /// The secret of one item and its content type; nil when `groups` hold no such item. A locked
     /// item is errSecInteractionNotAllowed.
-    public func secretServiceSecret(id: [UInt8], groups: [String], caller: Caller) throws(KeychainError) -> (secret: [UInt8], contentType: String)? {
+    public func secretServiceSecret(id: [UInt8], groups: [String], caller: Caller) throws(KeychainError) -> (secret: SecretBytes, contentType: String)? {
         let digests = try groupDigests(groups, caller)
         guard !digests.isEmpty, id.count == PersistentRef.idLength else { return nil }
-        var result: (secret: [UInt8], contentType: String)?
+        var result: (secret: SecretBytes, contentType: String)?
         try store.read { (r) throws(KeychainError) in
             try r.forEach(RowFilter(ref: id, accessGroupIndexes: digests.map(\.digest), includeSecret: true)) { (row) throws(KeychainError) -> Bool in
                 guard let group = digests.first(where: { $0.digest == row.accessGroupIndex })?.group else { return false }
                 let item = try codec.open(row, withSecret: true)
-                guard let view = view(item, group: group) else {
-                    var s = item.secret ?? []
-                    Sodium.zero(&s)
-                    return false
-                }
-                result = (item.secret ?? [], view.contentType)
+                guard let view = view(item, group: group) else { return false }   // the secret wipes itself
+                result = (item.secret ?? SecretBytes(), view.contentType)
                 return false
             }
         }
@@ -219,7 +216,7 @@ extension ItemService {
     /// `service` and an `account` make a plain keychain item with that service and account (the item
     /// SecItem finds by them), unless that one exists already; any other attributes are kept as the
     /// item's own. Returns the item's id and whether it replaced one.
-    public func secretServiceCreate(group: String, label: String, attributes: SecretServiceAttributes, secret: [UInt8],
+    public func secretServiceCreate(group: String, label: String, attributes: SecretServiceAttributes, secret: SecretBytes,
                                     contentType: String, replace: Bool, caller: Caller) throws(KeychainError) -> (id: [UInt8], replaced: Bool) {
         if let problem = attributes.problem { throw .param(problem) }
         let digests = try groupDigests([group], caller)
@@ -271,7 +268,7 @@ extension ItemService {
     }
 
     /// `Item.SetSecret`: a new secret and content type.
-    public func secretServiceSetSecret(id: [UInt8], groups: [String], secret: [UInt8], contentType: String,
+    public func secretServiceSetSecret(id: [UInt8], groups: [String], secret: SecretBytes, contentType: String,
                                        caller: Caller) throws(KeychainError) -> Bool {
         let type = contentType.isEmpty ? SecretServiceFields.defaultContentType : contentType
         return try modify(id: id, groups: groups, caller: caller, secret: secret) { (stored, view) throws(KeychainError) in
@@ -339,7 +336,7 @@ extension ItemService {
 
     /// Changes one item in place (`change` edits its stored attributes; `secret`, when given, replaces
     /// its secret). Returns false when `groups` hold no such item.
-    private func modify(id: [UInt8], groups: [String], caller: Caller, secret: [UInt8]?,
+    private func modify(id: [UInt8], groups: [String], caller: Caller, secret: SecretBytes?,
                         _ change: (inout [String: Value], SecretServiceItem) throws(KeychainError) -> Void) throws(KeychainError) -> Bool {
         let digests = try groupDigests(groups, caller)
         guard !digests.isEmpty, id.count == PersistentRef.idLength else { return false }
@@ -363,20 +360,16 @@ extension ItemService {
     /// Re-seals `item` with its attributes changed by `change`, a new modification date, and the new
     /// secret when given. A collision of the changed
     /// service and account with another item is errSecDuplicateItem.
-    private func rewrite(_ item: OpenedItem, in w: StoreWriter, secret: [UInt8]?,
+    private func rewrite(_ item: OpenedItem, in w: StoreWriter, secret: SecretBytes?,
                          _ change: (inout [String: Value]) throws(KeychainError) -> Void) throws(KeychainError) {
         var stored = item.attributes
         try change(&stored)
         stored["mdat"] = .date(clock.next(after: item.attributes["mdat"]?.date))
         // A fresh item key, as every update (ItemService.update): the unchanged secret is opened to be
         // sealed again.
-        var opened: [UInt8] = []
-        defer { Sodium.zero(&opened) }
-        if secret == nil {
-            opened = try codec.open(item.row, withSecret: true, withAttributes: false).secret ?? []
-        }
+        let kept = secret == nil ? try codec.open(item.row, withSecret: true, withAttributes: false).secret : nil
         let row = try codec.seal(ref: item.row.ref, protection: item.protection, attributes: stored,
-                                 secret: secret ?? opened, rowid: item.row.rowid)
+                                 secret: secret ?? kept ?? SecretBytes(), rowid: item.row.rowid)
         do throws(KeychainError) {
             try w.update(row)
         } catch where error.status == .duplicateItem {

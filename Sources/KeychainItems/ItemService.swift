@@ -1,9 +1,7 @@
-#if canImport(Glibc)
-import Glibc
-#endif
-import KeychainCore
-import KeychainCrypto
-import KeychainStore
+public import KeychainCore
+public import KeychainCrypto
+public import KeychainStore
+import KeychainSystem
 
 /// Apple's SecItem calls for generic passwords, on an encrypted item store in `directory`.
 ///
@@ -117,7 +115,7 @@ public final class ItemService: Sendable {
         stored["sync"] = .bool(query.sync == .yes)
         stored["cdat"] = .date(now)       // caller-provided dates are overwritten, as Apple does
         stored["mdat"] = .date(now)
-        let secret = query.secret ?? []
+        let secret = query.secret ?? SecretBytes()
         let ref = PersistentRef.newID(createdAt: now)
         // Sealed outside the writer (cheap concurrency); a passphrase change that replaced the class
         // keys meanwhile (it commits with the writer held) makes the write seal it again.
@@ -196,7 +194,7 @@ public final class ItemService: Sendable {
         }
         guard parsed.returns.any else { return nil }
         func shaped(_ item: OpenedItem) -> Value {
-            ResultShape.value(attributes: item.attributes, secret: item.secret ?? [], ref: item.row.ref, returns: parsed.returns)
+            ResultShape.value(attributes: item.attributes, secret: item.secret ?? SecretBytes(), ref: item.row.ref, returns: parsed.returns)
         }
         return parsed.limit.returnsArray ? .array(found.map(shaped)) : shaped(found[0])
     }
@@ -234,10 +232,9 @@ public final class ItemService: Sendable {
                     // Every update seals the whole row afresh under a new item key (the old secret is
                     // opened to be sealed again when it does not change), so nothing written now can
                     // be opened with an item key from an older copy of the database.
-                    var opened: [UInt8] = []
-                    defer { Sodium.zero(&opened) }
+                    var opened = SecretBytes()
                     if changes.secret == nil {
-                        opened = try codec.open(item.row, withSecret: true, withAttributes: false).secret ?? []
+                        opened = try codec.open(item.row, withSecret: true, withAttributes: false).secret ?? SecretBytes()
                     }
                     let row = try codec.seal(ref: item.row.ref, protection: protection, attributes: merged,
                                              secret: changes.secret ?? opened, rowid: item.row.rowid)
@@ -330,17 +327,16 @@ public final class ItemService: Sendable {
     }
 
     private static func makeDirectory(_ path: String) throws(KeychainError) {
-        var st = stat()
-        if stat(path, &st) == 0 {
-            guard (st.st_mode & S_IFMT) == S_IFDIR else { throw KeychainError(.notAvailable, "\(path) is not a directory") }
+        if let st = try? FileSystem.status(path) {
+            guard st.kind == .directory else { throw KeychainError(.notAvailable, "\(path) is not a directory") }
             return
         }
         // Parents as needed (0700 for the ones created here).
         var current = path.hasPrefix("/") ? "" : "."
         for component in path.split(separator: "/") {
             current += "/" + component
-            if mkdir(current, 0o700) != 0 && errno != EEXIST {
-                throw KeychainError(.notAvailable, "cannot create directory \(current): \(String(cString: strerror(errno)))")
+            do { try FileSystem.makeDirectory(current, permissions: 0o700) } catch {
+                if error.code != .exists { throw KeychainError(.notAvailable, "cannot create directory \(current)", error) }
             }
         }
     }

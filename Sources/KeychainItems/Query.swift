@@ -1,12 +1,5 @@
 import KeychainCore
-
-/// Which SecItem call a dictionary belongs to: the same keys are legal in some and errors in others.
-enum Operation: String {
-    case add = "SecItemAdd"
-    case copy = "SecItemCopyMatching"
-    case update = "SecItemUpdate"
-    case delete = "SecItemDelete"
-}
+import KeychainSystem
 
 enum MatchLimit: Equatable {
     case one
@@ -61,11 +54,11 @@ struct ParsedQuery {
     /// The item id named by `v_PersistentRef`.
     var persistentRef: [UInt8]?
     /// `v_Data`.
-    var secret: [UInt8]?
+    var secret: SecretBytes?
     var limit: MatchLimit = .one
     var returns = ReturnFlags()
 
-    /// Parses `dictionary` under the rules of `operation` (reference §3).
+    /// Parses `dictionary` under the rules of `operation` (docs/protocol.md §8).
     init(_ dictionary: [String: Value], for operation: Operation) throws(KeychainError) {
         var classGiven = false
         for (key, value) in dictionary {
@@ -77,10 +70,10 @@ struct ParsedQuery {
                 }
                 classGiven = true
             case "v_Data":
-                guard case .bytes(let b) = value else { throw .param("v_Data must be data, not \(value.kindName)") }
+                guard let b = value.secretBytes else { throw .param("v_Data must be data, not \(value.kindName)") }
                 secret = b
             case "v_PersistentRef":
-                guard operation != .add else { throw .param("v_PersistentRef is not allowed in \(operation.rawValue)") }
+                guard operation != .add else { throw .param("v_PersistentRef is not allowed in \(operation.callName)") }
                 guard case .bytes(let b) = value else { throw .param("v_PersistentRef must be data, not \(value.kindName)") }
                 guard let id = PersistentRef.id(from: b) else { throw .param("v_PersistentRef is not a persistent reference of a generic password") }
                 persistentRef = id
@@ -93,7 +86,7 @@ struct ParsedQuery {
                 guard case .bool = value else { throw .param("m_CaseInsensitive must be a boolean, not \(value.kindName)") }
             case "r_Data", "r_Attributes", "r_PersistentRef":
                 if operation == .update || operation == .delete {
-                    throw .param("\(key) (a kSecReturn key) is not allowed in \(operation.rawValue)")
+                    throw .param("\(key) (a kSecReturn key) is not allowed in \(operation.callName)")
                 }
                 guard case .bool(let b) = value else { throw .param("\(key) must be a boolean, not \(value.kindName)") }
                 switch key {
@@ -138,7 +131,7 @@ struct ParsedQuery {
 
     private func rejectMatchKey(_ key: String, _ operation: Operation) throws(KeychainError) {
         if operation != .copy {
-            throw .param("\(key) (a kSecMatch key) is not allowed in \(operation.rawValue)")
+            throw .param("\(key) (a kSecMatch key) is not allowed in \(operation.callName)")
         }
     }
 
@@ -156,13 +149,13 @@ struct ParsedQuery {
 struct ParsedChanges {
     var attributes: [Attribute: Value] = [:]
     var sync: Bool?
-    var secret: [UInt8]?
+    var secret: SecretBytes?
 
     init(_ dictionary: [String: Value]) throws(KeychainError) {
         for (key, value) in dictionary {
             switch key {
             case "v_Data":
-                guard case .bytes(let b) = value else { throw .param("v_Data must be data, not \(value.kindName)") }
+                guard let b = value.secretBytes else { throw .param("v_Data must be data, not \(value.kindName)") }
                 secret = b
             case "nleg":
                 break

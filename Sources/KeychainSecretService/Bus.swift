@@ -1,3 +1,4 @@
+import KeychainSystem
 import CSystemd
 
 /// A D-Bus error reply: the error name and a one-line message (never a secret or an attribute value).

@@ -1,3 +1,4 @@
+import KeychainSystem
 import KeychainCore
 import KeychainItems
 import KeychainDaemon
@@ -104,25 +105,24 @@ extension SecretService {
             throw .accessDenied("the bus has no credentials for \(BusPath.printable(sender)): \(error.message)")
         }
         if let refusal = AccessPolicy.admit(peerUID: first.uid, daemonUID: SystemCalls.uid) {
-            SystemCalls.close(first.pidfd)
             throw .accessDenied(refusal.message)
         }
-        var pidfd = first.pidfd
-        if pidfd < 0 { pidfd = SystemCalls.pidfdOpen(first.pid) }
-        guard pidfd >= 0 else {
-            throw .accessDenied("the calling process (pid \(first.pid)) could not be pinned with a pidfd (\(SystemCalls.errnoDescription))")
+        let handle: ProcessHandle
+        if let given = first.process {
+            handle = given
+        } else {
+            do throws(Errno) { handle = try ProcessHandle.open(pid: first.pid) } catch {
+                throw .accessDenied("the calling process (pid \(first.pid)) could not be pinned with a pidfd (\(error.message))")
+            }
         }
         let again: BusCredentials
         do throws(BusError) { again = try credentials(sender) } catch {
-            SystemCalls.close(pidfd)
             throw .accessDenied("the calling connection left the bus before it could be identified")
         }
-        SystemCalls.close(again.pidfd)
         guard again.pid == first.pid, again.uid == first.uid else {
-            SystemCalls.close(pidfd)
             throw .accessDenied("the bus reported changing credentials for \(BusPath.printable(sender))")
         }
-        let identity = PeerIdentity.of(pid: first.pid, uid: first.uid, pidfd: pidfd)
+        let identity = PeerIdentity.of(pid: first.pid, uid: first.uid, handle: handle)
         let generation = daemon.registryGeneration
         let (decision, registered) = decide(identity, generation: generation)
         switch decision {
@@ -150,8 +150,8 @@ extension SecretService {
     struct BusCredentials {
         var uid: UInt32
         var pid: Int32
-        /// A pidfd the bus handed over (`ProcessFD`), duplicated for us; -1 when it has none.
-        var pidfd: Int32
+        /// A pidfd the bus handed over (`ProcessFD`), duplicated for us; nil when it has none.
+        var process: ProcessHandle?
     }
 
     /// `org.freedesktop.DBus.GetConnectionCredentials(name)`.
@@ -161,7 +161,7 @@ extension SecretService {
         try call.append(string: name)
         let reply = try bus.call(call)
         try reply.expect("a{sv}")
-        var uid: UInt32?, pid: UInt32?, pidfd: Int32 = -1
+        var uid: UInt32?, pid: UInt32?, process: ProcessHandle?
         _ = try reply.enter("a", "{sv}")
         while try reply.enter("e", "sv") {
             let key = try reply.readString()
@@ -175,7 +175,7 @@ extension SecretService {
                 _ = try reply.enter("v", "h")
                 let fd = try reply.readFD()
                 try reply.exit()
-                if pidfd < 0 { pidfd = SystemCalls.duplicate(fd) }
+                if process == nil { process = try? ProcessHandle.duplicating(fd) }
             default:
                 try reply.skip("v")
             }
@@ -183,9 +183,8 @@ extension SecretService {
         }
         try reply.exit()
         guard let uid, let pid, pid > 0 else {
-            SystemCalls.close(pidfd)
             throw .failed("the bus gave no uid and pid")
         }
-        return BusCredentials(uid: uid, pid: Int32(bitPattern: pid), pidfd: pidfd)
+        return BusCredentials(uid: uid, pid: Int32(bitPattern: pid), process: process)
     }
 }

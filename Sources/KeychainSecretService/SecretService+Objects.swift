@@ -1,3 +1,4 @@
+import KeychainSystem
 import KeychainCore
 import KeychainCrypto
 import KeychainItems
@@ -110,9 +111,9 @@ extension SecretService {
 
     /// The access policy's word on an action for this caller; item calls of registered apps count as
     /// activity for auto-lock (as on the socket: never those of unregistered processes).
-    func allow(_ action: AccessPolicy.Action, _ known: BusCaller, _ caller: Caller) throws(BusError) {
+    func allow(_ action: Operation, _ known: BusCaller, _ caller: Caller) throws(BusError) {
         if case .deny(let e) = AccessPolicy.decideOnBus(action, caller: caller) { throw Self.busError(e) }
-        if known.registered && action.isItemAction { daemon.noteActivity() }
+        if known.registered && action.isItemOperation { daemon.noteActivity() }
     }
 
     // MARK: Serving one call
@@ -203,7 +204,7 @@ extension SecretService {
             try reply.open("a", "{o(oayays)}")
             for path in Set(paths).sorted() {
                 guard case .item(let c, let id)? = try? resolve(path, known) else { continue }
-                let found: (secret: [UInt8], contentType: String)?
+                let found: (secret: SecretBytes, contentType: String)?
                 do throws(KeychainError) {
                     found = try items.secretServiceSecret(id: id, groups: [c.group], caller: caller)
                 } catch where error.status == .interactionNotAllowed || error.status == .decode {
@@ -211,8 +212,7 @@ extension SecretService {
                 } catch {
                     throw Self.busError(error)
                 }
-                guard var secret = found else { continue }
-                defer { Sodium.zero(&secret.secret) }
+                guard let secret = found else { continue }
                 try reply.open("e", "o(oayays)")
                 try reply.append(string: path, type: "o")
                 try appendSecret(reply, secret.secret, contentType: secret.contentType, session: session.path, session.session)
@@ -326,7 +326,7 @@ extension SecretService {
             try allow(.add, known, caller)
             if replace { try allow(.update, known, caller) }
             let made = try store { () throws(KeychainError) in
-                try items.secretServiceCreate(group: c.group, label: label, attributes: attributes, secret: secret,
+                try items.secretServiceCreate(group: c.group, label: label, attributes: attributes, secret: SecretBytes(secret),
                                               contentType: contentType, replace: replace, caller: caller)
             }
             reply = try bus.newReturn(to: m)
@@ -357,10 +357,9 @@ extension SecretService {
             try m.expect("o")
             let sessionPath = try m.readString("o")
             try allow(.copy, known, caller)
-            guard var found = try store({ () throws(KeychainError) in try items.secretServiceSecret(id: id, groups: [c.group], caller: caller) }) else {
+            guard let found = try store({ () throws(KeychainError) in try items.secretServiceSecret(id: id, groups: [c.group], caller: caller) }) else {
                 throw .unknownObject(path)
             }
-            defer { Sodium.zero(&found.secret) }
             let session = try transferSession(sessionPath, known)
             reply = try bus.newReturn(to: m)
             try appendSecret(reply, found.secret, contentType: found.contentType, session: session.path, session.session)
@@ -370,7 +369,7 @@ extension SecretService {
             defer { Sodium.zero(&secret) }
             try allow(.update, known, caller)
             guard try store({ () throws(KeychainError) in
-                try items.secretServiceSetSecret(id: id, groups: [c.group], secret: secret, contentType: contentType, caller: caller)
+                try items.secretServiceSetSecret(id: id, groups: [c.group], secret: SecretBytes(secret), contentType: contentType, caller: caller)
             }) else { throw .unknownObject(path) }
             reply = try bus.newReturn(to: m)
             emit("ItemChanged", group: c.group, id: id)
@@ -522,9 +521,11 @@ extension SecretService {
         return (secret, contentType)
     }
 
-    private func appendSecret(_ reply: BusMessage, _ secret: [UInt8], contentType: String, session path: String,
+    private func appendSecret(_ reply: BusMessage, _ secret: SecretBytes, contentType: String, session path: String,
                               _ session: TransferSession) throws(BusError) {
-        var sealed = try session.seal(secret)
+        var plain = secret.unprotectedArray
+        defer { Sodium.zero(&plain) }
+        var sealed = try session.seal(plain)
         defer { Sodium.zero(&sealed.value) }
         try reply.open("r", "oayays")
         try reply.append(string: path, type: "o")

@@ -1,3 +1,4 @@
+import KeychainSystem
 import KeychainCore
 import KeychainItems
 

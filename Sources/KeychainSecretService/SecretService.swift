@@ -1,10 +1,11 @@
+import KeychainSystem
 import Foundation
 import Synchronization
 import CSystemd
 import KeychainCore
 import KeychainCrypto
 import KeychainItems
-import KeychainDaemon
+public import KeychainDaemon
 
 /// Why the Secret Service cannot start (keychaind then refuses to start, saying so).
 public struct SecretServiceError: Error, CustomStringConvertible {
@@ -28,7 +29,7 @@ public final class SecretService: @unchecked Sendable {
     let bus: BusConnection
     /// The largest secret accepted (what a socket client could still read back in one frame).
     let maxSecretBytes: Int
-    private let wake: (read: Int32, write: Int32)
+    private let wake: WakePipe
     private let stopping = Atomic<Bool>(false)
     private let finished = DispatchSemaphore(value: 0)
     private var running = false
@@ -52,15 +53,12 @@ public final class SecretService: @unchecked Sendable {
         let settings = daemon.runningSettings
         mode = settings.secretServiceUnregistered
         maxSecretBytes = max(1024, settings.maxFrameBytes - 4096)
-        guard let pipe = SystemCalls.makeWakePipe() else {
-            throw SecretServiceError(description: "cannot create a pipe: \(SystemCalls.errnoDescription)")
+        do throws(Errno) { wake = try WakePipe() } catch {
+            throw SecretServiceError(description: "cannot create a pipe: \(error.message)")
         }
-        wake = pipe
         do throws(BusError) {
             bus = try BusConnection()
         } catch {
-            SystemCalls.close(pipe.read)
-            SystemCalls.close(pipe.write)
             throw SecretServiceError(description: error.message)
         }
         if var errno = bus.requestName(Self.busName, replace: replace) {
@@ -69,8 +67,6 @@ public final class SecretService: @unchecked Sendable {
                 errno = bus.requestName(Self.busName, replace: true) ?? 0
             }
             if errno != 0 {
-                SystemCalls.close(pipe.read)
-                SystemCalls.close(pipe.write)
                 throw SecretServiceError(description: nameTaken(errno: errno, replace: replace))
             }
         }
@@ -86,18 +82,11 @@ public final class SecretService: @unchecked Sendable {
                 return 0
             }, userdata: me)
         } catch {
-            SystemCalls.close(pipe.read)
-            SystemCalls.close(pipe.write)
             throw SecretServiceError(description: error.message)
         }
         Log.info("secret service: serving on the session bus", [("name", Self.busName), ("unique", bus.uniqueName),
                                                                ("unregistered", mode.rawValue)])
         daemon.setSecretServiceStatus(statusFields, note: Self.isolationNote(mode))
-    }
-
-    deinit {
-        SystemCalls.close(wake.read)
-        SystemCalls.close(wake.write)
     }
 
     /// The pid that owns `org.freedesktop.secrets` now, from the bus.
@@ -114,10 +103,8 @@ public final class SecretService: @unchecked Sendable {
     /// waits (up to 15 s) for the name to be free. Returns whether it is.
     private func stopHolder() -> Bool {
         guard let pid = holder(), SystemCalls.uid(of: pid) == SystemCalls.uid else { return false }
-        let pidfd = SystemCalls.pidfdOpen(pid)
-        guard pidfd >= 0 else { return false }
-        defer { SystemCalls.close(pidfd) }
-        guard holder() == pid, SystemCalls.terminate(pidfd: pidfd) else { return false }
+        guard let process = try? ProcessHandle.open(pid: pid) else { return false }
+        guard holder() == pid, process.terminate() else { return false }
         Log.write(.notice, "secret service: --replace: asked the provider holding the name to stop",
                   [("pid", String(pid)), ("executable", SystemCalls.executable(of: pid) ?? "?")])
         for _ in 0..<150 {
@@ -173,7 +160,7 @@ public final class SecretService: @unchecked Sendable {
     /// Stops serving (any thread): the call in progress finishes first. Safe to call twice.
     public func stop() {
         guard running, !stopping.exchange(true, ordering: .acquiringAndReleasing) else { return }
-        SystemCalls.wake(wake.write)
+        wake.wake()
         finished.wait()
     }
 
@@ -189,8 +176,8 @@ public final class SecretService: @unchecked Sendable {
             checkPrompts()
             var timeout = bus.timeoutMilliseconds
             if prompts.values.contains(where: { $0.waiting }) { timeout = timeout < 0 ? 250 : min(timeout, 250) }
-            if SystemCalls.wait(busFD: bus.fd, busEvents: Int16(truncatingIfNeeded: bus.events), wakeFD: wake.read, timeoutMs: timeout) {
-                SystemCalls.drain(wake.read)
+            if Poll.wait(bus.fd, events: Int16(truncatingIfNeeded: bus.events), or: wake, timeoutMilliseconds: timeout) {
+                wake.drain()
             }
         }
         bus.flush()

@@ -1,3 +1,4 @@
+import KeychainSystem
 import CGcrypt
 import CSodium
 import KeychainCore

@@ -1,4 +1,4 @@
-import Foundation
+public import Foundation
 internal import KeychainCore
 
 // Linux stand-ins for the Core Foundation names that keychain code written for Apple platforms uses.

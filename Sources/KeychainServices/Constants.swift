@@ -1,6 +1,6 @@
-import Foundation
+public import Foundation
 
-// The kSec… constants, with Apple's wire strings as their values (SPEC §3), so that
+// The kSec… constants, with Apple's wire strings as their values (docs/protocol.md §7), so that
 // `kSecClass as String`, `[kSecClass: kSecClassGenericPassword] as CFDictionary` and
 // `query[kSecMatchLimit as String] = kSecMatchLimitOne` in a `[String: AnyObject]` compile as on Apple
 // platforms. They are `NSString`s (`CFString` here), immutable, hence `nonisolated(unsafe)`.

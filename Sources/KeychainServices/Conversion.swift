@@ -1,5 +1,6 @@
 import Foundation
 internal import KeychainCore
+import KeychainSystem
 
 /// Between SecItem dictionaries (`[String: Any]` bridged to `NSDictionary`) and the wire's `Value`s.
 ///
@@ -45,7 +46,12 @@ enum Conversion {
             .param("\(displayName(key)) must be \(expected), not \(typeName(v))")
         }
         switch key {
-        case "v_Data", "v_PersistentRef":
+        case "v_Data":
+            // Straight from the app's Data into wiping storage: the request frame built from it is
+            // zeroed after it is written, and no array copy is left behind.
+            guard let s = secret(v) else { throw wrong("Data") }
+            return .secret(s)
+        case "v_PersistentRef":
             guard let b = bytes(v) else { throw wrong("Data") }
             return .bytes(b)
         case _ where blobKeys.contains(key):
@@ -109,6 +115,13 @@ enum Conversion {
         return nil
     }
 
+    static func secret(_ v: Any) -> SecretBytes? {
+        if let d = v as? Data { return SecretBytes(d) }
+        if let d = v as? NSData { return SecretBytes(d as Data) }
+        if let b = v as? [UInt8] { return SecretBytes(b) }
+        return nil
+    }
+
     static func bytes(_ v: Any) -> [UInt8]? {
         if let d = v as? Data { return [UInt8](d) }
         if let d = v as? NSData { return [UInt8](d as Data) }
@@ -148,6 +161,7 @@ enum Conversion {
     static func object(_ v: Value) -> AnyObject {
         switch v {
         case .bytes(let b): return NSData(bytes: b, length: b.count)
+        case .secret(let s): return s.withUnsafeBytes { NSData(bytes: $0.baseAddress, length: $0.count) }
         case .map(let m): return dictionary(m) as NSDictionary
         case .array(let a): return a.map(swiftValue) as NSArray
         case .text(let s): return s as NSString
@@ -166,6 +180,7 @@ enum Conversion {
         switch v {
         case .int(let i): return NSNumber(value: Int(truncatingIfNeeded: i))
         case .bytes(let b): return Data(b)
+        case .secret(let s): return s.withUnsafeBytes { Data($0) }
         case .text(let s): return s
         case .array(let a): return a.map(swiftValue)
         case .map(let m): return dictionary(m)

@@ -1,6 +1,7 @@
-import Foundation
+public import Foundation
 internal import KeychainClient
 internal import KeychainCore
+import KeychainSystem
 
 /// The error every Swift-native call throws: the `OSStatus` (as `status`, a `Status`) and the
 /// daemon's one-line message. Its description never contains a secret or an attribute value.
@@ -106,7 +107,7 @@ public struct Keychain: Sendable, Equatable {
     }
 
     private func written(_ data: Data) -> [String: Value] {
-        var a: [String: Value] = ["v_Data": .bytes([UInt8](data)), "pdmn": .text(accessibility.rawValue)]
+        var a: [String: Value] = ["v_Data": .secret(SecretBytes(data)), "pdmn": .text(accessibility.rawValue)]
         if let label { a["labl"] = .text(label) }
         return a
     }

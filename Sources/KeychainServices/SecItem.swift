@@ -1,4 +1,4 @@
-import Foundation
+public import Foundation
 internal import KeychainClient
 internal import KeychainCore
 

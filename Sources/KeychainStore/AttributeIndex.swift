@@ -1,4 +1,4 @@
-import KeychainCore
+public import KeychainCore
 import KeychainCrypto
 
 /// The Secret Service attribute index (`item_attributes`, schema version 2): one row per keyed digest

@@ -1,8 +1,6 @@
-#if canImport(Glibc)
-import Glibc
-#endif
 import KeychainCore
 import KeychainCrypto
+import KeychainSystem
 
 /// The highest row-state generation this keychain has committed, kept in a small file beside the
 /// database (`keychain.db-generation`), so a whole `keychain.db` replaced by an older copy — whose
@@ -46,14 +44,15 @@ final class GenerationMark {
     }
 
     func read() -> Reading {
-        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
-        guard fd >= 0 else { return errno == ENOENT ? .missing : .damaged }
-        defer { close(fd) }
+        let file: FileDescriptor
+        do { file = try FileDescriptor.open(path, [.readOnly, .noFollow]) } catch {
+            return error.code == .noEntry ? .missing : .damaged
+        }
         var bytes = [UInt8](repeating: 0, count: 64)
-        let n = bytes.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
+        let n = try? withMutableBytes(&bytes) { (b) throws(Errno) in try file.read(into: b) }
         guard n == 41, bytes[0] == 1 else { return .damaged }
         let generation = RowState.readLittleEndian(bytes[1..<9])
-        guard Array(bytes[9..<41]) == tag(generation) else { return .damaged }
+        guard Sodium.equal(Array(bytes[9..<41]), tag(generation)) else { return .damaged }
         return .generation(generation)
     }
 
@@ -62,23 +61,19 @@ final class GenerationMark {
     /// next try waits `interval` like a success does.
     @discardableResult
     func write(_ generation: UInt64) -> Bool {
-        lastWrite = Self.now()
+        lastWrite = MonotonicClock.now()
         let temporary = path + ".tmp"
-        let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0o600)
-        guard fd >= 0 else { return false }
-        let bytes = encode(generation)
-        let ok = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) } == bytes.count && fsync(fd) == 0
-        close(fd)
-        guard ok, rename(temporary, path) == 0 else {
-            unlink(temporary)
+        do throws(Errno) {
+            let file = try FileDescriptor.open(temporary, [.writeOnly, .create, .truncate, .noFollow], permissions: 0o600)
+            try file.writeAll(encode(generation))
+            try file.sync()
+            file.close()
+            try FileSystem.rename(temporary, to: path)
+        } catch {
+            FileSystem.removeIfPresent(temporary)
             return false
         }
-        let slash = path.lastIndex(of: "/").map { String(path[..<$0]) } ?? "."
-        let dir = open(slash.isEmpty ? "/" : slash, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        if dir >= 0 {
-            _ = fsync(dir)
-            close(dir)
-        }
+        try? FileSystem.syncDirectory(FileSystem.parentDirectory(of: path))
         written = generation
         return true
     }
@@ -88,18 +83,12 @@ final class GenerationMark {
 
     /// After a commit: records `generation` if the last write is `interval` old.
     func committed(_ generation: UInt64) {
-        guard generation > written, Self.now() - lastWrite >= Self.interval else { return }
+        guard generation > written, MonotonicClock.now() - lastWrite >= Self.interval else { return }
         write(generation)
     }
 
     /// At close: records `generation` if the file is behind it.
     func flush(_ generation: UInt64) {
         if generation > written { write(generation) }
-    }
-
-    private static func now() -> Double {
-        var ts = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &ts)
-        return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
     }
 }

@@ -1,7 +1,5 @@
-#if canImport(Glibc)
-import Glibc
-#endif
-import KeychainCore
+public import KeychainCore
+import KeychainSystem
 
 /// The item database: one writer connection behind a `WriterGate` (writes run in `BEGIN IMMEDIATE`
 /// transactions, committed in groups) and a small pool of reader connections, so reads never wait
@@ -29,11 +27,9 @@ public final class ItemStore: Sendable {
         self.path = path
         pointCache = PointLookupCache(capacity: lookupCacheEntries)
         lock = try DatabaseLock(databasePath: path)
-        let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
-        guard fd >= 0 else {
-            throw KeychainError(.notAvailable, "cannot open database \(path): \(String(cString: strerror(errno)))")
+        do { try FileDescriptor.open(path, [.readWrite, .create, .noFollow], permissions: 0o600).close() } catch {
+            throw KeychainError(.notAvailable, "cannot open database \(path)", error)
         }
-        Glibc.close(fd)
         let connection = try SQLiteConnection(path: path, create: false)
         try Schema.migrate(connection, path: path)
         let cache = pointCache

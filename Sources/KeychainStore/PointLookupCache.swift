@@ -1,4 +1,5 @@
 import KeychainCore
+import KeychainSystem
 
 /// Sealed rows of recent point lookups (by the uniqueness digest), so a warm `copy` of the same item
 /// skips SQLite — its statement and the two `fcntl` calls of a WAL read transaction.

@@ -1,22 +1,24 @@
-#if canImport(Glibc)
-import Glibc
-#endif
 import CSQLite
-import KeychainCore
+package import KeychainCore
+import KeychainSystem
 
 /// One SQLite connection. Not thread-safe by itself (opened NOMUTEX): the store hands each connection
-/// to one thread at a time (the writer behind `WriterGate`, readers through a pool).
+/// to one thread at a time (the writer behind `WriterGate`, readers through a pool). Visible to this
+/// package only (the store and its tests), never to apps.
 ///
 /// Every SQLite return code becomes a `KeychainError` in exactly one place (`check`). Prepared
 /// statements are cached per SQL text and finalized when the connection closes.
-public final class SQLiteConnection: @unchecked Sendable {
+package final class SQLiteConnection: @unchecked Sendable {
+    // Safety: a connection moves between threads but is never used by two at once — the writer's only
+    // with WriterGate's mutex held, a reader's only by the thread that took it out of the pool (under
+    // the pool's lock) until it gives it back. That hand-over through a lock is what Sendable claims.
     private var db: OpaquePointer?
     private var cache: [String: SQLiteStatement] = [:]
     private static let cacheLimit = 128
 
     /// Opens (creating if `create`) the database at `path` with WAL, synchronous=FULL, a busy timeout
     /// and secure_delete. `readOnly` connections also set `query_only`.
-    public init(path: String, create: Bool = true, readOnly: Bool = false, busyTimeoutMs: Int32 = 5000) throws(KeychainError) {
+    package init(path: String, create: Bool = true, readOnly: Bool = false, busyTimeoutMs: Int32 = 5000) throws(KeychainError) {
         var flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW | SQLITE_OPEN_PRIVATECACHE
         if create { flags |= SQLITE_OPEN_CREATE }
         var handle: OpaquePointer?
@@ -44,7 +46,7 @@ public final class SQLiteConnection: @unchecked Sendable {
     deinit { close() }
 
     /// Finalizes every statement and closes the connection; later use is errSecNotAvailable.
-    public func close() {
+    package func close() {
         cache.removeAll()            // SQLiteStatement.deinit finalizes
         if let db { sqlite3_close_v2(db) }
         db = nil
@@ -58,7 +60,7 @@ public final class SQLiteConnection: @unchecked Sendable {
     }
 
     /// Runs SQL without results (pragmas, schema, BEGIN/COMMIT/ROLLBACK).
-    public func execute(_ sql: String) throws(KeychainError) {
+    package func execute(_ sql: String) throws(KeychainError) {
         let h = try handle
         var errmsg: UnsafeMutablePointer<CChar>?
         let rc = sqlite3_exec(h, sql, nil, nil, &errmsg)
@@ -69,7 +71,7 @@ public final class SQLiteConnection: @unchecked Sendable {
 
     /// A cached prepared statement for `sql`; `body` runs with it and it is reset (bindings cleared)
     /// afterwards, whatever happens.
-    public func withStatement<R>(_ sql: String, _ body: (SQLiteStatement) throws(KeychainError) -> R) throws(KeychainError) -> R {
+    package func withStatement<R>(_ sql: String, _ body: (SQLiteStatement) throws(KeychainError) -> R) throws(KeychainError) -> R {
         let statement: SQLiteStatement
         if let cached = cache[sql] {
             statement = cached
@@ -84,10 +86,10 @@ public final class SQLiteConnection: @unchecked Sendable {
 
     /// Whether a transaction is open. SQLite can roll a whole transaction back by itself (after
     /// SQLITE_FULL, SQLITE_IOERR or SQLITE_NOMEM), so a writer checks this after any failure.
-    public var inTransaction: Bool { (try? handle).map { sqlite3_get_autocommit($0) == 0 } ?? false }
+    package var inTransaction: Bool { (try? handle).map { sqlite3_get_autocommit($0) == 0 } ?? false }
 
     /// Number of rows the last INSERT/UPDATE/DELETE changed.
-    public var changes: Int { (try? handle).map { Int(sqlite3_changes($0)) } ?? 0 }
+    package var changes: Int { (try? handle).map { Int(sqlite3_changes($0)) } ?? 0 }
 
     /// The one place an SQLite code becomes a KeychainError. SQLite's messages name tables and columns,
     /// never bound values, so they are safe to pass on.
@@ -105,7 +107,7 @@ public final class SQLiteConnection: @unchecked Sendable {
     /// errno is ENOSPC/EDQUOT (a WAL append that fails): the caller can free space and retry.
     static func error(_ rc: Int32, _ message: String, systemErrno: Int32 = 0) -> KeychainError {
         let primary = rc & 0xFF
-        if primary == SQLITE_FULL || (primary == SQLITE_IOERR && (systemErrno == ENOSPC || systemErrno == EDQUOT)) {
+        if primary == SQLITE_FULL || (primary == SQLITE_IOERR && (Errno.Code(rawValue: systemErrno) == .noSpace || Errno.Code(rawValue: systemErrno) == .quotaExceeded)) {
             return KeychainError(.io, "the disk is full; free space and retry (\(message))")
         }
         switch primary {
@@ -130,7 +132,7 @@ public final class SQLiteConnection: @unchecked Sendable {
 }
 
 /// A prepared statement. Finalized in deinit; the owning connection keeps it alive while cached.
-public final class SQLiteStatement {
+package final class SQLiteStatement {
     private let statement: OpaquePointer
     private unowned let connection: SQLiteConnection
 
@@ -150,7 +152,7 @@ public final class SQLiteStatement {
         sqlite3_clear_bindings(statement)
     }
 
-    public func bind(_ index: Int32, _ bytes: [UInt8]) throws(KeychainError) {
+    package func bind(_ index: Int32, _ bytes: [UInt8]) throws(KeychainError) {
         let rc = bytes.withUnsafeBytes { b in
             // A non-nil pointer even for empty blobs, so SQLite stores a zero-length blob, not NULL.
             sqlite3_bind_blob(statement, index, b.baseAddress ?? UnsafeRawPointer(bitPattern: 1), Int32(b.count),
@@ -159,16 +161,16 @@ public final class SQLiteStatement {
         try connection.check(rc, "bind")
     }
 
-    public func bind(_ index: Int32, _ value: Int64) throws(KeychainError) {
+    package func bind(_ index: Int32, _ value: Int64) throws(KeychainError) {
         try connection.check(sqlite3_bind_int64(statement, index, value), "bind")
     }
 
-    public func bind(_ index: Int32, text: String) throws(KeychainError) {
+    package func bind(_ index: Int32, text: String) throws(KeychainError) {
         try connection.check(sqlite3_bind_text(statement, index, text, -1, keychaind_sqlite_transient()), "bind")
     }
 
     /// Advances; true while a row is available.
-    public func step() throws(KeychainError) -> Bool {
+    package func step() throws(KeychainError) -> Bool {
         let rc = sqlite3_step(statement)
         if rc == SQLITE_ROW { return true }
         if rc == SQLITE_DONE { return false }
@@ -177,29 +179,29 @@ public final class SQLiteStatement {
     }
 
     /// Runs to completion (statements without results).
-    public func run() throws(KeychainError) {
+    package func run() throws(KeychainError) {
         while try step() {}
     }
 
-    public func int64(_ column: Int32) -> Int64 { sqlite3_column_int64(statement, column) }
+    package func int64(_ column: Int32) -> Int64 { sqlite3_column_int64(statement, column) }
 
-    public func blob(_ column: Int32) -> [UInt8] {
+    package func blob(_ column: Int32) -> [UInt8] {
         let n = Int(sqlite3_column_bytes(statement, column))
         guard n > 0, let p = sqlite3_column_blob(statement, column) else { return [] }
         return Array(UnsafeRawBufferPointer(start: p, count: n))
     }
 
     /// The column's bytes in place, without a copy; valid only inside `body` (until the next step).
-    public func withBlob<R>(_ column: Int32, _ body: (UnsafeRawBufferPointer) -> R) -> R {
+    package func withBlob<R>(_ column: Int32, _ body: (UnsafeRawBufferPointer) -> R) -> R {
         let p = sqlite3_column_blob(statement, column)
         let n = Int(sqlite3_column_bytes(statement, column))
         return body(UnsafeRawBufferPointer(start: n > 0 ? p : nil, count: n > 0 ? n : 0))
     }
 
-    public func text(_ column: Int32) -> String? {
+    package func text(_ column: Int32) -> String? {
         guard let p = sqlite3_column_text(statement, column) else { return nil }
         return String(cString: p)
     }
 
-    public func isNull(_ column: Int32) -> Bool { sqlite3_column_type(statement, column) == SQLITE_NULL }
+    package func isNull(_ column: Int32) -> Bool { sqlite3_column_type(statement, column) == SQLITE_NULL }
 }

@@ -1,4 +1,4 @@
-import KeychainCore
+public import KeychainCore
 import KeychainCrypto
 
 /// Store calls of the protection work (passphrase, unlock counter): kept apart from the item write

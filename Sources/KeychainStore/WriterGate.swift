@@ -1,17 +1,17 @@
-#if canImport(Glibc)
-import Glibc
-#endif
 import KeychainCore
+import KeychainSystem
 import Synchronization
 
 /// Owns the writer connection and commits concurrent writes in groups (see `ItemStore.write`).
 ///
-/// A pthread mutex and condition variable (heap-allocated, so they never move) guard the connection
-/// and the group state; `queued` counts writers waiting for the mutex, which is how the writer that
-/// holds it knows whether someone will come after it to commit.
+/// A mutex and condition variable guard the connection and the group state; `queued` counts writers
+/// waiting for the mutex, which is how the writer that holds it knows whether someone will come after
+/// it to commit.
 final class WriterGate: @unchecked Sendable {
-    private let mutex: UnsafeMutablePointer<pthread_mutex_t>
-    private let committedCondition: UnsafeMutablePointer<pthread_cond_t>
+    // Safety: every `var` below is read and written only with `mutex` held (each method takes it
+    // first; `finish` and `takeFailure` are called with it held); `queued` is atomic.
+    private let mutex = Lock()
+    private let committedCondition = Condition()
     private let queued = Atomic<Int>(0)
 
     // Guarded by `mutex`.
@@ -37,26 +37,13 @@ final class WriterGate: @unchecked Sendable {
     init(_ connection: SQLiteConnection, afterTransaction: @escaping @Sendable () -> Void = {}) {
         self.connection = connection
         self.afterTransaction = afterTransaction
-        mutex = .allocate(capacity: 1)
-        mutex.initialize(to: pthread_mutex_t())
-        pthread_mutex_init(mutex, nil)
-        committedCondition = .allocate(capacity: 1)
-        committedCondition.initialize(to: pthread_cond_t())
-        pthread_cond_init(committedCondition, nil)
-    }
-
-    deinit {
-        pthread_cond_destroy(committedCondition)
-        pthread_mutex_destroy(mutex)
-        committedCondition.deallocate()
-        mutex.deallocate()
     }
 
     func run<R: Sendable>(_ body: (StoreWriter) throws(KeychainError) -> R) throws(KeychainError) -> R {
         queued.add(1, ordering: .sequentiallyConsistent)
-        pthread_mutex_lock(mutex)
+        mutex.lock()
         queued.subtract(1, ordering: .sequentiallyConsistent)
-        defer { pthread_mutex_unlock(mutex) }
+        defer { mutex.unlock() }
 
         guard let db = connection else { throw KeychainError(.notAvailable, "the keychain database is closed") }
         if !inTransaction {
@@ -106,7 +93,7 @@ final class WriterGate: @unchecked Sendable {
 
         if queued.load(ordering: .sequentiallyConsistent) > 0 && groupSize < Self.maxGroupSize {
             // Someone is queued for the mutex: they continue the group and one of them commits.
-            while finishedGroup < group { pthread_cond_wait(committedCondition, mutex) }
+            while finishedGroup < group { mutex.wait(committedCondition) }
         } else {
             finish(db, group: group, commit: true, failure: nil)
         }
@@ -124,9 +111,9 @@ final class WriterGate: @unchecked Sendable {
                      readers: TransitionLock,
                      committed: () -> Void) throws(KeychainError) -> R {
         queued.add(1, ordering: .sequentiallyConsistent)
-        pthread_mutex_lock(mutex)
+        mutex.lock()
         queued.subtract(1, ordering: .sequentiallyConsistent)
-        defer { pthread_mutex_unlock(mutex) }
+        defer { mutex.unlock() }
 
         guard let db = connection else { throw KeychainError(.notAvailable, "the keychain database is closed") }
         if inTransaction { finish(db, group: openGroup, commit: true, failure: nil) }
@@ -188,21 +175,21 @@ final class WriterGate: @unchecked Sendable {
         if let error { failures[group] = (error, groupSize) }
         inTransaction = false
         finishedGroup = group
-        pthread_cond_broadcast(committedCondition)
+        committedCondition.broadcast()
     }
 
     /// Starts keeping `tracker` current; from now on every commit that changes rows rewrites its record.
     func attach(_ tracker: RowStateTracker) throws(KeychainError) {
-        pthread_mutex_lock(mutex)
-        defer { pthread_mutex_unlock(mutex) }
+        mutex.lock()
+        defer { mutex.unlock() }
         guard rows == nil else { throw KeychainError(.internal, "the row state is already attached") }
         rows = tracker
     }
 
     /// A TRUNCATE checkpoint between transactions (a group still open is committed first).
     func truncateLog() {
-        pthread_mutex_lock(mutex)
-        defer { pthread_mutex_unlock(mutex) }
+        mutex.lock()
+        defer { mutex.unlock() }
         guard let db = connection else { return }
         if inTransaction { finish(db, group: openGroup, commit: true, failure: nil) }
         try? db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -210,8 +197,8 @@ final class WriterGate: @unchecked Sendable {
 
     /// Commits what is open, checkpoints the WAL and closes the connection.
     func close() {
-        pthread_mutex_lock(mutex)
-        defer { pthread_mutex_unlock(mutex) }
+        mutex.lock()
+        defer { mutex.unlock() }
         guard let db = connection else { return }
         if inTransaction { finish(db, group: openGroup, commit: true, failure: nil) }
         try? db.execute("PRAGMA wal_checkpoint(TRUNCATE)")

@@ -1,11 +1,9 @@
-#if canImport(Glibc)
-import Glibc
-#endif
-import KeychainCore
+public import KeychainCore
+public import KeychainSystem
 
 /// Framing of the wire protocol: a 4-byte big-endian length, then that many bytes of one CBOR map.
 public enum Frame {
-    /// Default largest frame body a peer accepts (SPEC §4 `maxFrameBytes`).
+    /// Default largest frame body a peer accepts (docs/protocol.md §2, `maxFrameBytes`).
     public static let defaultMaxBytes = 1 << 20
 
     /// The frame for `value`: header and CBOR body in one buffer, ready to write.
@@ -16,18 +14,33 @@ public enum Frame {
         return out
     }
 
-    /// Writes the body length into the 4 header bytes reserved at the start of `frame`.
-    public static func patchLength(_ frame: inout [UInt8]) {
-        patchLength(&frame, at: 0)
+    /// The frame for `value` in wiping storage: for requests and responses that may carry a secret.
+    public static func encodeSecret(_ value: Value) -> SecretBytes {
+        var out = SecretBytes(capacity: 256)
+        out.append(contentsOf: [0, 0, 0, 0])
+        CBOR.encode(value, into: &out)
+        patchLength(&out, from: 0)
+        return out
     }
 
-    /// The same for a frame that starts at `start` and runs to the end of `buffer`.
-    public static func patchLength(_ buffer: inout [UInt8], at start: Int) {
-        let n = UInt32(buffer.count - start - 4)
-        buffer[start] = UInt8(n >> 24)
-        buffer[start + 1] = UInt8(truncatingIfNeeded: n >> 16)
-        buffer[start + 2] = UInt8(truncatingIfNeeded: n >> 8)
-        buffer[start + 3] = UInt8(truncatingIfNeeded: n)
+    /// Writes the length of the body that follows `start + 4` into the 4 header bytes at `start`.
+    public static func patchLength(_ frame: inout SecretBytes, from start: Int) {
+        let n = UInt32(frame.count - start - 4)
+        frame.withUnsafeMutableBytes { b in
+            b[start] = UInt8(n >> 24)
+            b[start + 1] = UInt8(truncatingIfNeeded: n >> 16)
+            b[start + 2] = UInt8(truncatingIfNeeded: n >> 8)
+            b[start + 3] = UInt8(truncatingIfNeeded: n)
+        }
+    }
+
+    /// Writes the body length into the 4 header bytes reserved at the start of `frame`.
+    public static func patchLength(_ frame: inout [UInt8]) {
+        let n = UInt32(frame.count - 4)
+        frame[0] = UInt8(n >> 24)
+        frame[1] = UInt8(truncatingIfNeeded: n >> 16)
+        frame[2] = UInt8(truncatingIfNeeded: n >> 8)
+        frame[3] = UInt8(truncatingIfNeeded: n)
     }
 }
 
@@ -38,7 +51,9 @@ public enum Frame {
 public struct FrameBuffer: Sendable {
     /// The largest body accepted; may change between reads (it grows once a peer is identified).
     public var maxBytes: Int
-    private var storage: [UInt8] = []
+    // Requests can carry secrets and passphrases: the bytes live in wiping storage, so growing,
+    // compacting and freeing the buffer leave no copy behind.
+    private var storage = SecretBytes()
     private var start = 0
 
     public init(maxBytes: Int = Frame.defaultMaxBytes) {
@@ -53,27 +68,35 @@ public struct FrameBuffer: Sendable {
         storage.append(contentsOf: bytes)
     }
 
-    public mutating func append(_ bytes: [UInt8]) {
+    /// Lets `receive` write up to `count` bytes straight into the buffer (a socket read without an
+    /// intermediate buffer); returns what `receive` returned (0: end of stream).
+    public mutating func receive<E: Error>(
+        upTo count: Int, _ receive: (UnsafeMutableRawBufferPointer) throws(E) -> Int
+    ) throws(E) -> Int {
         compact()
-        storage.append(contentsOf: bytes)
+        return try storage.append(upTo: count, receive)
+    }
+
+    public mutating func append(_ bytes: [UInt8]) {
+        bytes.withUnsafeBytes { append($0) }
     }
 
     /// The next complete frame body, or nil when more bytes are needed.
-    public mutating func next() throws(KeychainError) -> [UInt8]? {
+    public mutating func next() throws(KeychainError) -> SecretBytes? {
         guard storage.count - start >= 4 else { return nil }
         let n = Int(storage[start]) << 24 | Int(storage[start + 1]) << 16 | Int(storage[start + 2]) << 8 | Int(storage[start + 3])
         guard n <= maxBytes else {
             throw KeychainError(.param, "frame of \(n) bytes exceeds the limit of \(maxBytes) bytes")
         }
         guard storage.count - start - 4 >= n else { return nil }
-        let body = Array(storage[(start + 4)..<(start + 4 + n)])
-        // Requests can carry secrets and passphrases: wipe what was handed out before the buffer
-        // is reused or compacted.
+        let body = storage.extracting((start + 4)..<(start + 4 + n))
+        // Wipe what was handed out before the buffer is reused or compacted.
+        let consumed = start..<(start + 4 + n)
         storage.withUnsafeMutableBytes { raw in
-            _ = memset(raw.baseAddress! + start, 0, 4 + n)
+            Zeroing.zero(UnsafeMutableRawBufferPointer(rebasing: raw[consumed]))
         }
         start += 4 + n
-        if start == storage.count { storage.removeAll(keepingCapacity: storage.capacity <= 64 * 1024); start = 0 }
+        if start == storage.count { storage.removeAll(keepingCapacity: storage.count <= 64 * 1024); start = 0 }
         return body
     }
 

@@ -1,12 +1,9 @@
-import KeychainCore
+public import KeychainCore
+public import KeychainSystem
 
-/// The operations a request may name (SPEC §4).
-public enum Operation: String, Sendable, CaseIterable {
-    case add, copy, update, delete
-    case status, lock, unlock, passwd, backup, restore
-    /// Registrations: approve an `apps.d` file, revoke an approval (admins, with the passphrase).
-    case approve, revoke
-}
+/// The request keys whose byte strings are secrets: decoded straight into wiping storage
+/// (`Value.secret`) wherever they appear in a request.
+public let secretRequestKeys: Set<String> = ["v_Data", "passphrase", "old", "new", "keychainPassphrase"]
 
 /// Protocol version carried in every request's `v`.
 public let protocolVersion: Int64 = 1
@@ -99,18 +96,22 @@ public struct Response: Sendable {
     /// message, needsPassphrase): the same bytes as `Frame.encode(value)`, without building a map on
     /// the hot path.
     public func frame() -> [UInt8] {
-        var out: [UInt8] = []
+        var out = SecretBytes(capacity: 64 + (result.map { if case .bytes(let b) = $0 { return b.count }; return 64 } ?? 0))
         appendFrame(to: &out)
-        return out
+        return out.unprotectedArray
     }
 
-    /// Appends the response's frame to `out` (a connection's output buffer): no intermediate array,
-    /// so the only copy of a returned secret is the one in `out`, which its owner wipes.
-    public func appendFrame(to out: inout [UInt8]) {
+    /// Appends the response's frame to `out`, in wiping storage: what the daemon sends (a result may
+    /// hold an item's secret).
+    public func appendFrame(to out: inout SecretBytes) {
         let start = out.count
-        out.reserveCapacity(start + 4 + 64 + (result.map { if case .bytes(let b) = $0 { return b.count }; return 64 } ?? 0))
-        out.append(contentsOf: [0, 0, 0, 0] as [UInt8])
-        CBOR.appendMapHeader(2 + (result == nil ? 0 : 1) + (message == nil ? 0 : 1) + (needsPassphrase ? 1 : 0), into: &out)
+        out.append(contentsOf: [0, 0, 0, 0])
+        write(into: &out)
+        Frame.patchLength(&out, from: start)
+    }
+
+    private func write(into out: inout SecretBytes) {
+        CBOR.appendMapHeader(fieldCount, into: &out)
         CBOR.appendText("id", into: &out)
         CBOR.encode(.int(id), into: &out)
         if let result {
@@ -127,8 +128,9 @@ public struct Response: Sendable {
             CBOR.appendText("needsPassphrase", into: &out)
             CBOR.encode(.bool(true), into: &out)
         }
-        Frame.patchLength(&out, at: start)
     }
+
+    private var fieldCount: Int { 2 + (result == nil ? 0 : 1) + (message == nil ? 0 : 1) + (needsPassphrase ? 1 : 0) }
 
     public var value: Value {
         var m: [String: Value] = ["id": .int(id), "status": .int(Int64(status.rawValue))]

@@ -1,4 +1,4 @@
-import KeychainCore
+public import KeychainCore
 
 /// The shape almost every request has, recognised from its bytes without decoding them:
 /// `{"v": 1, "id": <uint>, "op": <text>, "query": <map>}` with the keys in canonical order (the

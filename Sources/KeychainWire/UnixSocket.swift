@@ -1,51 +1,62 @@
-#if canImport(Glibc)
-import Glibc
-#endif
-import KeychainCore
+public import KeychainCore
+public import KeychainSystem
 
-/// A Unix-domain stream socket that owns its file descriptor (closed in `deinit`).
-///
-/// The one place where daemon and clients turn socket system calls into `KeychainError`s.
-public final class UnixSocket: @unchecked Sendable {
-    /// The descriptor; -1 once closed.
-    public private(set) var fd: Int32
+/// A Unix-domain stream socket to or from keychaind: the system socket plus the protocol's rules
+/// (which peers to trust, how frames are read, how a connection ends without losing the last answer).
+/// Every system-call failure becomes a `KeychainError` here.
+public final class UnixSocket: Sendable {
+    /// The owned socket (closed once, by `close()` or deinit).
+    public let socket: Socket
 
+    /// Takes ownership of `fd` (closed once, by `close()` or when released).
     public init(adopting fd: Int32) {
-        self.fd = fd
+        socket = Socket(adopting: fd)
     }
 
-    deinit {
-        if fd >= 0 { Glibc.close(fd) }
+    /// Wraps `socket`, taking ownership of it.
+    public init(_ socket: Socket) {
+        self.socket = socket
     }
 
-    public func close() {
-        if fd >= 0 {
-            Glibc.close(fd)
-            fd = -1
-        }
-    }
+    /// The descriptor; -1 once closed.
+    public var fd: Int32 { socket.fd }
+
+    /// Closes the socket (once; later calls do nothing).
+    public func close() { socket.close() }
 
     /// A new, unconnected stream socket with close-on-exec set.
     public static func stream() throws(KeychainError) -> UnixSocket {
-        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard fd >= 0 else { throw errnoError("socket") }
-        return UnixSocket(adopting: fd)
+        do { return UnixSocket(try Socket.stream()) } catch { throw KeychainError(.io, error) }
+    }
+
+    /// The address of `path`, or errSecParam saying why it cannot be one.
+    public static func address(_ path: String) throws(KeychainError) -> SocketAddress {
+        do { return try SocketAddress(path: path) } catch {
+            switch error {
+            case .length(let bytes, let capacity):
+                throw KeychainError(
+                    .param, "socket path is \(bytes) bytes; a Unix socket path must be 1 to \(capacity - 1) bytes")
+            case .nul:
+                throw KeychainError(.param, "socket path contains a NUL byte")
+            }
+        }
     }
 
     /// Connects to the daemon's socket at `path`.
     public static func connect(to path: String) throws(KeychainError) -> UnixSocket {
+        let address = try address(path)
         let sock = try stream()
-        var addr = try SocketAddress(path: path)
-        let rc = addr.withSockaddr { Glibc.connect(sock.fd, $0, $1) }
-        guard rc == 0 else {
-            let e = errno
-            throw KeychainError(.notAvailable, "cannot connect to keychaind at \(path): \(String(cString: strerror(e)))")
+        do { try sock.socket.connect(to: address) } catch {
+            throw KeychainError(.notAvailable, "cannot connect to keychaind at \(path)", error)
         }
         // Only a daemon of this user (or root) may receive our secrets and passphrases: a socket in
         // a directory someone else controls could lead to an impostor.
         let peer = sock.peerUID()
-        guard let peer, peer == getuid() || peer == 0 else {
-            throw KeychainError(.notAvailable, "refusing \(path): the process serving it runs as uid \(peer.map(String.init) ?? "unknown"), not as this user")
+        guard let peer, peer == CurrentProcess.uid || peer == 0 else {
+            throw KeychainError(
+                .notAvailable,
+                "refusing \(path): the process serving it runs as uid \(peer.map(String.init) ?? "unknown"), not as this user"
+            )
         }
         return sock
     }
@@ -61,121 +72,82 @@ public final class UnixSocket: @unchecked Sendable {
     /// The first half of `lingeringClose`: shut down writing and discard input, leaving the fd open.
     public func drainForClose(milliseconds: Int = 250) {
         guard fd >= 0 else { return }
-        _ = shutdown(fd, Int32(SHUT_WR))
+        socket.shutdown(.write)
         // An absolute deadline: a peer trickling a byte at a time cannot hold the thread longer.
-        var now = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &now)
-        let deadline = Double(now.tv_sec) + Double(now.tv_nsec) / 1e9 + Double(milliseconds) / 1000
+        let deadline = MonotonicClock.now() + Double(milliseconds) / 1000
         var sink = [UInt8](repeating: 0, count: 4096)
         var total = 0
         while total < 65 << 20 {  // enough for the largest request a client may be sending
-            clock_gettime(CLOCK_MONOTONIC, &now)
-            let left = deadline - (Double(now.tv_sec) + Double(now.tv_nsec) / 1e9)
+            let left = deadline - MonotonicClock.now()
             if left <= 0 { break }
-            var tv = timeval(tv_sec: Int(left), tv_usec: Int((left - left.rounded(.down)) * 1e6) + 1)
-            _ = setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
-            let n = sink.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            socket.setTimeouts(receive: left + 1e-6, send: nil)
+            let n = (try? withMutableBytes(&sink) { (b) throws(Errno) in try socket.receive(into: b) }) ?? 0
             if n <= 0 { break }
             total += n
         }
+        Zeroing.zero(&sink)
     }
 
     /// The uid of the process on the other end (SO_PEERCRED), or nil when it cannot be read.
     public func peerUID() -> UInt32? {
-        // struct ucred { pid_t pid; uid_t uid; gid_t gid; } — not visible to Swift without _GNU_SOURCE.
-        var cred: (Int32, UInt32, UInt32) = (0, 0, 0)
-        var len = socklen_t(MemoryLayout<(Int32, UInt32, UInt32)>.size)
-        guard getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0, len == 12 else { return nil }
-        return cred.1
+        (try? socket.peerCredentials())?.uid
     }
 
     /// Writes every byte, retrying on EINTR and short writes; never raises SIGPIPE.
     public func writeAll(_ bytes: [UInt8]) throws(KeychainError) {
-        var sent = 0
-        while sent < bytes.count {
-            let n = bytes.withUnsafeBytes { buf in
-                send(fd, buf.baseAddress! + sent, buf.count - sent, Int32(MSG_NOSIGNAL))
-            }
-            if n < 0 {
-                if errno == EINTR { continue }
-                throw Self.errnoError("send", status: .notAvailable)
-            }
-            sent += n
-        }
+        try withBytes(bytes) { (b) throws(KeychainError) in try writeAll(b) }
+    }
+
+    /// Writes every byte of a frame held in wiping storage.
+    public func writeAll(_ bytes: SecretBytes) throws(KeychainError) {
+        try bytes.withUnsafeBytes { (b) throws(KeychainError) in try writeAll(b) }
+    }
+
+    /// Writes every byte of `bytes`.
+    public func writeAll(_ bytes: UnsafeRawBufferPointer) throws(KeychainError) {
+        do { try socket.sendAll(bytes) } catch { throw KeychainError(.notAvailable, error) }
     }
 
     /// Reads one whole frame body, or nil at a clean end of stream between frames.
-    public func readFrame(_ frames: inout FrameBuffer) throws(KeychainError) -> [UInt8]? {
-        var chunk = [UInt8](repeating: 0, count: 16 * 1024)
+    public func readFrame(_ frames: inout FrameBuffer) throws(KeychainError) -> SecretBytes? {
         while true {
             if let body = try frames.next() { return body }
-            let n = try readChunk(&chunk)
+            let n: Int
+            do {
+                // Straight into the frame buffer (wiping storage): no second copy of what arrives.
+                n = try frames.receive(upTo: 16 * 1024) { (b) throws(Errno) in try socket.receive(into: b) }
+            } catch {
+                throw KeychainError(.notAvailable, error)
+            }
             if n == 0 {
                 if frames.pendingCount == 0 { return nil }
                 throw KeychainError(.notAvailable, "connection closed in the middle of a frame")
             }
-            chunk.withUnsafeBytes { frames.append(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
         }
     }
 
-    private func readChunk(_ chunk: inout [UInt8]) throws(KeychainError) -> Int {
-        while true {
-            let n = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
-            if n >= 0 { return n }
-            if errno == EINTR { continue }
-            throw Self.errnoError("recv", status: .notAvailable)
-        }
-    }
-
-    public static func errnoError(_ call: String, status: Status = .io) -> KeychainError {
-        let e = errno
-        return KeychainError(status, "\(call) failed: \(String(cString: strerror(e)))")
-    }
-}
-
-/// A `sockaddr_un` for a filesystem path, or an abstract name written with a leading `@`.
-public struct SocketAddress {
-    private var storage = sockaddr_un()
-    private let length: socklen_t
-
-    public init(path: String) throws(KeychainError) {
-        var bytes = Array(path.utf8)
-        let abstract = bytes.first == UInt8(ascii: "@")
-        if abstract { bytes[0] = 0 }
-        let capacity = MemoryLayout.size(ofValue: storage.sun_path)
-        guard !bytes.isEmpty, bytes.count < capacity else {
-            throw KeychainError(.param, "socket path is \(bytes.count) bytes; a Unix socket path must be 1 to \(capacity - 1) bytes")
-        }
-        guard abstract || !bytes.contains(0) else { throw KeychainError(.param, "socket path contains a NUL byte") }
-        storage.sun_family = sa_family_t(AF_UNIX)
-        withUnsafeMutableBytes(of: &storage.sun_path) { raw in
-            raw.copyBytes(from: bytes)
-        }
-        let base = MemoryLayout<sa_family_t>.size
-        length = socklen_t(base + bytes.count + (abstract ? 0 : 1))
-    }
-
-    public mutating func withSockaddr<R>(_ body: (UnsafePointer<sockaddr>, socklen_t) -> R) -> R {
-        let len = length
-        return withUnsafePointer(to: &storage) { p in
-            p.withMemoryRebound(to: sockaddr.self, capacity: 1) { body($0, len) }
-        }
+    /// A system call's failure as errSecIO (or `status`) naming the call.
+    public static func error(_ errno: Errno, status: Status = .io) -> KeychainError {
+        KeychainError(status, errno)
     }
 }
 
 /// Where the daemon's socket is: `$KEYCHAIND_SOCKET`, else `$XDG_RUNTIME_DIR/keychaind/keychaind.sock`,
 /// else `/run/user/<uid>/keychaind/keychaind.sock`.
 public enum SocketLocation {
+    /// The socket path from these environment variables.
     public static func resolve(environment: [String: String]) -> String {
         if let p = environment["KEYCHAIND_SOCKET"], !p.isEmpty { return p }
-        let runtime = environment["XDG_RUNTIME_DIR"].flatMap { $0.isEmpty ? nil : $0 } ?? "/run/user/\(getuid())"
+        let runtime =
+            environment["XDG_RUNTIME_DIR"].flatMap { $0.isEmpty ? nil : $0 } ?? "/run/user/\(CurrentProcess.uid)"
         return runtime + "/keychaind/keychaind.sock"
     }
 
+    /// The socket path from this process's environment.
     public static func fromProcessEnvironment() -> String {
         var env: [String: String] = [:]
         for key in ["KEYCHAIND_SOCKET", "XDG_RUNTIME_DIR"] {
-            if let v = getenv(key) { env[key] = String(cString: v) }
+            if let v = CurrentProcess.environment(key) { env[key] = v }
         }
         return resolve(environment: env)
     }

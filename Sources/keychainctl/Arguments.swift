@@ -1,6 +1,7 @@
 import KeychainClient
+import KeychainCore
 
-/// The verbs of SPEC §7, with the options each accepts and its help text.
+/// The verbs of keychainctl (man/keychainctl.1.scd), with the options each accepts and its help text.
 enum Verb: String, CaseIterable {
     case add, find, update, delete, list
     case deviceID = "device-id"

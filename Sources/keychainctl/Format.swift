@@ -1,7 +1,6 @@
-#if canImport(Glibc)
-import Glibc
-#endif
+import KeychainSystem
 import KeychainClient
+import KeychainCore
 
 // Output formats: JSON for scripts (wire keys, secrets and other bytes base64, dates ISO 8601 UTC),
 // aligned text for people (dates in local time).
@@ -30,6 +29,7 @@ enum JSON {
         switch v {
         case .int(let i): return String(i)
         case .bytes(let b): return string(Base64.encode(b))
+        case .secret(let s): return string(Base64.encode(s.unprotectedArray))
         case .text(let s): return string(s)
         case .array(let a): return "[" + a.map(encode).joined(separator: ",") + "]"
         case .map(let m):
@@ -68,17 +68,7 @@ enum Base64 {
 
 enum Dates {
     private static func format(_ epoch: Double, _ fmt: String, local: Bool) -> String {
-        var t = time_t(epoch.rounded(.down))
-        var parts = tm()
-        if local {
-            tzset()
-            localtime_r(&t, &parts)
-        } else {
-            gmtime_r(&t, &parts)
-        }
-        var buf = [CChar](repeating: 0, count: 64)
-        let n = strftime(&buf, buf.count, fmt, &parts)
-        return String(decoding: buf[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        WallClock.format(epoch, fmt, local: local)
     }
 
     /// `2025-01-31 14:05:09 +0100` in the local time zone.
@@ -138,6 +128,8 @@ enum Human {
             return String(i)
         case .bool(let b): return b ? "yes" : "no"
         case .date(let d): return Dates.local(d)
+        case .secret(let s):
+            return text(.bytes(s.unprotectedArray), key: key)
         case .bytes(let b):
             if let s = String(validating: b, as: UTF8.self), s.unicodeScalars.allSatisfy({ $0.value >= 0x20 && $0.value != 0x7F }) {
                 return s

@@ -1,7 +1,6 @@
-#if canImport(Glibc)
-import Glibc
-#endif
 import KeychainClient
+import KeychainSystem
+import KeychainCore
 
 // Input and output without Foundation (keychainctl links only the Swift runtime, KeychainClient and
 // glibc, so a `find -w` costs a couple of milliseconds per process).
@@ -19,34 +18,16 @@ struct Output {
 
 enum IO {
     static func writeAll(_ fd: Int32, _ bytes: [UInt8]) {
-        var off = 0
-        while off < bytes.count {
-            let n = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + off, $0.count - off) }
-            if n < 0 {
-                if errno == EINTR { continue }
-                return
-            }
-            off += n
-        }
+        FileDescriptor.standard(fd).writeAll(bytes)
     }
 
     static func stderrLine(_ s: String) { writeAll(2, Array((s + "\n").utf8)) }
 
     /// Reads a whole file descriptor until end of file.
     static func readAll(_ fd: Int32) throws(KeychainError) -> [UInt8] {
-        var out: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 64 * 1024)
-        while true {
-            let n = chunk.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
-            if n < 0 {
-                if errno == EINTR { continue }
-                throw KeychainError(.io, "read failed: \(String(cString: strerror(errno)))")
-            }
-            if n == 0 { break }
-            out.append(contentsOf: chunk[0..<n])
+        do { return try FileDescriptor.standard(fd).readToEnd() } catch {
+            throw KeychainError(.io, error)
         }
-        wipe(&chunk)
-        return out
     }
 
     /// Reads one line from descriptor `fd`: the bytes up to the first newline (not included; a
@@ -56,58 +37,47 @@ enum IO {
     static func readLine(_ fd: Int32) throws(KeychainError) -> [UInt8] {
         var line: [UInt8] = []
         line.reserveCapacity(4096)  // no reallocation leaving copies behind for typical lengths
-        var byte: UInt8 = 0
+        let stream = FileDescriptor.standard(fd)
         while true {
-            let n = Glibc.read(fd, &byte, 1)
-            if n < 0 {
-                if errno == EINTR { continue }
-                let e = errno
+            let byte: UInt8?
+            do { byte = try stream.readByte() } catch {
                 wipe(&line)
-                throw KeychainError(e == EBADF ? .param : .io, "cannot read descriptor \(fd): \(String(cString: strerror(e)))")
+                throw KeychainError(error.code == .badDescriptor ? .param : .io, "cannot read descriptor \(fd)", error)
             }
-            if n == 0 || byte == 10 { break }
+            guard let byte, byte != 10 else { break }
             line.append(byte)
         }
-        byte = 0
         if line.last == 13 { line.removeLast() }
         return line
     }
 
     static func readFile(_ path: String) throws(KeychainError) -> [UInt8] {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { throw KeychainError(.io, "cannot open \(path): \(String(cString: strerror(errno)))") }
-        defer { close(fd) }
-        do throws(KeychainError) { return try readAll(fd) } catch {
-            throw KeychainError(.io, "cannot read \(path): \(error.message)")
+        let file: FileDescriptor
+        do { file = try FileDescriptor.open(path) } catch { throw KeychainError(.io, "cannot open \(path)", error) }
+        do { return try file.readToEnd() } catch {
+            throw KeychainError(.io, "cannot read \(path)", error)
         }
     }
 
     /// Writes `bytes` to `path` with mode 0600 through a temporary file renamed into place.
     static func writeFilePrivately(_ path: String, _ bytes: [UInt8]) throws(KeychainError) {
-        let tmp = path + ".tmp-\(getpid())"
-        let fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { throw KeychainError(.io, "cannot create \(tmp): \(String(cString: strerror(errno)))") }
-        var off = 0
-        while off < bytes.count {
-            let n = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + off, $0.count - off) }
-            if n < 0 {
-                if errno == EINTR { continue }
-                let e = errno
-                close(fd)
-                unlink(tmp)
-                throw KeychainError(.io, "cannot write \(tmp): \(String(cString: strerror(e)))")
-            }
-            off += n
+        let tmp = path + ".tmp-\(CurrentProcess.pid)"
+        let file: FileDescriptor
+        do { file = try FileDescriptor.open(tmp, [.writeOnly, .create, .exclusive], permissions: 0o600) } catch {
+            throw KeychainError(.io, "cannot create \(tmp)", error)
         }
-        if fsync(fd) != 0 || close(fd) != 0 {
-            let e = errno
-            unlink(tmp)
-            throw KeychainError(.io, "cannot write \(tmp): \(String(cString: strerror(e)))")
+        do throws(Errno) {
+            try file.writeAll(bytes)
+            try file.sync()
+            file.close()
+        } catch {
+            file.close()
+            FileSystem.removeIfPresent(tmp)
+            throw KeychainError(.io, "cannot write \(tmp)", error)
         }
-        if rename(tmp, path) != 0 {
-            let e = errno
-            unlink(tmp)
-            throw KeychainError(.io, "cannot rename \(tmp) to \(path): \(String(cString: strerror(e)))")
+        do { try FileSystem.rename(tmp, to: path) } catch {
+            FileSystem.removeIfPresent(tmp)
+            throw KeychainError(.io, "cannot rename \(tmp) to \(path)", error)
         }
     }
 
@@ -116,15 +86,15 @@ enum IO {
         var current = ""
         for part in path.split(separator: "/") {
             current += "/" + part
-            if mkdir(current, 0o700) != 0 && errno != EEXIST {
-                throw KeychainError(.io, "cannot create \(current): \(String(cString: strerror(errno)))")
+            do { try FileSystem.makeDirectory(current, permissions: 0o700) } catch {
+                if error.code != .exists { throw KeychainError(.io, "cannot create \(current)", error) }
             }
         }
     }
 
     static func removeFile(_ path: String) throws(KeychainError) {
-        if unlink(path) != 0 && errno != ENOENT {
-            throw KeychainError(.io, "cannot remove \(path): \(String(cString: strerror(errno)))")
+        do { try FileSystem.unlink(path) } catch {
+            if error.code != .noEntry { throw KeychainError(.io, "cannot remove \(path)", error) }
         }
     }
 
@@ -134,70 +104,52 @@ enum IO {
     }
 
     static func wipe(_ b: inout [UInt8]) {
-        b.withUnsafeMutableBytes { raw in
-            if let p = raw.baseAddress { memset(p, 0, raw.count) }
-        }
+        Zeroing.zero(&b)
     }
 }
 
-/// Reading a secret or passphrase from the terminal without echo (swift-on-linux §4): /dev/tty, or
-/// stdin when there is no terminal (pipes, tests). The terminal is restored on every exit path,
-/// including Ctrl-C.
+/// Reading a secret or passphrase from the terminal without echo: /dev/tty, or stdin when there is no
+/// terminal (pipes, tests). The terminal is restored on every exit path, including Ctrl-C.
 enum Prompt {
-    nonisolated(unsafe) private static var savedTermios = termios()
-    nonisolated(unsafe) private static var savedFD: Int32 = -1
-
     static func readSecret(_ prompt: String) throws(KeychainError) -> [UInt8] {
-        var fd = open("/dev/tty", O_RDWR | O_NOCTTY | O_CLOEXEC)
-        let ownFD = fd >= 0
-        if !ownFD { fd = 0 }
-        defer { if ownFD { close(fd) } }
-        let echoOff = isatty(fd) == 1
-        IO.writeAll(ownFD ? fd : 2, Array(prompt.utf8))
-        if echoOff {
-            var t = termios()
-            guard tcgetattr(fd, &t) == 0 else { throw KeychainError(.io, "cannot read the terminal settings") }
-            savedTermios = t
-            savedFD = fd
-            signal(SIGINT, restoreAndDie)
-            signal(SIGTERM, restoreAndDie)
-            t.c_lflag &= ~tcflag_t(ECHO | ECHOE | ECHOK)
-            t.c_lflag |= tcflag_t(ECHONL)
-            _ = tcsetattr(fd, TCSAFLUSH, &t)
-        }
-        defer {
-            if echoOff {
-                _ = tcsetattr(fd, TCSAFLUSH, &savedTermios)
-                savedFD = -1
-                signal(SIGINT, SIG_DFL)
-                signal(SIGTERM, SIG_DFL)
-            }
-        }
-        var out: [UInt8] = []
-        var byte: UInt8 = 0
-        while true {
-            let n = Glibc.read(fd, &byte, 1)
-            if n < 0 {
-                if errno == EINTR { continue }
-                throw KeychainError(.io, "cannot read the secret: \(String(cString: strerror(errno)))")
-            }
-            if n == 0 {
-                if out.isEmpty && !echoOff {
-                    throw KeychainError(.param, "no secret given: use -w, --stdin, or run in a terminal to be asked")
+        let tty = Terminal.open()
+        let fd = tty?.rawValue ?? 0
+        let stream = FileDescriptor.standard(fd)
+        let echoOff = stream.isTerminal
+        IO.writeAll(tty != nil ? fd : 2, Array(prompt.utf8))
+        func read() throws(KeychainError) -> [UInt8] {
+            var out: [UInt8] = []
+            while true {
+                let byte: UInt8?
+                do { byte = try stream.readByte() } catch {
+                    IO.wipe(&out)
+                    throw KeychainError(.io, "cannot read the secret", error)
                 }
-                break
+                guard let byte else {
+                    if out.isEmpty && !echoOff {
+                        throw KeychainError(.param, "no secret given: use -w, --stdin, or run in a terminal to be asked")
+                    }
+                    break
+                }
+                if byte == 10 { break }
+                out.append(byte)
             }
-            if byte == 10 { break }
-            out.append(byte)
+            if out.last == 13 { out.removeLast() }
+            return out
         }
-        if out.last == 13 { out.removeLast() }
-        return out
+        if echoOff {
+            guard let out = try Terminal.withoutEcho(fd, read) else {
+                throw KeychainError(.io, "cannot read the terminal settings")
+            }
+            return out
+        }
+        return try read()
     }
 
     /// Asks twice and insists the two agree (new secrets and passphrases).
     static func readNewSecret(_ prompt: String, _ again: String) throws(KeychainError) -> [UInt8] {
         var first = try readSecret(prompt)
-        if isatty(0) == 1 || open("/dev/tty", O_RDONLY | O_CLOEXEC).closingValid() {
+        if FileDescriptor.standard(0).isTerminal || Terminal.isAvailable {
             var second = try readSecret(again)
             defer { IO.wipe(&second) }
             if first != second {
@@ -206,25 +158,5 @@ enum Prompt {
             }
         }
         return first
-    }
-}
-
-private func restoreAndDie(_ sig: Int32) {
-    if Prompt.savedFDForSignal >= 0 { Prompt.restoreForSignal() }
-    signal(sig, SIG_DFL)
-    raise(sig)
-}
-
-extension Prompt {
-    static var savedFDForSignal: Int32 { savedFD }
-    static func restoreForSignal() { _ = tcsetattr(savedFD, TCSAFLUSH, &savedTermios) }
-}
-
-extension Int32 {
-    /// For a descriptor just opened to test availability: true if valid (and closes it).
-    fileprivate func closingValid() -> Bool {
-        guard self >= 0 else { return false }
-        close(self)
-        return true
     }
 }

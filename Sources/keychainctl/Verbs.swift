@@ -1,7 +1,6 @@
-#if canImport(Glibc)
-import Glibc
-#endif
+import KeychainSystem
 import KeychainClient
+import KeychainCore
 
 /// Runs one parsed invocation against the daemon, writing into `out`.
 struct Command {

@@ -1,9 +1,8 @@
-#if canImport(Glibc)
-import Glibc
-#endif
+import KeychainSystem
 import KeychainClient
+import KeychainCore
 
-// keychainctl: the administrator's CLI for keychaind (SPEC §7).
+// keychainctl: the administrator's CLI for keychaind (man/keychainctl.1.scd).
 // Exit status: 0, or the low byte of the OSStatus (44 not found, 45 duplicate, 206 errSecParam, …).
 
 /// The exit status for a failure: the OSStatus's low byte, never 0.
@@ -38,4 +37,4 @@ func main() -> Int32 {
     }
 }
 
-exit(main())
+CurrentProcess.exit(main())

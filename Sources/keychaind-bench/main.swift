@@ -4,6 +4,7 @@
 //   keychaind-bench --socket PATH [--rounds 5] [--ops 20000] [--cli PATH] [--daemon-pid PID] [--json]
 //   keychaind-bench --fill N --socket PATH          (adds N items, pipelined, then exits)
 //   keychaind-bench --echo-server PATH --reply-bytes N   (internal: the floor)
+//   keychaind-bench --fsync-floor DIR [--ops N]     (the durable-write floor: append 200 B + fdatasync)
 //   keychaind-bench --rotation 1000,100000 [--rounds 5] [--profile moderate] [--json]
 //                                                   (passphrase-change cost in process: Rotation.swift)
 #if canImport(Glibc)
@@ -11,12 +12,11 @@ import Glibc
 #endif
 import KeychainCore
 import KeychainCrypto
+import KeychainSystem
 import KeychainWire
 
 func now() -> Double {
-    var ts = timespec()
-    clock_gettime(CLOCK_MONOTONIC, &ts)
-    return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
+    MonotonicClock.now()
 }
 
 func die(_ message: String) -> Never {
@@ -54,6 +54,7 @@ struct Args {
     var fillFrom = 0
     var rotation: [Int]?
     var profile = KDFProfile.moderate
+    var fsyncFloor: String?
 
     init(_ argv: [String]) {
         var i = 0
@@ -77,6 +78,7 @@ struct Args {
             case "--copies-only": copiesOnly = Int(value())
             case "--random-of": randomOf = Int(value())
             case "--fill-from": fillFrom = Int(value()) ?? 0
+            case "--fsync-floor": fsyncFloor = value()
             case "--rotation":
                 let sizes = value().split(separator: ",").compactMap { Int($0) }
                 guard !sizes.isEmpty, sizes.allSatisfy({ $0 >= 0 }) else { die("--rotation needs item counts, e.g. 1000,100000") }
@@ -100,6 +102,8 @@ struct Args {
                   --rotation N,M,…    no daemon: time passphrase changes on in-process keychains of N, M, …
                                       items (release build; Argon2id timed separately); --rounds changes each
                   --profile P         with --rotation: Argon2id costs, moderate (default) or interactive
+                  --fsync-floor DIR   no daemon: appends of 200 bytes each followed by fdatasync, in a file in
+                                      DIR (--ops of them, default 2000): the floor of a durable add
                 """)
                 exit(0)
             default: die("unknown argument \(argv[i])")
@@ -111,38 +115,36 @@ struct Args {
 
 // MARK: The floor: an echo server with the same framing and reply size.
 
-final class EchoServer: @unchecked Sendable {
+enum EchoServer {
     static func run(path: String, replyBytes: Int) -> Never {
-        unlink(path)
-        let listener: UnixSocket
+        FileSystem.removeIfPresent(path)
+        let listener: Socket
         do {
-            listener = try UnixSocket.stream()
-            var address = try SocketAddress(path: path)
-            let fd = listener.fd
-            guard address.withSockaddr({ bind(fd, $0, $1) }) == 0, listen(fd, 128) == 0 else { die("echo bind failed") }
+            listener = try Socket.stream()
+            try listener.bind(to: try UnixSocket.address(path))
+            try listener.listen(backlog: 128)
         } catch { die("echo server: \(error)") }
         var header = [UInt8](repeating: 0, count: 4)
         let n = UInt32(max(replyBytes - 4, 1))
         header = [UInt8(n >> 24), UInt8(truncatingIfNeeded: n >> 16), UInt8(truncatingIfNeeded: n >> 8), UInt8(truncatingIfNeeded: n)]
         let reply = header + [UInt8](repeating: 0xA0, count: Int(n))
         while true {
-            let c = accept(listener.fd, nil, nil)
-            if c < 0 { continue }
+            guard let c = try? listener.accept() else { continue }
             let conn = UnixSocket(adopting: c)
-            let thread = ThreadBox { 
+            let started: ()? = try? Threads.start {
                 var frames = FrameBuffer(maxBytes: 1 << 20)
                 while let _ = try? conn.readFrame(&frames) {
                     if (try? conn.writeAll(reply)) == nil { break }
                 }
                 conn.close()
             }
-            thread.start()
+            if started == nil { die("cannot start an echo thread") }
         }
     }
 }
 
 /// A detached pthread running a closure (no Foundation in this tool).
-final class ThreadBox: @unchecked Sendable {
+final class ThreadBox: Sendable {
     let body: @Sendable () -> Void
     init(_ body: @escaping @Sendable () -> Void) { self.body = body }
     func start() {
@@ -262,6 +264,34 @@ let args = Args(Array(CommandLine.arguments.dropFirst()))
 signal(SIGPIPE, SIG_IGN)
 
 if let path = args.echoServer { EchoServer.run(path: path, replyBytes: args.replyBytes) }
+if let directory = args.fsyncFloor { runFsyncFloor(directory: directory, count: args.ops == 20_000 ? 2000 : args.ops) }
+
+/// The durable-write floor: what one fdatasync'ed append of a small record costs on this disk, the
+/// least a durable add can cost. Prints `{"fsync_floor_ops_s": …, "fsync_floor_us_p50": …}` and exits.
+func runFsyncFloor(directory: String, count: Int) -> Never {
+    let path = directory + "/fsync-floor-\(CurrentProcess.pid)"
+    let file: FileDescriptor
+    do { file = try FileDescriptor.open(path, [.writeOnly, .create, .truncate], permissions: 0o600) } catch {
+        die("fsync floor: \(error)")
+    }
+    defer { FileSystem.removeIfPresent(path) }
+    let record = [UInt8](repeating: 0x5A, count: 200)
+    var times: [Double] = []
+    times.reserveCapacity(count)
+    let start = now()
+    for _ in 0..<max(count, 1) {
+        let t0 = now()
+        do throws(Errno) {
+            try file.writeAll(record)
+            try file.syncData()
+        } catch { die("fsync floor: \(error)") }
+        times.append(now() - t0)
+    }
+    let elapsed = now() - start
+    FileSystem.removeIfPresent(path)
+    print("{\"fsync_floor_ops_s\": \(fmt(Double(times.count) / elapsed)), \"fsync_floor_us_p50\": \(fmt(median(times) * 1e6))}")
+    exit(0)
+}
 if let sizes = args.rotation { runRotationBench(sizes: sizes, rounds: args.rounds, profile: args.profile, json: args.json) }
 
 if let n = args.fill {

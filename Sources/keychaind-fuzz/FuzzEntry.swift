@@ -1,8 +1,6 @@
-#if canImport(Glibc)
-import Glibc
-#endif
 import KeychainCore
 import KeychainItems
+import KeychainSystem
 import KeychainDaemon
 
 /// One request handler over a throw-away data directory, as the daemon builds it, with one registered
@@ -10,20 +8,15 @@ import KeychainDaemon
 enum FuzzHarness {
     nonisolated(unsafe) static var handler: RequestHandler?
     /// This very process, registered as the app: identification succeeds as for a real client.
-    static let executable: String = {
-        guard let p = realpath("/proc/self/exe", nil) else { return "/proc/self/exe" }
-        defer { free(p) }
-        return String(cString: p)
-    }()
-    static let peer = PeerIdentity(pid: getpid(), uid: getuid(), executable: executable,
+    static let executable: String = FileSystem.realPath("/proc/self/exe") ?? "/proc/self/exe"
+    static let peer = PeerIdentity(pid: CurrentProcess.pid, uid: CurrentProcess.uid, executable: executable,
                                    executableFile: FileIdentity.of(path: executable), problem: nil)
 
     static func setUp() {
-        let tmp = getenv("TMPDIR").map { String(cString: $0) }.flatMap { $0.isEmpty ? nil : $0 } ?? "/tmp"
-        var template = Array("\(tmp)/keychaind-fuzz-XXXXXX".utf8CString)
-        let made = template.withUnsafeMutableBufferPointer { mkdtemp($0.baseAddress!) != nil }
-        guard made else { exit(2) }
-        let path = String(decoding: template.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        let tmp = CurrentProcess.environment("TMPDIR").flatMap { $0.isEmpty ? nil : $0 } ?? "/tmp"
+        guard let path = try? FileSystem.makeTemporaryDirectory(in: tmp, prefix: "keychaind-fuzz-") else {
+            CurrentProcess.exit(2)
+        }
         do {
             let items = try ItemService(directory: path + "/data")
             let app = AppEntry(applicationIdentifier: "FUZZ.app", accessGroups: ["FUZZ.app", "FUZZ.shared"],
@@ -31,7 +24,7 @@ enum FuzzHarness {
             handler = RequestHandler(items: items, registry: AppRegistry(apps: [app], bundledCLI: nil))
         } catch {
             print("keychaind-fuzz: cannot create the store: \(error)")
-            exit(2)
+            CurrentProcess.exit(2)
         }
     }
 

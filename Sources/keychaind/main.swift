@@ -1,41 +1,41 @@
-#if canImport(Glibc)
-import Glibc
-#endif
 import Foundation
-import CSupport
 import KeychainDaemon
 import KeychainSecretService
 import KeychainItems
-import KeychainWire
+import KeychainSystem
+import KeychainStore
 
 // Swift's crash reporter prints memory next to registers; a secrets daemon must not. The setting is
 // read at process start, so when it is missing we set it and exec ourselves once.
-if getenv("SWIFT_BACKTRACE").map({ String(cString: $0) }) != "enable=no" {
-    setenv("SWIFT_BACKTRACE", "enable=no", 1)
-    // Exec the real path, not /proc/self/exe, so the process keeps its name (pkill -x keychaind).
-    if let real = realpath("/proc/self/exe", nil) {
-        execv(real, CommandLine.unsafeArgv)
-        free(real)
-    }
+if CurrentProcess.environment("SWIFT_BACKTRACE") != "enable=no" {
+    CurrentProcess.setEnvironment("SWIFT_BACKTRACE", "enable=no")
+    CurrentProcess.reexecute()
     // exec failed: carry on; the unit file sets the variable anyway.
 }
 
 Daemon.installSignalHandlers()
-_ = kc_umask_private()
+CurrentProcess.makeUmaskPrivate()
 // One descriptor per client: take the hard limit so a thousand clients fit.
-var files = rlimit()
-if getrlimit(Int32(RLIMIT_NOFILE.rawValue), &files) == 0, files.rlim_cur < files.rlim_max {
-    files.rlim_cur = files.rlim_max
-    _ = setrlimit(Int32(RLIMIT_NOFILE.rawValue), &files)
-}
-if kc_make_undumpable() != 0 {
-    Log.warning("could not make the process non-dumpable")
+CurrentProcess.raiseOpenFileLimit()
+// Non-dumpable: no core files, and no /proc/<pid>/mem or ptrace for other processes of this user.
+// Debug builds (never a release or a package) can stay dumpable for the heap-scan test, which reads
+// the daemon's memory to prove secrets are wiped (docs/security.md §1).
+#if DEBUG
+let stayDumpable = CurrentProcess.environment("KEYCHAIND_TEST_DUMPABLE") == "1"
+#else
+let stayDumpable = false
+#endif
+if stayDumpable {
+    Log.warning("debug build: staying dumpable for a memory-scanning test (KEYCHAIND_TEST_DUMPABLE=1)")
+} else {
+    do { try CurrentProcess.makeUndumpable() } catch {
+        Log.warning("could not make the process non-dumpable")
+    }
 }
 
 func fail(_ message: String) -> Never {
-    var line = Array("keychaind: \(message)\n".utf8)
-    line.withUnsafeMutableBytes { _ = write(2, $0.baseAddress, $0.count) }
-    exit(1)
+    FileDescriptor.standard(2).writeAll(Array("keychaind: \(message)\n".utf8))
+    CurrentProcess.exit(1)
 }
 
 let parsed: Options.Parsed
@@ -78,7 +78,7 @@ case .run(let options):
         func itemCount(_ n: Int64) -> String { n == 1 ? "1 item" : "\(n) items" }
         // A running daemon holds the database lock, so opening the store below refuses while it runs.
         let database = settings.dataDirectory + "/" + ItemService.databaseName
-        guard access(database, F_OK) == 0 else {
+        guard FileSystem.exists(database) else {
             fail("there is no keychain database at \(database): nothing to accept (check --data-dir)")
         }
         do {

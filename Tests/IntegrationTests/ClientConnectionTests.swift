@@ -3,6 +3,7 @@ import XCTest
 import KeychainServices
 import KeychainClient
 import KeychainCore
+import KeychainSystem
 import KeychainWire
 
 /// A scripted stand-in for keychaind, to put the shared connection through what the real daemon
@@ -19,8 +20,12 @@ final class FakeDaemon: @unchecked Sendable {
         path = NSTemporaryDirectory() + "fake-keychaind-\(UUID().uuidString.prefix(8)).sock"
         self.serve = serve
         listener = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
-        var addr = try SocketAddress(path: path)
-        guard addr.withSockaddr({ bind(listener, $0, $1) }) == 0, listen(listener, 64) == 0 else {
+        let bound = Socket(adopting: dup(listener))
+        defer { bound.close() }
+        do {
+            try bound.bind(to: try SocketAddress(path: path))
+            try bound.listen(backlog: 64)
+        } catch {
             throw HarnessError("cannot listen on \(path)")
         }
         Thread.detachNewThread { [self] in

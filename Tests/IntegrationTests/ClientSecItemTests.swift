@@ -1,6 +1,7 @@
 import Foundation
 import XCTest
 import KeychainServices
+import KeychainSystem
 import KeychainClient
 import KeychainCore
 import KeychainWire

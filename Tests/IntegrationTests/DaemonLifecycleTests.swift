@@ -1,6 +1,7 @@
 import Foundation
 import XCTest
 import KeychainCore
+import KeychainSystem
 import KeychainWire
 
 /// Start, stop, crash, activation, configuration and identity of the real daemon process.
@@ -275,9 +276,9 @@ final class NotifyListener {
     init(path: String) throws {
         self.path = path
         fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue), 0)
-        var address = try SocketAddress(path: path)
-        let fd = self.fd
-        guard address.withSockaddr({ bind(fd, $0, $1) }) == 0 else { throw HarnessError("bind notify socket") }
+        let bound = Socket(adopting: dup(fd))
+        defer { bound.close() }
+        do { try bound.bind(to: try SocketAddress(path: path)) } catch { throw HarnessError("bind notify socket") }
         var tv = timeval(tv_sec: 0, tv_usec: 100_000)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
     }

@@ -1,7 +1,7 @@
 import Foundation
 import XCTest
 
-/// The attacks an unprivileged program of the user can make on per-app isolation (SPEC §5), each run
+/// The attacks an unprivileged program of the user can make on per-app isolation (docs/security.md §2), each run
 /// for real: keychaind as a throwaway uid with a passphrase set, the attacker as that same uid.
 /// Every one of these read the victim's secret before the isolation work; each must now get
 /// errSecMissingEntitlement (−34018) or errSecAuthFailed (−25293) and read nothing.

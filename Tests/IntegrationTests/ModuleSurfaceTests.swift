@@ -25,7 +25,11 @@ final class ModuleSurfaceTests: XCTestCase {
                       "built modules not found in \(modules)")
         let p = Process()
         p.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        p.arguments = ["swiftc", "-typecheck", "-swift-version", "6", "-I", modules, file]
+        // What SwiftPM hands a dependent package: the built Swift modules and the module map of the
+        // C target the system layer is built on.
+        let cSupport = DaemonHarness.productsDirectory + "/CSupport.build/module.modulemap"
+        p.arguments = ["swiftc", "-typecheck", "-swift-version", "6", "-I", modules,
+                       "-Xcc", "-fmodule-map-file=\(cSupport)", file]
         let out = Pipe()
         p.standardOutput = out
         p.standardError = out

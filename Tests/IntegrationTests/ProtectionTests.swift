@@ -1,6 +1,7 @@
 import Foundation
 import XCTest
 import KeychainCore
+import KeychainSystem
 import KeychainWire
 
 /// Passphrase, lock states, auto-lock, wrong-passphrase delays, crash safety of a passphrase change,

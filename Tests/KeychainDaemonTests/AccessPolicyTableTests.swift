@@ -6,12 +6,13 @@ import Testing
 import KeychainCore
 import KeychainItems
 @testable import KeychainDaemon
+import KeychainSystem
 
-/// The access policy as a table (SPEC §5): every op for every kind of caller, then the item-level
+/// The access policy as a table (docs/security.md §2): every op for every kind of caller, then the item-level
 /// group rules, then what identification makes of peers that are not who they claim to be.
 @Suite("AccessPolicyTable")
 struct AccessPolicyTableTests {
-    typealias Action = AccessPolicy.Action
+    typealias Action = KeychainCore.Operation
 
     enum Who: String, CaseIterable {
         case unregistered, app, admin
@@ -156,8 +157,9 @@ struct AccessPolicyTableTests {
     @Test func thisProcessIsIdentifiedFromItsOwnSocketPair() throws {
         var fds: [Int32] = [-1, -1]
         #expect(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &fds) == 0)
-        defer { close(fds[0]); close(fds[1]) }
-        let me = try PeerIdentity.of(socket: fds[0])
+        let socket = Socket(adopting: fds[0])
+        defer { socket.close(); close(fds[1]) }
+        let me = try PeerIdentity.of(socket: socket)
         #expect(me.pid == getpid() && me.uid == getuid() && me.problem == nil)
         #expect(me.executableFile == FileIdentity.of(path: "/proc/self/exe"))
         #expect(me.process?.isRunning == true)

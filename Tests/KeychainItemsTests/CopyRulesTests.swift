@@ -1,5 +1,6 @@
 import Testing
 import KeychainCore
+import KeychainSystem
 @testable import KeychainItems
 import KeychainCrypto
 

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 import KeychainCore
+import KeychainSystem
 import KeychainCrypto
 import KeychainStore
 @testable import KeychainItems
@@ -45,7 +46,7 @@ final class ProtectedFixture {
     func secret(_ svce: String, _ acct: String) throws -> String? {
         var q = query(svce, acct)
         q["r_Data"] = .bool(true)
-        guard case .bytes(let b)? = try service.copyMatching(q, caller: Fixture.app) else { return nil }
+        guard let b = try service.copyMatching(q, caller: Fixture.app)?.secretBytes?.unprotectedArray else { return nil }
         return String(decoding: b, as: UTF8.self)
     }
 

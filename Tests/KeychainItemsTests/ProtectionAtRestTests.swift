@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 import KeychainCore
+import KeychainSystem
 import KeychainCrypto
 import KeychainStore
 @testable import KeychainItems

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 import KeychainCore
+import KeychainSystem
 import KeychainCrypto
 @testable import KeychainStore
 @testable import KeychainItems
@@ -26,7 +27,7 @@ extension ProtectedFixture {
                                     "r_Data": .bool(true)]
         var out: [String: String] = [:]
         for entry in try service.copyMatching(all, caller: Fixture.admin)?.array ?? [] {
-            guard let map = entry.map, let account = map["acct"]?.text, let data = map["v_Data"]?.bytes else { continue }
+            guard let map = entry.map, let account = map["acct"]?.text, let data = map["v_Data"]?.secretBytes?.unprotectedArray else { continue }
             out[account] = String(decoding: data, as: UTF8.self)
         }
         return out
@@ -377,7 +378,7 @@ struct RotationTests {
                         } else {
                             var q = query("conc", "base\((n * 7 + t) % base)")
                             q["r_Data"] = .bool(true)
-                            guard case .bytes(let b)? = try service.copyMatching(q, caller: Fixture.app),
+                            guard let b = try service.copyMatching(q, caller: Fixture.app)?.secretBytes?.unprotectedArray,
                                   String(decoding: b, as: UTF8.self) == "b\((n * 7 + t) % base)" else {
                                 problems.withLock { $0.append("thread \(t): a copy returned something else") }
                                 continue

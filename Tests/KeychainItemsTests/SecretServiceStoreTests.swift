@@ -2,6 +2,7 @@ import Foundation
 import Testing
 import KeychainCore
 import KeychainCrypto
+import KeychainSystem
 @testable import KeychainStore
 @testable import KeychainItems
 
@@ -16,7 +17,7 @@ import KeychainCrypto
 
     func create(_ fx: Fixture, _ pairs: [(String, String)], secret: String = "s", label: String = "L",
                 group: String = "TEAM.app", replace: Bool = false, caller: Caller = Fixture.app) throws -> [UInt8] {
-        try fx.service.secretServiceCreate(group: group, label: label, attributes: attrs(pairs), secret: Array(secret.utf8),
+        try fx.service.secretServiceCreate(group: group, label: label, attributes: attrs(pairs), secret: SecretBytes(Array(secret.utf8)),
                                            contentType: "text/plain", replace: replace, caller: caller).id
     }
 
@@ -26,7 +27,7 @@ import KeychainCrypto
     }
 
     func secret(_ fx: Fixture, _ id: [UInt8], caller: Caller = Fixture.app) throws -> String? {
-        try fx.service.secretServiceSecret(id: id, groups: caller.accessGroups, caller: caller).map { String(decoding: $0.secret, as: UTF8.self) }
+        try fx.service.secretServiceSecret(id: id, groups: caller.accessGroups, caller: caller).map { String(decoding: $0.secret.unprotectedArray, as: UTF8.self) }
     }
 
     @Test func serviceAndAccountMakeThePlainKeychainItemAndTheReverse() throws {
@@ -73,7 +74,7 @@ import KeychainCrypto
             #expect(Set(try search(fx, [("username", "carol")]).unlocked) == [id, second])
             // … and replace takes the first whose attributes are exactly these.
             let replaced = try fx.service.secretServiceCreate(group: "TEAM.app", label: "new", attributes: attrs(pairs),
-                                                              secret: Array("replaced".utf8), contentType: "text/plain",
+                                                              secret: SecretBytes(Array("replaced".utf8)), contentType: "text/plain",
                                                               replace: true, caller: Fixture.app)
             #expect(replaced.replaced && replaced.id == id)
             #expect(try secret(fx, id) == "replaced")
@@ -223,7 +224,7 @@ import KeychainCrypto
         try withKeychain { (fx) throws in
             let marks = ["ssname-Tamarind-8812", "ssvalue-Cobalt-4471", "sslabel-Juniper-3309", "sssecret-Saffron-1926", "text/x-Ochre-5521"]
             _ = try fx.service.secretServiceCreate(group: "TEAM.app", label: marks[2], attributes: attrs([(marks[0], marks[1])]),
-                                                   secret: Array(marks[3].utf8), contentType: marks[4], replace: false, caller: Fixture.app)
+                                                   secret: SecretBytes(Array(marks[3].utf8)), contentType: marks[4], replace: false, caller: Fixture.app)
             for closed in [false, true] {
                 if closed { fx.service.close() }
                 for name in try FileManager.default.contentsOfDirectory(atPath: fx.directory) {

@@ -1,11 +1,14 @@
 import Foundation
 import Testing
 import KeychainCore
+import KeychainSystem
+import KeychainTestSupport
 @testable import KeychainItems
 
 /// A keychain in a fresh temporary directory, removed by `cleanup()`.
 final class Fixture {
-    let root: String
+    let temporary: TemporaryDirectory
+    var root: String { temporary.path }
     let directory: String
     var service: ItemService
 
@@ -14,10 +17,8 @@ final class Fixture {
     static let admin = Caller(accessGroups: ["keychainctl"], isAdmin: true)
 
     init() throws {
-        var template = Array((NSTemporaryDirectory() + "/kc-items-XXXXXX").utf8CString)
-        guard let p = mkdtemp(&template) else { throw KeychainError(.io, "mkdtemp") }
-        root = String(cString: p)
-        directory = root + "/data"
+        temporary = try TemporaryDirectory(prefix: "kc-items")
+        directory = temporary.appending("data")
         service = try ItemService(directory: directory)
     }
 
@@ -28,7 +29,7 @@ final class Fixture {
 
     func cleanup() {
         service.close()
-        try? FileManager.default.removeItem(atPath: root)
+        temporary.remove()
     }
 
     func count() throws -> Int { try service.itemCount() }
@@ -51,8 +52,8 @@ final class Fixture {
     func secret(_ svce: String, _ acct: String, _ extra: [String: Value] = [:], caller: Caller = Fixture.app) throws -> String? {
         var q = query(svce, acct, extra)
         q["r_Data"] = .bool(true)
-        guard case .bytes(let b)? = try copy(q, caller: caller) else { return nil }
-        return String(decoding: b, as: UTF8.self)
+        guard let b = try copy(q, caller: caller)?.secretBytes else { return nil }
+        return String(decoding: b.unprotectedArray, as: UTF8.self)
     }
 
     func attributes(_ svce: String, _ acct: String, _ extra: [String: Value] = [:], caller: Caller = Fixture.app) throws -> [String: Value] {

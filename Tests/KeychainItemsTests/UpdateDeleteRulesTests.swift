@@ -1,5 +1,6 @@
 import Testing
 import KeychainCore
+import KeychainCrypto
 @testable import KeychainItems
 
 @Suite struct UpdateRules {

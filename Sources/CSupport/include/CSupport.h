@@ -18,6 +18,8 @@ int kc_peer_credentials(int fd, kc_peer_cred *out);
 int kc_peer_pidfd(int fd);
 /* pidfd_open(pid, 0). */
 int kc_pidfd_open(int32_t pid);
+/* pidfd_send_signal(pidfd, sig, NULL, 0): signals exactly the process the pidfd pins. */
+int kc_pidfd_send_signal(int pidfd, int sig);
 /* 1 if the process behind the pidfd has exited, 0 if it still runs, -1 on error. */
 int kc_pidfd_exited(int pidfd);
 /* The pid a pidfd refers to, read from /proc/self/fdinfo; -1 if gone or unknown. */

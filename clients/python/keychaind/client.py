@@ -188,6 +188,12 @@ class Client:
         with self._lock:
             request_id = next(self._ids)
         data = wire.encode_request(request_id, op, query, attributes, **arguments)
+        try:
+            return self._send_request(op, request_id, data)
+        finally:
+            wire.wipe(data)  # the frame may hold a secret or a passphrase
+
+    def _send_request(self, op: str, request_id: int, data: bytearray):
         if len(data) - 4 > self.max_frame_bytes:
             raise KeychainError(C.errSecParam, f"request of {len(data) - 4} bytes exceeds the limit of {self.max_frame_bytes} bytes")
         attempts = 2 if op in _RETRYABLE_OPS else 1

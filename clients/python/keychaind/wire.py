@@ -149,8 +149,10 @@ def frame(body: bytes) -> bytes:
     return _HEADER.pack(len(body)) + body
 
 
-def encode_request(request_id: int, op: str, query=None, attributes=None, **arguments) -> bytes:
-    """The frame of one request (protocol.md §4.1)."""
+def encode_request(request_id: int, op: str, query=None, attributes=None, **arguments) -> bytearray:
+    """The frame of one request (protocol.md §4.1), in a ``bytearray`` the caller zeroes with
+    ``wipe`` once it is sent (a request may carry a secret or a passphrase). The CBOR encoder's own
+    ``bytes`` output cannot be wiped (Python's bytes are immutable): see docs/security.md."""
     message = dict(arguments)
     message["v"] = PROTOCOL_VERSION
     message["id"] = request_id
@@ -159,7 +161,15 @@ def encode_request(request_id: int, op: str, query=None, attributes=None, **argu
         message["query"] = query
     if attributes is not None:
         message["attributes"] = attributes
-    return frame(encode(message))
+    body = encode(message)
+    out = bytearray(_HEADER.pack(len(body)))
+    out += body
+    return out
+
+
+def wipe(buffer: bytearray) -> None:
+    """Overwrites ``buffer`` with zeros in place (its length stays)."""
+    buffer[:] = bytes(len(buffer))
 
 
 class FrameReader:

@@ -229,3 +229,23 @@ def test_default_group_without_status_groups_uses_a_probe_item(fake):
     with Client(server.path) as c:
         assert c.default_group() == "FIRST"
     assert [r["op"] for r in server.requests] == ["status", "add", "delete"]
+
+
+def test_the_request_frame_is_zeroed_once_sent(fake, monkeypatch):
+    """The frame the client builds (a bytearray) holds the secret until it is sent, then zeros."""
+    sent = []
+    real = wire.encode_request
+
+    def keep(*args, **kwargs):
+        frame = real(*args, **kwargs)
+        sent.append(frame)
+        return frame
+
+    monkeypatch.setattr(wire, "encode_request", keep)
+    server = fake(lambda req, conn: ok(req))
+    with Client(server.path) as c:
+        c.add({kSecClass: kSecClassGenericPassword, kSecAttrService: "svc", kSecAttrAccount: "a",
+               kSecValueData: b"wipe-me-secret"})
+    assert server.requests[0]["query"][kSecValueData] == b"wipe-me-secret"
+    assert len(sent) == 1 and isinstance(sent[0], bytearray) and len(sent[0]) > 20
+    assert sent[0] == bytearray(len(sent[0]))

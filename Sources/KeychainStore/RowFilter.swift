@@ -1,0 +1,102 @@
+import KeychainCore
+import KeychainSystem
+
+/// Which rows to read: every non-nil field is an SQL condition (AND), evaluated on indexed columns
+/// before any decryption. The item layer re-checks the decrypted attributes afterwards.
+public struct RowFilter: Sendable, Hashable {
+    public var ref: [UInt8]?
+    /// `key_ix IN (…)`: point lookups through the UNIQUE index.
+    public var uniqueIndexes: [[UInt8]]?
+    public var serviceIndex: [UInt8]?
+    public var accountIndex: [UInt8]?
+    /// `agrp_ix IN (…)`; nil means every group (administrators).
+    public var accessGroupIndexes: [[UInt8]]?
+    /// `class IN (…)`; nil means every class.
+    public var classes: [UInt8]?
+    /// Only items with every one of these attribute-index entries (`item_attributes`).
+    public var requiredAttributeIndexes: [[UInt8]]?
+    /// Only items without this attribute-index entry.
+    public var excludedAttributeIndex: [UInt8]?
+    /// Read the sealed secret too.
+    public var includeSecret: Bool
+
+    public init(ref: [UInt8]? = nil, uniqueIndexes: [[UInt8]]? = nil, serviceIndex: [UInt8]? = nil,
+                accountIndex: [UInt8]? = nil, accessGroupIndexes: [[UInt8]]? = nil, classes: [UInt8]? = nil,
+                requiredAttributeIndexes: [[UInt8]]? = nil, excludedAttributeIndex: [UInt8]? = nil,
+                includeSecret: Bool = false) {
+        self.ref = ref
+        self.uniqueIndexes = uniqueIndexes
+        self.serviceIndex = serviceIndex
+        self.accountIndex = accountIndex
+        self.accessGroupIndexes = accessGroupIndexes
+        self.classes = classes
+        self.requiredAttributeIndexes = requiredAttributeIndexes
+        self.excludedAttributeIndex = excludedAttributeIndex
+        self.includeSecret = includeSecret
+    }
+
+    /// The SQL for this filter's shape (values are bound, never spliced in). Equal shapes give equal
+    /// text, so the connection's statement cache reuses the prepared statement.
+    public var sql: String {
+        let shape = Shape(ref: ref != nil, unique: uniqueIndexes?.count, service: serviceIndex != nil,
+                          account: accountIndex != nil, groups: accessGroupIndexes?.count, classes: classes,
+                          required: requiredAttributeIndexes?.count, excluded: excludedAttributeIndex != nil,
+                          secret: includeSecret)
+        if let cached = Self.sqlCache.withLock({ $0[shape] }) { return cached }
+        let sql = buildSQL()
+        Self.sqlCache.withLock { cache in
+            if cache.count > 256 { cache.removeAll() }
+            cache[shape] = sql
+        }
+        return sql
+    }
+
+    /// What the SQL text depends on: the filter's shape, not its values.
+    private struct Shape: Hashable {
+        var ref: Bool, unique: Int?, service: Bool, account: Bool, groups: Int?, classes: [UInt8]?
+        var required: Int?, excluded: Bool, secret: Bool
+    }
+
+    private static let sqlCache = Locked<[Shape: String]>([:])
+
+    private func buildSQL() -> String {
+        // With attribute-index entries to match, the index drives the query (its primary key is
+        // (ix, ref), so rows come in ref order: creation order) and each further entry is a lookup
+        // by that key; no temporary b-tree, no sort.
+        let joined = requiredAttributeIndexes.map { !$0.isEmpty } ?? false
+        let t = joined ? "items." : ""
+        var s = "SELECT \(t)rowid, \(t)ref, \(t)class, \(t)agrp_ix, \(t)svce_ix, \(t)acct_ix, \(t)key_ix, \(t)item_key, \(t)attributes"
+        s += includeSecret ? ", \(t)secret" : ""
+        s += joined ? " FROM item_attributes AS a CROSS JOIN items ON items.ref = a.ref" : " FROM items"
+        var conditions: [String] = []
+        if ref != nil { conditions.append("\(t)ref = ?") }
+        if let u = uniqueIndexes { conditions.append("\(t)key_ix IN (\(Self.placeholders(u.count)))") }
+        if serviceIndex != nil { conditions.append("\(t)svce_ix = ?") }
+        if accountIndex != nil { conditions.append("\(t)acct_ix = ?") }
+        if let g = accessGroupIndexes { conditions.append("\(t)agrp_ix IN (\(Self.placeholders(g.count)))") }
+        if let r = requiredAttributeIndexes, !r.isEmpty {
+            conditions.append("a.ix = ?")
+            for _ in r.dropFirst() { conditions.append("EXISTS (SELECT 1 FROM item_attributes WHERE ix = ? AND ref = items.ref)") }
+        }
+        if excludedAttributeIndex != nil { conditions.append("NOT EXISTS (SELECT 1 FROM item_attributes WHERE ix = ? AND ref = items.ref)") }
+        if let c = classes { conditions.append("\(t)class IN (\(c.map { String($0) }.joined(separator: ",")))") }
+        if !conditions.isEmpty { s += " WHERE " + conditions.joined(separator: " AND ") }
+        return joined ? s : s + " ORDER BY rowid"
+    }
+
+    private static func placeholders(_ n: Int) -> String {
+        n == 0 ? "NULL" : Array(repeating: "?", count: n).joined(separator: ",")
+    }
+
+    func bind(_ s: SQLiteStatement) throws(KeychainError) {
+        var i: Int32 = 1
+        func next(_ b: [UInt8]) throws(KeychainError) { try s.bind(i, b); i += 1 }
+        if let ref { try next(ref) }
+        if let u = uniqueIndexes { for b in u { try next(b) } }
+        if let serviceIndex { try next(serviceIndex) }
+        if let accountIndex { try next(accountIndex) }
+        if let g = accessGroupIndexes { for b in g { try next(b) } }
+        if let r = requiredAttributeIndexes { for b in r { try next(b) } }
+        if let excludedAttributeIndex { try next(excludedAttributeIndex) }
+    }
+}

@@ -1,0 +1,104 @@
+internal import CSupport
+import Glibc
+
+/// This process: its ids, environment, limits and hardening.
+public enum CurrentProcess {
+    /// This process's id.
+    public static var pid: Int32 { getpid() }
+    /// The real user id.
+    public static var uid: UInt32 { getuid() }
+    /// The effective user id.
+    public static var effectiveUID: UInt32 { geteuid() }
+
+    /// The supplementary groups and the effective group.
+    public static var groups: [UInt32] {
+        let count = getgroups(0, nil)
+        var groups = [gid_t](repeating: 0, count: Int(max(count, 0)))
+        let n = getgroups(count, &groups)
+        var all = Array(groups.prefix(Int(max(n, 0))))
+        all.append(getegid())
+        return all
+    }
+
+    /// An environment variable; nil when unset.
+    public static func environment(_ name: String) -> String? {
+        getenv(name).map { String(cString: $0) }
+    }
+
+    /// Sets an environment variable (replacing it).
+    public static func setEnvironment(_ name: String, _ value: String) {
+        setenv(name, value, 1)
+    }
+
+    /// Removes an environment variable.
+    public static func unsetEnvironment(_ name: String) {
+        unsetenv(name)
+    }
+
+    /// Replaces this process with a fresh run of its own executable (same arguments and environment).
+    /// Returns only when that failed.
+    public static func reexecute() {
+        // The real path, not /proc/self/exe, so the process keeps its name (pkill -x).
+        guard let real = realpath("/proc/self/exe", nil) else { return }
+        execv(real, CommandLine.unsafeArgv)
+        free(real)
+    }
+
+    /// No core dumps and no ptrace by other processes of the same user (`PR_SET_DUMPABLE` 0,
+    /// `RLIMIT_CORE` 0).
+    public static func makeUndumpable() throws(Errno) {
+        _ = try valueOrErrno("prctl PR_SET_DUMPABLE") { kc_make_undumpable() }
+    }
+
+    /// Sets the umask to 077 (files created private by default); returns the old one.
+    @discardableResult
+    public static func makeUmaskPrivate() -> UInt32 { UInt32(kc_umask_private()) }
+
+    /// Raises the soft limit of open files to the hard limit (one descriptor per client).
+    public static func raiseOpenFileLimit() {
+        var files = rlimit()
+        if getrlimit(Int32(RLIMIT_NOFILE.rawValue), &files) == 0, files.rlim_cur < files.rlim_max {
+            files.rlim_cur = files.rlim_max
+            _ = setrlimit(Int32(RLIMIT_NOFILE.rawValue), &files)
+        }
+    }
+
+    /// Ends the process with `status` (no clean-up of Swift objects).
+    public static func exit(_ status: Int32) -> Never { Glibc.exit(status) }
+}
+
+/// Signals, delivered through a pipe to a thread that reads them (the self-pipe pattern).
+public enum SignalPipe {
+    /// The signals the daemon handles.
+    public enum Signal: Sendable {
+        case hangUp, terminate, interrupt
+    }
+
+    /// Makes SIGTERM, SIGINT and SIGHUP write their number to a pipe, ignores SIGPIPE, and returns
+    /// the pipe's read end (nil when no pipe could be made). A C handler does the write, so any
+    /// thread may take the signal and nothing runs in signal context but that write.
+    public static func install() -> FileDescriptor? {
+        var fds: [Int32] = [-1, -1]
+        guard pipe(&fds) == 0 else { return nil }
+        for fd in fds { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+        _ = fcntl(fds[1], F_SETFL, O_NONBLOCK)
+        _ = kc_install_signal_pipe(fds[1])
+        signal(SIGPIPE, SIG_IGN)
+        return FileDescriptor(adopting: fds[0])
+    }
+
+    /// Blocks until the next signal arrives on `pipe`; nil when the pipe ends.
+    public static func next(from pipe: FileDescriptor) -> Signal? {
+        var byte: UInt8 = 0
+        while true {
+            let n = try? withUnsafeMutableBytes(of: &byte) { b in try pipe.read(into: b) }
+            guard n == 1 else { return nil }
+            switch Int32(byte) {
+            case SIGHUP: return .hangUp
+            case SIGTERM: return .terminate
+            case SIGINT: return .interrupt
+            default: continue
+            }
+        }
+    }
+}

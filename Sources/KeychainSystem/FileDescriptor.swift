@@ -1,0 +1,207 @@
+import Glibc
+import Synchronization
+
+/// An open file descriptor owned by this object: closed exactly once, by `close()` or in `deinit`
+/// (the shape of SwiftNIO's `BaseSocket`). The number lives in an atomic, so `close` racing another
+/// thread's `close` still closes it once; after `close` every call fails with EBADF instead of
+/// touching a number the kernel may have handed to someone else.
+public final class FileDescriptor: Sendable {
+    private let number: Atomic<Int32>
+
+    /// Takes ownership of `fd`.
+    public init(adopting fd: Int32) {
+        number = Atomic(fd)
+    }
+
+    deinit { close() }
+
+    /// The descriptor, or -1 once closed. Valid only while this object is alive and not closed.
+    public var rawValue: Int32 { number.load(ordering: .acquiring) }
+
+    /// Whether `close` has not run yet.
+    public var isOpen: Bool { rawValue >= 0 }
+
+    /// Closes the descriptor (once; later calls do nothing).
+    public func close() {
+        let fd = number.exchange(-1, ordering: .acquiringAndReleasing)
+        if fd >= 0 { _ = Glibc.close(fd) }
+    }
+
+    /// Runs `body` with the descriptor, or throws EBADF (named `call`) once it was closed.
+    @inline(__always)
+    func withDescriptor<R>(_ call: @autoclosure () -> String, _ body: (Int32) throws(Errno) -> R) throws(Errno) -> R {
+        let fd = rawValue
+        guard fd >= 0 else { throw Errno(.badDescriptor, call: call()) }
+        return try body(fd)
+    }
+
+    // MARK: Files
+
+    /// How `open` opens a file. Every descriptor keychaind opens is close-on-exec.
+    public struct Options: OptionSet, Sendable {
+        /// The `open(2)` flags.
+        public let rawValue: Int32
+        /// Options from raw `open(2)` flags.
+        public init(rawValue: Int32) { self.rawValue = rawValue }
+
+        /// Open for reading (the default).
+        public static let readOnly = Options([])
+        /// Open for writing only.
+        public static let writeOnly = Options(rawValue: O_WRONLY)
+        /// Open for reading and writing.
+        public static let readWrite = Options(rawValue: O_RDWR)
+        /// Create the file when it does not exist.
+        public static let create = Options(rawValue: O_CREAT)
+        /// With `create`: fail with EEXIST instead of opening an existing file.
+        public static let exclusive = Options(rawValue: O_EXCL)
+        /// Empty the file when it is opened for writing.
+        public static let truncate = Options(rawValue: O_TRUNC)
+        /// Refuse a symbolic link as the last component.
+        public static let noFollow = Options(rawValue: O_NOFOLLOW)
+        /// Fail unless the path is a directory.
+        public static let directory = Options(rawValue: O_DIRECTORY)
+        /// A terminal that must not become the controlling terminal.
+        public static let noControllingTerminal = Options(rawValue: O_NOCTTY)
+    }
+
+    /// Opens `path` (close-on-exec); `permissions` apply when the file is created.
+    public static func open(
+        _ path: String, _ options: Options = .readOnly,
+        permissions: UInt32 = 0o600
+    ) throws(Errno) -> FileDescriptor {
+        let fd = try valueOrErrno("open \(path)") {
+            Glibc.open(path, options.rawValue | O_CLOEXEC, mode_t(permissions))
+        }
+        return FileDescriptor(adopting: fd)
+    }
+
+    /// Reads once into `buffer`: the bytes read, 0 at end of file.
+    public func read(into buffer: UnsafeMutableRawBufferPointer) throws(Errno) -> Int {
+        try withDescriptor("read") { (fd) throws(Errno) in
+            try valueOrErrno("read") { Glibc.read(fd, buffer.baseAddress, buffer.count) }
+        }
+    }
+
+    /// Reads until `buffer` is full or the file ends: the bytes read.
+    public func readFully(into buffer: UnsafeMutableRawBufferPointer) throws(Errno) -> Int {
+        var done = 0
+        while done < buffer.count {
+            let n = try read(into: UnsafeMutableRawBufferPointer(rebasing: buffer[done...]))
+            if n == 0 { break }
+            done += n
+        }
+        return done
+    }
+
+    /// Reads until end of file into a new array (`chunk` bytes at a time). The reading buffer is
+    /// zeroed before it is freed, for callers that read secrets.
+    public func readToEnd(chunk: Int = 64 * 1024) throws(Errno) -> [UInt8] {
+        var out: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: chunk)
+        defer { Zeroing.zero(&buffer) }
+        while true {
+            let n = try withMutableBytes(&buffer) { (b) throws(Errno) in try read(into: b) }
+            if n == 0 { return out }
+            out.append(contentsOf: buffer[0..<n])
+        }
+    }
+
+    /// Writes every byte of `bytes`, retrying short writes.
+    public func writeAll(_ bytes: UnsafeRawBufferPointer) throws(Errno) {
+        try withDescriptor("write") { (fd) throws(Errno) in
+            var done = 0
+            while done < bytes.count {
+                done += try valueOrErrno("write") { Glibc.write(fd, bytes.baseAddress! + done, bytes.count - done) }
+            }
+        }
+    }
+
+    /// Writes every byte of `bytes`.
+    public func writeAll(_ bytes: [UInt8]) throws(Errno) {
+        try withBytes(bytes) { (b) throws(Errno) in try writeAll(b) }
+    }
+
+    /// `fsync(2)`: the file's data and metadata reach the disk.
+    public func sync() throws(Errno) {
+        try withDescriptor("fsync") { (fd) throws(Errno) in _ = try valueOrErrno("fsync") { fsync(fd) } }
+    }
+
+    /// `fdatasync(2)`: the file's data (and the metadata needed to read it back) reach the disk.
+    public func syncData() throws(Errno) {
+        try withDescriptor("fdatasync") { (fd) throws(Errno) in _ = try valueOrErrno("fdatasync") { fdatasync(fd) } }
+    }
+
+    /// `fstat(2)`.
+    public func status() throws(Errno) -> FileStatus {
+        try withDescriptor("fstat") { (fd) throws(Errno) in
+            var st = stat()
+            _ = try valueOrErrno("fstat") { fstat(fd, &st) }
+            return FileStatus(st)
+        }
+    }
+
+    /// `fchmod(2)`.
+    public func setPermissions(_ mode: UInt32) throws(Errno) {
+        try withDescriptor("fchmod") { (fd) throws(Errno) in _ = try valueOrErrno("fchmod") { fchmod(fd, mode_t(mode)) }
+        }
+    }
+
+    /// An exclusive `flock` taken without waiting: EWOULDBLOCK when another descriptor holds it.
+    public func lockExclusiveWithoutWaiting() throws(Errno) {
+        try withDescriptor("flock") { (fd) throws(Errno) in
+            _ = try valueOrErrno("flock") { flock(fd, LOCK_EX | LOCK_NB) }
+        }
+    }
+
+    /// Whether the descriptor is a terminal.
+    public var isTerminal: Bool { isatty(rawValue) == 1 }
+
+    /// Standard input, output and error: borrowed, never closed by these helpers.
+    public static func standard(_ fd: Int32) -> StandardStream { StandardStream(fd: fd) }
+}
+
+/// One of descriptors 0, 1 and 2 (or another descriptor this process did not open): written and read
+/// without taking ownership.
+public struct StandardStream: Sendable {
+    /// The descriptor number (not owned).
+    public let fd: Int32
+
+    /// Writes every byte; errors are dropped (there is nowhere left to report them).
+    public func writeAll(_ bytes: [UInt8]) {
+        var done = 0
+        while done < bytes.count {
+            let n = try? valueOrErrno("write") {
+                bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + done, $0.count - done) }
+            }
+            guard let n else { return }
+            done += n
+        }
+    }
+
+    /// Reads once into `buffer`: the bytes read, 0 at end of file.
+    public func read(into buffer: UnsafeMutableRawBufferPointer) throws(Errno) -> Int {
+        try valueOrErrno("read") { Glibc.read(fd, buffer.baseAddress, buffer.count) }
+    }
+
+    /// Reads one byte; nil at end of file.
+    public func readByte() throws(Errno) -> UInt8? {
+        var byte: UInt8 = 0
+        let n = try valueOrErrno("read") { Glibc.read(fd, &byte, 1) }
+        return n == 0 ? nil : byte
+    }
+
+    /// Reads until end of file.
+    public func readToEnd() throws(Errno) -> [UInt8] {
+        var out: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 64 * 1024)
+        defer { Zeroing.zero(&buffer) }
+        while true {
+            let n = try withMutableBytes(&buffer) { (b) throws(Errno) in try read(into: b) }
+            if n == 0 { return out }
+            out.append(contentsOf: buffer[0..<n])
+        }
+    }
+
+    /// Whether the descriptor is a terminal.
+    public var isTerminal: Bool { isatty(fd) == 1 }
+}

@@ -1,0 +1,47 @@
+import Glibc
+
+/// Reading from a terminal without echo: the settings are put back on every way out, Ctrl-C and
+/// SIGTERM included.
+public enum Terminal {
+    nonisolated(unsafe) private static var saved = termios()
+    nonisolated(unsafe) private static var savedFD: Int32 = -1
+
+    /// Opens the controlling terminal (`/dev/tty`) for reading and writing; nil when there is none.
+    public static func open() -> FileDescriptor? {
+        try? FileDescriptor.open("/dev/tty", [.readWrite, .noControllingTerminal])
+    }
+
+    /// Whether this process has a controlling terminal it can open.
+    public static var isAvailable: Bool { open() != nil }
+
+    /// Runs `body` with echo turned off on `fd` (a newline is still echoed), restoring the settings
+    /// afterwards and on SIGINT/SIGTERM (which then end the process as they would have).
+    public static func withoutEcho<R, E: Error>(_ fd: Int32, _ body: () throws(E) -> R) throws(E) -> R? {
+        var t = termios()
+        guard tcgetattr(fd, &t) == 0 else { return nil }
+        saved = t
+        savedFD = fd
+        signal(SIGINT, restoreAndDie)
+        signal(SIGTERM, restoreAndDie)
+        t.c_lflag &= ~tcflag_t(ECHO | ECHOE | ECHOK)
+        t.c_lflag |= tcflag_t(ECHONL)
+        _ = tcsetattr(fd, TCSAFLUSH, &t)
+        defer {
+            _ = tcsetattr(fd, TCSAFLUSH, &saved)
+            savedFD = -1
+            signal(SIGINT, SIG_DFL)
+            signal(SIGTERM, SIG_DFL)
+        }
+        return try body()
+    }
+
+    fileprivate static func restoreForSignal() {
+        if savedFD >= 0 { _ = tcsetattr(savedFD, TCSAFLUSH, &saved) }
+    }
+}
+
+private func restoreAndDie(_ sig: Int32) {
+    Terminal.restoreForSignal()
+    signal(sig, SIG_DFL)
+    raise(sig)
+}

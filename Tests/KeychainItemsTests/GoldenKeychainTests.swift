@@ -1,0 +1,64 @@
+import KeychainCore
+import KeychainCrypto
+import KeychainItems
+import KeychainStore
+import KeychainSystem
+import KeychainTestSupport
+import Testing
+
+/// The keychain an earlier keychaind wrote (Tests/Golden/README.md): its rows, keyring and row-state
+/// record keep opening, and it keeps working after this version writes to it.
+@Suite struct GoldenKeychainTests {
+    static let app = Caller(accessGroups: ["GOLDEN.app"])
+
+    func secret(_ service: ItemService, _ account: String) throws -> String? {
+        let q: [String: Value] = [
+            "class": .text("genp"), "svce": .text("golden.service"), "acct": .text(account),
+            "r_Data": .bool(true),
+        ]
+        guard let s = try service.copyMatching(q, caller: Self.app)?.secretBytes else { return nil }
+        return String(decoding: s.unprotectedArray, as: UTF8.self)
+    }
+
+    @Test func theGoldenKeychainOpensAndEveryRowReadsBack() throws {
+        let temporary = try TemporaryDirectory(prefix: "kc-golden")
+        try Golden.copyKeychain("keychain-v1", to: temporary.appending("data"))
+        let service = try ItemService(directory: temporary.appending("data"), kdfProfile: .interactive)
+        defer { service.close() }
+        #expect(service.rowCheck.rows == 4 && !service.rowCheck.resealed)
+        #expect(try secret(service, "alice") == "golden secret (ak)")
+        #expect(try secret(service, "bob") == "golden secret (ck)")
+        #expect(try secret(service, "carol") == "golden secret (dk)")
+        #expect(try secret(service, "dave") == "golden secret (cku, this device only)")
+        let q: [String: Value] = [
+            "class": .text("genp"), "svce": .text("golden.service"), "acct": .text("alice"),
+            "r_Attributes": .bool(true),
+        ]
+        let attributes = try #require(try service.copyMatching(q, caller: Self.app)?.map)
+        #expect(attributes["labl"] == .text("Golden label") || attributes["labl"] == .bytes(Array("Golden label".utf8)))
+        #expect(attributes["pdmn"] == .text("ak") && attributes["agrp"] == .text("GOLDEN.app"))
+    }
+
+    @Test func theGoldenKeychainTakesNewWritesAndReopens() throws {
+        let temporary = try TemporaryDirectory(prefix: "kc-golden")
+        try Golden.copyKeychain("keychain-v1", to: temporary.appending("data"))
+        do {
+            let service = try ItemService(directory: temporary.appending("data"), kdfProfile: .interactive)
+            _ = try service.add(
+                [
+                    "class": .text("genp"), "svce": .text("golden.service"), "acct": .text("erin"),
+                    "v_Data": .bytes(Array("written now".utf8)),
+                ], caller: Self.app)
+            try service.update(
+                ["class": .text("genp"), "svce": .text("golden.service"), "acct": .text("bob")],
+                attributes: ["v_Data": .bytes(Array("changed now".utf8))], caller: Self.app)
+            service.close()
+        }
+        let service = try ItemService(directory: temporary.appending("data"), kdfProfile: .interactive)
+        defer { service.close() }
+        #expect(service.rowCheck.rows == 5 && !service.rowCheck.resealed)
+        #expect(try secret(service, "erin") == "written now")
+        #expect(try secret(service, "bob") == "changed now")
+        #expect(try secret(service, "alice") == "golden secret (ak)")
+    }
+}

@@ -1,0 +1,64 @@
+import KeychainCore
+import KeychainCrypto
+import KeychainSystem
+import KeychainTestSupport
+import Testing
+
+@testable import KeychainStore
+
+/// The store on its own: the row-state arithmetic, the SQL a filter becomes, the database lock, and
+/// the golden database's row-state record.
+@Suite struct StoreTests {
+    @Test func sumsAddAndSubtractModulo2To256() {
+        var one = Sum256()
+        one.limbs.0 = 1
+        var max = Sum256()
+        max.limbs = (.max, .max, .max, .max)
+        #expect(max + one == Sum256())  // wraps to zero
+        #expect(Sum256() - one == max)
+        let a = Sum256((0..<32).map { UInt8($0) })
+        let b = Sum256((0..<32).map { UInt8(255 - $0) })
+        #expect(a + b - b == a)
+        #expect(a + b == b + a)
+        #expect(Sum256(a.bytes) == a)
+    }
+
+    @Test func aFilterBecomesBoundSQLOfItsShape() {
+        let point = RowFilter(uniqueIndexes: [[1], [2]], includeSecret: true)
+        #expect(point.sql.contains("key_ix IN (?,?)") && point.sql.contains(", secret FROM items"))
+        #expect(point.pointLookupKeys?.count == 2)
+        let scan = RowFilter(serviceIndex: [3], accessGroupIndexes: [], classes: [6, 7])
+        #expect(
+            scan.sql.contains("svce_ix = ?") && scan.sql.contains("agrp_ix IN (NULL)")
+                && scan.sql.contains("class IN (6,7)"))
+        #expect(!scan.sql.contains("secret"))
+        #expect(scan.pointLookupKeys == nil)
+    }
+
+    @Test func oneDatabaseIsOpenedByOneStoreAtATime() throws {
+        let temporary = try TemporaryDirectory(prefix: "kc-store")
+        let path = temporary.appending("keychain.db")
+        let first = try ItemStore(path: path)
+        do {
+            _ = try ItemStore(path: path)
+            Issue.record("a second store opened a database that is in use")
+        } catch {
+            #expect(error.status == .notAvailable && error.message.contains("another keychaind"))
+        }
+        first.close()
+        let again = try ItemStore(path: path)
+        again.close()
+    }
+
+    @Test func theGoldenDatabasesRowStateRecordVerifies() throws {
+        let temporary = try TemporaryDirectory(prefix: "kc-store-golden")
+        try Golden.copyKeychain("keychain-v1", to: temporary.appending("data"))
+        let store = try ItemStore(path: temporary.appending("data/keychain.db"))
+        defer { store.close() }
+        let deviceKey = try #require(try DeviceKeyFile.load(path: temporary.appending("data/device.key")))
+        let keyring = try #require(try store.meta("keyring"))
+        let vault = try Vault.open(deviceKey: deviceKey, keyring: keyring)
+        let check = try store.attachRowState(key: vault.rowStateKey, policy: .verify)
+        #expect(check.rows == 4 && !check.resealed && check.markProblem == nil)
+    }
+}
