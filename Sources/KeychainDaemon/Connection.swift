@@ -71,7 +71,7 @@ final class Connection {
         let pid = peer.identity.pid
         while true {
             // An identified app gets the configured frame limit and a larger read buffer.
-            let identified = (try? peer.app(in: handler.registrar).get()) != nil
+            let identified = peer.isIdentified(in: handler.registrar)
             frames.maxBytes = identified ? maxFrameBytes : Self.unidentifiedFrameBytes
             if identified && input.count < 64 * 1024 {
                 input = SecretBytes(count: 64 * 1024)

@@ -24,10 +24,16 @@ final class CopyMemo {
         var passphraseSet: Bool
     }
 
-    private struct Entry {
-        var query: [UInt8]
-        var token: Token
-        var compiled: ItemService.CompiledCopy
+    private final class Entry {
+        let query: [UInt8]
+        let token: Token
+        let compiled: ItemService.CompiledCopy
+
+        init(query: [UInt8], token: Token, compiled: ItemService.CompiledCopy) {
+            self.query = query
+            self.token = token
+            self.compiled = compiled
+        }
     }
 
     /// Direct-mapped by a hash of the query bytes: no allocation and no hashing of Swift values on a hit.

@@ -127,4 +127,14 @@ final class ConnectionPeer {
 
     /// The registry generation of the last `app(in:)` answer (0 before the first).
     var generation: Int { cached?.generation ?? 0 }
+
+    /// Whether the peer is an identified app in the current registry (what `app(in:)` says, without
+    /// copying the app's entry out: asked before every request of a connection).
+    func isIdentified(in registrar: Registrar) -> Bool {
+        if cached == nil || cached!.generation != registrar.generation { _ = app(in: registrar) }
+        switch cached!.result {
+        case .success: return true
+        case .failure: return false
+        }
+    }
 }

@@ -98,7 +98,7 @@ public final class RequestHandler: Sendable {
     /// Everything the full path does per request still happens: the peer is identified in the current
     /// registry generation, activity is counted, and the rows are read and opened now.
     private func memoized(_ body: SecretBytes, shape: RequestShape, memo: CopyMemo, peer: ConnectionPeer) -> Outcome? {
-        guard case .success = peer.app(in: registrar) else { return nil }
+        guard peer.isIdentified(in: registrar) else { return nil }
         let token = CopyMemo.Token(registryGeneration: peer.generation, passphraseSet: items.hasPassphrase)
         let found = body.withUnsafeBytes { raw in
             memo.lookup(UnsafeRawBufferPointer(rebasing: raw[shape.queryStart...]), token: token)

@@ -147,7 +147,8 @@ public final class ItemService: Sendable {
     /// digests), ready to run any number of times. The digests hold nothing the database does not
     /// (the blind-index key is fixed for the vault's life); a query carrying a secret (`v_Data`) says
     /// so in `carriesSecret`, and must not be kept.
-    public struct CompiledCopy {
+    /// A class, immutable: handing it around (memo hit, copy) costs one reference count, not one per field.
+    public final class CompiledCopy {
         let parsed: ParsedQuery
         let scope: [String]?
         let filter: RowFilter
@@ -156,6 +157,14 @@ public final class ItemService: Sendable {
         public let caller: Caller
         /// The query names `v_Data`: its compiled form holds those bytes and must not be remembered.
         public var carriesSecret: Bool { parsed.secret != nil }
+
+        init(parsed: ParsedQuery, scope: [String]?, filter: RowFilter, keyOnly: Bool, caller: Caller) {
+            self.parsed = parsed
+            self.scope = scope
+            self.filter = filter
+            self.keyOnly = keyOnly
+            self.caller = caller
+        }
     }
 
     /// Everything of `copyMatching` that depends on the query and the caller only: done once per
