@@ -85,9 +85,13 @@ final class CopyMemo {
         return true
     }
 
-    /// Remembers `compiled` for these `query` bytes (never a query that carries a secret).
+    /// The longest `query` remembered: the memo must not let a client park 64 large frames in the
+    /// daemon outside the buffer budget. Real queries are tens to a few hundred bytes.
+    static let maxQueryBytes = 1024
+
+    /// Remembers `compiled` for these `query` bytes (never a query that carries a secret, nor a long one).
     func store(_ query: UnsafeRawBufferPointer, token: Token, compiled: ItemService.CompiledCopy) {
-        guard !compiled.carriesSecret else { return }
+        guard !compiled.carriesSecret, query.count <= Self.maxQueryBytes else { return }
         entries[Self.slot(query)] = Entry(query: Array(query), token: token, compiled: compiled)
     }
 }
