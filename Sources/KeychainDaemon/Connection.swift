@@ -66,11 +66,12 @@ final class Connection {
         var input = SecretBytes(count: 4 * 1024)
         var output = SecretBytes(capacity: 4 * 1024)
         var held = 0    // this connection's share of the budget
+        let memo = CopyMemo()
         defer { _ = budget.adjust(by: -held) }
         let pid = peer.identity.pid
         while true {
             // An identified app gets the configured frame limit and a larger read buffer.
-            let identified = (try? peer.app(in: handler.registrar).get()) != nil
+            let identified = peer.isIdentified(in: handler.registrar)
             frames.maxBytes = identified ? maxFrameBytes : Self.unidentifiedFrameBytes
             if identified && input.count < 64 * 1024 {
                 input = SecretBytes(count: 64 * 1024)
@@ -115,7 +116,7 @@ final class Connection {
                     break
                 }
                 guard let body else { break }
-                let outcome = handler.handle(frame: body, peer: peer)
+                let outcome = handler.handle(frame: body, peer: peer, memo: memo)
                 outcome.response.appendFrame(to: &output)
                 // Answers to a long pipeline go out as they pile up, so one client cannot make the
                 // daemon buffer a gigabyte of responses to a single read.

@@ -1,3 +1,4 @@
+import Synchronization
 import KeychainSystem
 import KeychainCore
 import KeychainItems
@@ -12,6 +13,8 @@ final class Registrar: Sendable {
     private let bundledCLI: String?
     private let items: ItemService
     private let state: Locked<(registry: AppRegistry, generation: Int)>
+    /// The generation of `state`, readable without the lock (stored after the registry it counts).
+    private let latestGeneration = Atomic<Int>(1)
 
     init(systemDirectories: [String], userDirectory: String, bundledCLI: String?, items: ItemService) throws(ConfigurationError) {
         self.systemDirectories = systemDirectories
@@ -35,6 +38,11 @@ final class Registrar: Sendable {
 
     var current: (registry: AppRegistry, generation: Int) { state.withLock { $0 } }
 
+    /// The current generation alone, without taking the lock or copying the registry: a connection
+    /// asks it before every request. A reload is seen by every request that starts after the reload
+    /// returned (approve, revoke and passwd answer their caller only then).
+    var generation: Int { latestGeneration.load(ordering: .acquiring) }
+
     /// The user's `apps.d`, where `approve` reads files.
     var userAppsDirectory: String { userDirectory }
 
@@ -45,7 +53,10 @@ final class Registrar: Sendable {
         do {
             let registry = try Self.load(systemDirectories: systemDirectories, userDirectory: userDirectory,
                                          bundledCLI: bundledCLI, items: items)
-            state.withLock { $0 = (registry, $0.generation + 1) }
+            state.withLock {
+                $0 = (registry, $0.generation + 1)
+                latestGeneration.store($0.generation, ordering: .releasing)
+            }
             Log.info("apps reloaded", [("why", why), ("apps", String(registry.registrations.count)),
                                        ("untrusted", String(registry.untrusted.count))])
             Self.logUntrusted(registry)
@@ -107,10 +118,23 @@ final class ConnectionPeer {
     init(_ identity: PeerIdentity) { self.identity = identity }
 
     func app(in registrar: Registrar) -> Result<AppEntry, KeychainIdentityError> {
+        if let cached, cached.generation == registrar.generation { return cached.result }
         let (registry, generation) = registrar.current
-        if let cached, cached.generation == generation { return cached.result }
         let result = registry.identify(identity)
         cached = (generation, result)
         return result
+    }
+
+    /// The registry generation of the last `app(in:)` answer (0 before the first).
+    var generation: Int { cached?.generation ?? 0 }
+
+    /// Whether the peer is an identified app in the current registry (what `app(in:)` says, without
+    /// copying the app's entry out: asked before every request of a connection).
+    func isIdentified(in registrar: Registrar) -> Bool {
+        if cached == nil || cached!.generation != registrar.generation { _ = app(in: registrar) }
+        switch cached!.result {
+        case .success: return true
+        case .failure: return false
+        }
     }
 }

@@ -54,6 +54,26 @@ public final class RequestHandler: Sendable {
     /// One request from a connection. Secrets in it (`secretRequestKeys`) are decoded straight into
     /// wiping storage, so the decoded request leaves no copy of them behind.
     func handle(frame body: SecretBytes, peer: ConnectionPeer) -> Outcome {
+        handle(frame: body, peer: peer, memo: nil)
+    }
+
+    /// Where a request of the common shape may leave its compiled `copy` query: the connection's
+    /// memo and where the `query` bytes start in the frame body.
+    struct MemoSlot {
+        let memo: CopyMemo
+        let body: SecretBytes
+        let queryStart: Int
+    }
+
+    /// One request of a connection. With a `memo`, a `copy` of the common request shape whose `query`
+    /// bytes were served before on this connection (same caller, same passphrase state) skips
+    /// decoding, parsing and the policy decision (CopyMemo.swift).
+    func handle(frame body: SecretBytes, peer: ConnectionPeer, memo: CopyMemo?) -> Outcome {
+        var slot: MemoSlot?
+        if let memo, let shape = body.withUnsafeBytes({ RequestShape.scan($0) }), shape.op == .copy {
+            if let outcome = memoized(body, shape: shape, memo: memo, peer: peer) { return outcome }
+            slot = MemoSlot(memo: memo, body: body, queryStart: shape.queryStart)
+        }
         let value: Value
         do { value = try CBOR.decode(body, secretKeys: secretRequestKeys) } catch {
             return Outcome(response: Response(id: 0, error: KeychainError(.param, "request is not valid CBOR: \(error.message)")),
@@ -67,14 +87,32 @@ public final class RequestHandler: Sendable {
             return Outcome(response: Response(id: Request.id(of: value) ?? 0, error: error), closeAfter: false)
         }
         do {
-            let result = try serve(request, peer: peer)
+            let result = try serve(request, peer: peer, slot: slot)
             return Outcome(response: Response(id: request.id, result: result), closeAfter: false)
         } catch {
             return Outcome(response: Response(id: request.id, error: error), closeAfter: false)
         }
     }
 
-    private func serve(_ request: Request, peer: ConnectionPeer) throws(KeychainError) -> Value? {
+    /// A `copy` served from the memo, or nil when its query is not there (or the entry is stale).
+    /// Everything the full path does per request still happens: the peer is identified in the current
+    /// registry generation, activity is counted, and the rows are read and opened now.
+    private func memoized(_ body: SecretBytes, shape: RequestShape, memo: CopyMemo, peer: ConnectionPeer) -> Outcome? {
+        guard peer.isIdentified(in: registrar) else { return nil }
+        let token = CopyMemo.Token(registryGeneration: peer.generation, passphraseSet: items.hasPassphrase)
+        let found = body.withUnsafeBytes { raw in
+            memo.lookup(UnsafeRawBufferPointer(rebasing: raw[shape.queryStart...]), token: token)
+        }
+        guard let compiled = found else { return nil }
+        touch()
+        do {
+            return Outcome(response: Response(id: shape.id, result: try items.copy(compiled)), closeAfter: false)
+        } catch {
+            return Outcome(response: Response(id: shape.id, error: error), closeAfter: false)
+        }
+    }
+
+    private func serve(_ request: Request, peer: ConnectionPeer, slot: MemoSlot? = nil) throws(KeychainError) -> Value? {
         guard let action = Operation(rawValue: request.op) else {
             throw .param("unknown op \"\(request.op)\" (known: \(Operation.allCases.map(\.rawValue).joined(separator: ", ")))")
         }
@@ -109,7 +147,15 @@ public final class RequestHandler: Sendable {
             caller = try withPresence(c, args, passphraseSet: passphraseSet)
         }
         switch action {
-        case .add, .copy, .update, .delete:
+        case .copy:
+            guard let slot else { return try item(action, request, caller: caller!) }
+            let token = CopyMemo.Token(registryGeneration: peer.generation, passphraseSet: passphraseSet)
+            return try item(action, request, caller: caller!) { compiled in
+                slot.body.withUnsafeBytes { raw in
+                    slot.memo.store(UnsafeRawBufferPointer(rebasing: raw[slot.queryStart...]), token: token, compiled: compiled)
+                }
+            }
+        case .add, .update, .delete:
             return try item(action, request, caller: caller!)
         case .status:
             return try status(app: app, identified: identified)
@@ -150,7 +196,8 @@ public final class RequestHandler: Sendable {
 
     // MARK: SecItem calls
 
-    private func item(_ action: Operation, _ request: Request, caller: Caller) throws(KeychainError) -> Value? {
+    private func item(_ action: Operation, _ request: Request, caller: Caller,
+                      compiled remember: ((ItemService.CompiledCopy) -> Void)? = nil) throws(KeychainError) -> Value? {
         let op = action.rawValue
         for key in request.arguments.keys where key != Arguments.presenceKey {
             throw .param("unknown request key \"\(Arguments.printable(key))\" for op \"\(op)\"")
@@ -162,7 +209,9 @@ public final class RequestHandler: Sendable {
             return try items.add(query, caller: caller)
         case .copy:
             guard request.attributes == nil else { throw .param("op \"copy\" takes no \"attributes\"") }
-            return try items.copyMatching(query, caller: caller)
+            let compiled = try items.compileCopy(query, caller: caller)
+            remember?(compiled)
+            return try items.copy(compiled)
         case .delete:
             guard request.attributes == nil else { throw .param("op \"delete\" takes no \"attributes\"") }
             try items.delete(query, caller: caller)

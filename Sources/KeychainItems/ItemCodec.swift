@@ -38,6 +38,24 @@ struct ItemCodec: Sendable {
         return ad
     }
 
+    /// `associatedData` built on the stack for `body` (the same bytes, no heap allocation): the
+    /// read path opens two boxes per item.
+    static func withAssociatedData<R>(ref: [UInt8], protection: ProtectionClass, part: Part, uniqueIndex: [UInt8] = [],
+                                      _ body: (UnsafeRawBufferPointer) throws(KeychainError) -> R) throws(KeychainError) -> R {
+        let tail = part == .itemKey ? uniqueIndex.count : 0
+        let size = 3 + ref.count + 2 + tail
+        return try withUnsafeTemporaryAllocation(byteCount: size, alignment: 1) { (buffer) throws(KeychainError) -> R in
+            buffer[0] = 0x6B; buffer[1] = 0x63; buffer[2] = 0x31    // "kc1": format version
+            ref.withUnsafeBytes { UnsafeMutableRawBufferPointer(rebasing: buffer[3..<3 + ref.count]).copyMemory(from: $0) }
+            buffer[3 + ref.count] = protection.rawValue
+            buffer[4 + ref.count] = part.rawValue
+            if tail > 0 {
+                uniqueIndex.withUnsafeBytes { UnsafeMutableRawBufferPointer(rebasing: buffer[(5 + ref.count)...]).copyMemory(from: $0) }
+            }
+            return try body(UnsafeRawBufferPointer(buffer))
+        }
+    }
+
     // MARK: Opening
 
     /// Opens a row: the attributes always, the secret when `withSecret`. A locked class is
@@ -49,12 +67,12 @@ struct ItemCodec: Sendable {
         let classKey = try vault.classKey(protection)
         var secret: SecretBytes?
         let attributes = try classKey.withUnsafeBytes { (ck) throws(KeychainError) -> [String: Value] in
-            let keyAD = Self.associatedData(ref: row.ref, protection: protection, part: .itemKey, uniqueIndex: row.uniqueIndex)
-            return try withBytes(keyAD) { (kad) throws(KeychainError) -> [String: Value] in
+            return try Self.withAssociatedData(ref: row.ref, protection: protection, part: .itemKey,
+                                               uniqueIndex: row.uniqueIndex) { (kad) throws(KeychainError) -> [String: Value] in
                 try AEAD.withOpenedKey(row.wrappedKey, key: ck, ad: kad, what: "item key") { (ik) throws(KeychainError) -> [String: Value] in
                     let attributes = withAttributes ? try openAttributes(row, protection: protection, itemKey: ik) : [:]
                     if withSecret {
-                        secret = try withBytes(Self.associatedData(ref: row.ref, protection: protection, part: .secret)) { (sad) throws(KeychainError) in
+                        secret = try Self.withAssociatedData(ref: row.ref, protection: protection, part: .secret) { (sad) throws(KeychainError) in
                             try AEAD.openSecret(row.secret, key: ik, ad: sad, what: "item secret")
                         }
                     }

@@ -140,34 +140,72 @@ public final class ItemService: Sendable {
     // MARK: SecItemCopyMatching
 
     public func copyMatching(_ query: [String: Value], caller: Caller) throws(KeychainError) -> Value? {
+        try copy(compileCopy(query, caller: caller))
+    }
+
+    /// A `copy` query parsed, scoped to its caller and turned into a row filter (with its blind-index
+    /// digests), ready to run any number of times. The digests hold nothing the database does not
+    /// (the blind-index key is fixed for the vault's life); a query carrying a secret (`v_Data`) says
+    /// so in `carriesSecret`, and must not be kept.
+    /// A class, immutable: handing it around (memo hit, copy) costs one reference count, not one per field.
+    public final class CompiledCopy {
+        let parsed: ParsedQuery
+        let scope: [String]?
+        let filter: RowFilter
+        /// A point lookup that needs no attribute re-check (see `compileCopy`).
+        let keyOnly: Bool
+        public let caller: Caller
+        /// The query names `v_Data`: its compiled form holds those bytes and must not be remembered.
+        public var carriesSecret: Bool { parsed.secret != nil }
+
+        init(parsed: ParsedQuery, scope: [String]?, filter: RowFilter, keyOnly: Bool, caller: Caller) {
+            self.parsed = parsed
+            self.scope = scope
+            self.filter = filter
+            self.keyOnly = keyOnly
+            self.caller = caller
+        }
+    }
+
+    /// Everything of `copyMatching` that depends on the query and the caller only: done once per
+    /// distinct query by a connection's memo (KeychainDaemon/CopyMemo.swift).
+    public func compileCopy(_ query: [String: Value], caller: Caller) throws(KeychainError) -> CompiledCopy {
         let parsed = try ParsedQuery(query, for: .copy)
         let scope = try AccessPolicy.scope(naming: parsed.attributes[.accessGroup]?.text, caller)
         let filter = rowFilter(parsed, scope: scope, withSecret: parsed.returns.data)
-        let maximum = parsed.limit.maximum
         // A point lookup by the uniqueness digest that asks for no attributes and filters on nothing
         // but the key and the class needs no attribute re-check: the item key's associated data
         // authenticates the row's digest, and the digest was computed from the query and the caller's
         // groups. That skips opening and decoding the attributes on the hot path.
         let keyOnly = filter.uniqueIndexes != nil && !parsed.returns.attributes
             && parsed.attributes.keys.allSatisfy { $0.isKey || $0 == .accessible }
+        return CompiledCopy(parsed: parsed, scope: scope, filter: filter, keyOnly: keyOnly, caller: caller)
+    }
+
+    /// Runs a compiled `copy`: reads and opens the matching rows now (the store, the lookup cache and
+    /// the class keys decide, as for any copy) and shapes the result.
+    public func copy(_ compiled: CompiledCopy) throws(KeychainError) -> Value? {
+        let parsed = compiled.parsed, scope = compiled.scope, keyOnly = compiled.keyOnly
+        let maximum = parsed.limit.maximum
         var found: [OpenedItem] = []
         try store.read { (reader) throws(KeychainError) in
-            try reader.forEach(filter) { (row) throws(KeychainError) -> Bool in
+            try reader.forEach(compiled.filter) { (row) throws(KeychainError) -> Bool in
                 let item = try codec.open(row, withSecret: parsed.returns.data, withAttributes: !keyOnly)
                 if keyOnly || Self.matches(item, parsed, scope) { found.append(item) }
                 return found.count < maximum
             }
         }
         guard !found.isEmpty else { throw Self.notFound }
-        if parsed.returns.data {
+        let caller = compiled.caller
+        if parsed.returns.data && caller.isAdmin && !caller.hasPresence {
             // The group of a key-only match is the one the query's digest was computed for.
             try AccessPolicy.checkAdminReach(found.map { $0.attributes["agrp"]?.text ?? scope?.first ?? "" }, .readSecrets, caller)
         }
         guard parsed.returns.any else { return nil }
-        let values = found.map {
-            ResultShape.value(attributes: $0.attributes, secret: $0.secret ?? SecretBytes(), ref: $0.row.ref, returns: parsed.returns)
+        func shaped(_ item: OpenedItem) -> Value {
+            ResultShape.value(attributes: item.attributes, secret: item.secret ?? SecretBytes(), ref: item.row.ref, returns: parsed.returns)
         }
-        return parsed.limit.returnsArray ? .array(values) : values[0]
+        return parsed.limit.returnsArray ? .array(found.map(shaped)) : shaped(found[0])
     }
 
     // MARK: SecItemUpdate

@@ -1,5 +1,6 @@
 public import KeychainCore
 import KeychainSystem
+import Synchronization
 
 /// The item database: one writer connection behind a `WriterGate` (writes run in `BEGIN IMMEDIATE`
 /// transactions, committed in groups) and a small pool of reader connections, so reads never wait
@@ -10,6 +11,8 @@ public final class ItemStore: Sendable {
     let writer: WriterGate
     private let pointCache: PointLookupCache
     private let readers: Locked<ReaderPool>
+    /// Set by `close` before anything else: a read after it fails at once, cache or not.
+    private let closed = Atomic<Bool>(false)
     /// Reads against the commit of `writeAlone` (see `TransitionLock`).
     private let transition = TransitionLock()
     private let lock: DatabaseLock
@@ -40,6 +43,7 @@ public final class ItemStore: Sendable {
     /// Closes every connection (finalizing their statements). Later calls are errSecNotAvailable;
     /// readers in use are closed when they are handed back.
     public func close() {
+        closed.store(true, ordering: .sequentiallyConsistent)
         writer.close()
         pointCache.invalidate()
         let idle = readers.withLock { pool -> [SQLiteConnection] in
@@ -77,19 +81,24 @@ public final class ItemStore: Sendable {
     /// Runs `body` on a reader connection (a consistent WAL snapshot per statement), never blocked by
     /// ordinary writes; only the commit of a `writeAlone` (a key change) waits for reads to finish and
     /// holds new ones back until its new keys are in force. `body` must not call `read` again.
+    /// The reader connection is taken from the pool when `body` first needs one: a point lookup the
+    /// cache answers takes none (and none of the pool's two locks).
     public func read<R>(_ body: (StoreReader) throws(KeychainError) -> R) throws(KeychainError) -> R {
         try transition.shared { () throws(KeychainError) -> R in
-            let db = try takeReader()
-            defer { giveBack(db) }
-            return try body(StoreReader(db: db, cache: pointCache))
+            if closed.load(ordering: .sequentiallyConsistent) { throw Self.closedError }
+            let lease = ReaderLease(store: self)
+            defer { if let db = lease.taken { giveBack(db) } }
+            return try body(StoreReader(lease: lease, cache: pointCache))
         }
     }
 
-    private func takeReader() throws(KeychainError) -> SQLiteConnection {
+    static let closedError = KeychainError(.notAvailable, "the keychain database is closed")
+
+    fileprivate func takeReader() throws(KeychainError) -> SQLiteConnection {
         let (closed, idle) = readers.withLock { pool -> (Bool, SQLiteConnection?) in
             pool.closed ? (true, nil) : (false, pool.idle.popLast())
         }
-        if closed { throw KeychainError(.notAvailable, "the keychain database is closed") }
+        if closed { throw Self.closedError }
         if let idle { return idle }
         return try SQLiteConnection(path: path, create: false, readOnly: true)
     }
@@ -121,8 +130,45 @@ public final class ItemStore: Sendable {
 }
 
 /// Read access to the items (on a reader connection, or inside a write transaction).
+/// One read's claim on a pooled reader connection, taken on first use (used by one thread).
+final class ReaderLease {
+    private unowned let store: ItemStore
+    private(set) var taken: SQLiteConnection?
+
+    init(store: ItemStore) { self.store = store }
+
+    func connection() throws(KeychainError) -> SQLiteConnection {
+        if let taken { return taken }
+        let db = try store.takeReader()
+        taken = db
+        return db
+    }
+}
+
 public struct StoreReader {
-    let db: SQLiteConnection
+    /// A writer's own connection, or nil when the connection comes from `lease`.
+    private let fixed: SQLiteConnection?
+    private let lease: ReaderLease?
+
+    init(db: SQLiteConnection, cache: PointLookupCache? = nil) {
+        fixed = db
+        lease = nil
+        self.cache = cache
+    }
+
+    init(lease: ReaderLease, cache: PointLookupCache?) {
+        fixed = nil
+        self.lease = lease
+        self.cache = cache
+    }
+
+    /// The connection to run statements on (a pooled reader is taken now if not yet).
+    var db: SQLiteConnection {
+        get throws(KeychainError) {
+            if let fixed { return fixed }
+            return try lease!.connection()
+        }
+    }
     /// Set on readers outside a write transaction; a writer's own reads must see its changes.
     var cache: PointLookupCache? = nil
 

@@ -17,7 +17,7 @@ public final class PointLookupCache: Sendable {
 
     private struct State: Sendable {
         var generation: UInt64 = 0
-        var entries: [[UInt8]: Entry] = [:]
+        var entries: [DigestKey: Entry] = [:]
     }
 
     private let state = Locked(State())
@@ -37,7 +37,7 @@ public final class PointLookupCache: Sendable {
         state.withLock { s -> [StoredItem]? in
             var found: [StoredItem] = []
             for key in keys {
-                guard let entry = s.entries[key] else { return nil }
+                guard let entry = s.entries[DigestKey(key)] else { return nil }
                 if let row = entry.row {
                     if needSecret && !entry.hasSecret { return nil }
                     found.append(row)
@@ -56,7 +56,7 @@ public final class PointLookupCache: Sendable {
         state.withLock { s in
             guard s.generation == generation else { return }
             if s.entries.count + entries.count > capacity { s.entries.removeAll(keepingCapacity: true) }
-            for (key, entry) in entries { s.entries[key] = entry }
+            for (key, entry) in entries { s.entries[DigestKey(key)] = entry }
         }
     }
 
@@ -64,6 +64,25 @@ public final class PointLookupCache: Sendable {
         state.withLock { s in
             s.generation &+= 1
             s.entries.removeAll(keepingCapacity: true)
+        }
+    }
+}
+
+/// A uniqueness digest as a dictionary key. The digest is a keyed BLAKE2b output, uniform and not
+/// choosable without the blind-index key, so its first eight bytes are as good a hash as all of it:
+/// hashing those alone saves hashing the rest on every lookup (equality still compares every byte).
+struct DigestKey: Hashable, Sendable {
+    let bytes: [UInt8]
+
+    init(_ bytes: [UInt8]) { self.bytes = bytes }
+
+    func hash(into hasher: inout Hasher) {
+        bytes.withUnsafeBytes { b in
+            if b.count >= 8 {
+                hasher.combine(b.loadUnaligned(as: UInt64.self))
+            } else {
+                hasher.combine(bytes: b)
+            }
         }
     }
 }

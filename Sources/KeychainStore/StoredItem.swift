@@ -1,37 +1,92 @@
 /// One row of the `items` table, as bytes: digests, the sealed item key and sealed blobs.
 /// Nothing here is readable without the keys; the item layer seals and opens.
 public struct StoredItem: Sendable {
-    public var rowid: Int64
+    /// The columns, in one immutable object: a row is copied several times on the read path (cache,
+    /// visit, opened item), and copying a reference is one retain where copying eleven fields was one
+    /// per array. A change makes a new object (rows are changed only on the write path).
+    private struct Columns: Sendable {
+        var rowid: Int64
+        var ref: [UInt8]
+        var protectionClass: UInt8
+        var accessGroupIndex: [UInt8]
+        var serviceIndex: [UInt8]
+        var accountIndex: [UInt8]
+        var uniqueIndex: [UInt8]
+        var wrappedKey: [UInt8]
+        var attributes: [UInt8]
+        var secret: [UInt8]
+        var attributeIndexes: [[UInt8]]?
+    }
+
+    private final class Box: Sendable {
+        let columns: Columns
+        init(_ columns: Columns) { self.columns = columns }
+    }
+
+    private var box: Box
+
+    private mutating func change(_ body: (inout Columns) -> Void) {
+        var c = box.columns
+        body(&c)
+        box = Box(c)
+    }
+
+    public var rowid: Int64 {
+        get { box.columns.rowid }
+        set { change { $0.rowid = newValue } }
+    }
     /// 16 bytes (creation time, then random), fixed for the item's life (the persistent reference's id).
-    public var ref: [UInt8]
+    public var ref: [UInt8] {
+        get { box.columns.ref }
+        set { change { $0.ref = newValue } }
+    }
     /// The accessibility class number (`ProtectionClass.rawValue`).
-    public var protectionClass: UInt8
-    public var accessGroupIndex: [UInt8]
-    public var serviceIndex: [UInt8]
-    public var accountIndex: [UInt8]
+    public var protectionClass: UInt8 {
+        get { box.columns.protectionClass }
+        set { change { $0.protectionClass = newValue } }
+    }
+    public var accessGroupIndex: [UInt8] {
+        get { box.columns.accessGroupIndex }
+        set { change { $0.accessGroupIndex = newValue } }
+    }
+    public var serviceIndex: [UInt8] {
+        get { box.columns.serviceIndex }
+        set { change { $0.serviceIndex = newValue } }
+    }
+    public var accountIndex: [UInt8] {
+        get { box.columns.accountIndex }
+        set { change { $0.accountIndex = newValue } }
+    }
     /// Blind index of the uniqueness key; the UNIQUE constraint on it decides duplicates.
-    public var uniqueIndex: [UInt8]
-    public var wrappedKey: [UInt8]
-    public var attributes: [UInt8]
+    public var uniqueIndex: [UInt8] {
+        get { box.columns.uniqueIndex }
+        set { change { $0.uniqueIndex = newValue } }
+    }
+    public var wrappedKey: [UInt8] {
+        get { box.columns.wrappedKey }
+        set { change { $0.wrappedKey = newValue } }
+    }
+    public var attributes: [UInt8] {
+        get { box.columns.attributes }
+        set { change { $0.attributes = newValue } }
+    }
     /// The sealed secret; empty when the row was read without it (`RowFilter.includeSecret == false`).
-    public var secret: [UInt8]
+    public var secret: [UInt8] {
+        get { box.columns.secret }
+        set { change { $0.secret = newValue } }
+    }
     /// The item's Secret Service attribute-index entries (`item_attributes`), when the row was sealed
     /// here; nil for rows read from the database (an update then leaves the entries as they are).
-    public var attributeIndexes: [[UInt8]]?
+    public var attributeIndexes: [[UInt8]]? {
+        get { box.columns.attributeIndexes }
+        set { change { $0.attributeIndexes = newValue } }
+    }
 
     public init(rowid: Int64 = 0, ref: [UInt8], protectionClass: UInt8, accessGroupIndex: [UInt8],
                 serviceIndex: [UInt8], accountIndex: [UInt8], uniqueIndex: [UInt8], wrappedKey: [UInt8],
                 attributes: [UInt8], secret: [UInt8], attributeIndexes: [[UInt8]]? = nil) {
-        self.rowid = rowid
-        self.ref = ref
-        self.protectionClass = protectionClass
-        self.accessGroupIndex = accessGroupIndex
-        self.serviceIndex = serviceIndex
-        self.accountIndex = accountIndex
-        self.uniqueIndex = uniqueIndex
-        self.wrappedKey = wrappedKey
-        self.attributes = attributes
-        self.secret = secret
-        self.attributeIndexes = attributeIndexes
+        box = Box(Columns(rowid: rowid, ref: ref, protectionClass: protectionClass, accessGroupIndex: accessGroupIndex,
+                          serviceIndex: serviceIndex, accountIndex: accountIndex, uniqueIndex: uniqueIndex,
+                          wrappedKey: wrappedKey, attributes: attributes, secret: secret, attributeIndexes: attributeIndexes))
     }
 }

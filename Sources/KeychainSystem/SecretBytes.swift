@@ -201,19 +201,23 @@ public struct SecretBytes: @unchecked Sendable, Hashable, CustomStringConvertibl
             withUnsafeMutablePointerToElements { UnsafeMutableRawPointer($0) }
         }
 
+        // The header through its pointer, not `header`: that is a class property, and every access
+        // to it would pay Swift's dynamic exclusivity check (tens of instructions, several times per
+        // byte appended). The copy-on-write discipline above already makes writes exclusive.
+
         /// Bytes in use.
         @inlinable
         var count: Int {
-            get { header.count }
-            set { header.count = newValue }
+            get { withUnsafeMutablePointerToHeader { $0.pointee.count } }
+            set { withUnsafeMutablePointerToHeader { $0.pointee.count = newValue } }
         }
 
         /// Bytes that fit without growing (what was asked for; the allocation may be larger).
         @inlinable
-        var room: Int { header.room }
+        var room: Int { withUnsafeMutablePointerToHeader { $0.pointee.room } }
 
         deinit {
-            withUnsafeMutablePointerToElements { explicit_bzero($0, header.room) }
+            withUnsafeMutablePointerToElements { explicit_bzero($0, room) }
         }
     }
 }

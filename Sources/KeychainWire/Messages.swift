@@ -110,16 +110,25 @@ public struct Response: Sendable {
         Frame.patchLength(&out, from: start)
     }
 
+    /// The keys every response has, as CBOR text: appended whole instead of encoded each time.
+    private static let idKey: [UInt8] = [0x62, 0x69, 0x64]                                // "id"
+    private static let resultKey: [UInt8] = [0x66, 0x72, 0x65, 0x73, 0x75, 0x6C, 0x74]   // "result"
+    private static let successStatus: [UInt8] = [0x66, 0x73, 0x74, 0x61, 0x74, 0x75, 0x73, 0x00]  // "status": 0
+
     private func write(into out: inout SecretBytes) {
         CBOR.appendMapHeader(fieldCount, into: &out)
-        CBOR.appendText("id", into: &out)
+        out.append(contentsOf: Self.idKey)
         CBOR.encode(.int(id), into: &out)
         if let result {
-            CBOR.appendText("result", into: &out)
+            out.append(contentsOf: Self.resultKey)
             CBOR.encode(result, into: &out)
         }
-        CBOR.appendText("status", into: &out)
-        CBOR.encode(.int(Int64(status.rawValue)), into: &out)
+        if status == .success {
+            out.append(contentsOf: Self.successStatus)
+        } else {
+            CBOR.appendText("status", into: &out)
+            CBOR.encode(.int(Int64(status.rawValue)), into: &out)
+        }
         if let message {
             CBOR.appendText("message", into: &out)
             CBOR.encode(.text(message), into: &out)

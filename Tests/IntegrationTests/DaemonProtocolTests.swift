@@ -32,6 +32,48 @@ final class DaemonProtocolTests: XCTestCase {
         XCTAssertNotNil(gone.message)
     }
 
+    /// The same `copy` again and again on one connection (answered from the connection's memo of
+    /// compiled queries after the first) still sees every write, and a change of the caller's
+    /// registration, at once.
+    func testRepeatedCopyOnOneConnectionFollowsWritesAndRegistrationChanges() throws {
+        let d = try DaemonHarness()
+        let c = try d.connect()
+        var add = item("com.example.memo")
+        add["v_Data"] = .bytes(Array("first".utf8))
+        XCTAssertEqual(try c.call("add", query: add).status, .success)
+        var copy = item("com.example.memo")
+        copy["r_Data"] = .bool(true)
+        for _ in 0..<3 {
+            let r = try c.call("copy", query: copy)   // checks the answer carries this request's id
+            XCTAssertEqual(r.status, .success)
+            XCTAssertEqual(r.result, .bytes(Array("first".utf8)))
+        }
+        // A pipeline of the same request with different ids: each answer has its own id.
+        var batch: [UInt8] = []
+        for i in 0..<5 { batch += Frame.encode(Request(id: Int64(500 + i), op: "copy", query: copy).value) }
+        try c.sendRaw(batch)
+        for i in 0..<5 {
+            let r = try c.receive()
+            XCTAssertEqual(r.id, Int64(500 + i))
+            XCTAssertEqual(r.result, .bytes(Array("first".utf8)))
+        }
+        XCTAssertEqual(try c.call("update", query: item("com.example.memo"), attributes: ["v_Data": .bytes(Array("second".utf8))]).status, .success)
+        XCTAssertEqual(try c.call("copy", query: copy).result, .bytes(Array("second".utf8)))
+
+        // The runner's registration now grants another group only: the open connection's next copy
+        // of the same bytes no longer reaches the item.
+        try d.register(DaemonHarness.App(id: "TEAM.tests", groups: ["TEAM.other"], executables: [DaemonHarness.runnerExecutable]),
+                       name: "app0")
+        d.reloadApps()
+        XCTAssertEqual(try c.call("copy", query: copy).status, .itemNotFound)
+        try d.register(DaemonHarness.defaultApps[0], name: "app0")
+        d.reloadApps()
+        XCTAssertEqual(try c.call("copy", query: copy).result, .bytes(Array("second".utf8)))
+
+        XCTAssertEqual(try c.call("delete", query: item("com.example.memo")).status, .success)
+        XCTAssertEqual(try c.call("copy", query: copy).status, .itemNotFound)
+    }
+
     func testPipelinedRequestsAreAnsweredInOrderWithTheirIDs() throws {
         let d = try DaemonHarness()
         let c = try d.connect()

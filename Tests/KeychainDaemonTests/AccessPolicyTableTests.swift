@@ -133,9 +133,9 @@ struct AccessPolicyTableTests {
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let exe = dir + "/app"
-        FileManager.default.createFile(atPath: exe, contents: Data("#!".utf8))
+        #expect(FileManager.default.createFile(atPath: exe, contents: Data("#!".utf8)))
         let other = dir + "/other"
-        FileManager.default.createFile(atPath: other, contents: Data("#!".utf8))
+        #expect(FileManager.default.createFile(atPath: other, contents: Data("#!".utf8)))
         let entry = AppEntry(applicationIdentifier: "T.app", accessGroups: ["T.app"], executables: [exe], admin: false, file: "t")
         let registry = AppRegistry(apps: [entry], bundledCLI: nil)
         func peer(_ path: String?, file: FileIdentity?, problem: String? = nil) -> PeerIdentity {

@@ -1,0 +1,97 @@
+import KeychainItems
+
+/// One connection's memo of compiled `copy` queries, keyed by the bytes of the request's `query`.
+///
+/// A client asks for the same few items again and again, in requests of one shape (`RequestShape`):
+/// only the id differs. The first such request is decoded, checked and served in full; its compiled
+/// query (parsed, scoped to the caller, blind-index digests computed) is kept here with the bytes of
+/// its `query`, and a later request whose `query` bytes are identical skips CBOR decoding, parsing,
+/// the policy decision and the digests. The rows are still read, opened and checked on every request
+/// (the store, its lookup cache and the class keys decide), so writes, locks and row damage show at once.
+///
+/// What makes a memo entry valid is everything the skipped work depended on besides the query bytes:
+/// the caller (which app the connection's peer is, fixed for a registry generation) and whether a
+/// keychain passphrase is set (an administrator's presence). An entry records both and is used only
+/// while both are unchanged; any reload of the registrations (approve, revoke, passwd, unlock,
+/// SIGHUP) makes every entry stale. Nothing secret is kept: queries carrying `v_Data` are not
+/// remembered, and a compiled query holds digests and attribute filters only.
+///
+/// Used by its connection's thread only.
+final class CopyMemo {
+    /// What the skipped work depended on besides the query bytes.
+    struct Token: Equatable {
+        var registryGeneration: Int
+        var passphraseSet: Bool
+    }
+
+    private final class Entry {
+        let query: [UInt8]
+        let token: Token
+        let compiled: ItemService.CompiledCopy
+
+        init(query: [UInt8], token: Token, compiled: ItemService.CompiledCopy) {
+            self.query = query
+            self.token = token
+            self.compiled = compiled
+        }
+    }
+
+    /// Direct-mapped by a hash of the query bytes: no allocation and no hashing of Swift values on a hit.
+    static let slots = 64
+    private var entries: [Entry?]
+
+    init() {
+        entries = Array(repeating: nil, count: Self.slots)
+    }
+
+    private static func slot(_ bytes: UnsafeRawBufferPointer) -> Int {
+        // FNV-1a over 8-byte words: cheap, and a collision only costs a miss (the bytes are compared
+        // in full). Not a defence against chosen collisions, and needs none: the memo is per connection.
+        var h: UInt64 = 0xcbf2_9ce4_8422_2325
+        var i = 0
+        while i + 8 <= bytes.count {
+            h = (h ^ bytes.loadUnaligned(fromByteOffset: i, as: UInt64.self)) &* 0x100_0000_01b3
+            i += 8
+        }
+        while i < bytes.count {
+            h = (h ^ UInt64(bytes[i])) &* 0x100_0000_01b3
+            i += 1
+        }
+        h ^= h >> 29
+        return Int(truncatingIfNeeded: h ^ (h >> 32)) & (slots - 1)
+    }
+
+    /// The compiled query remembered for exactly these `query` bytes under `token`, else nil.
+    func lookup(_ query: UnsafeRawBufferPointer, token: Token) -> ItemService.CompiledCopy? {
+        guard !query.isEmpty else { return nil }
+        guard let entry = entries[Self.slot(query)], entry.token == token,
+              entry.query.count == query.count,
+              entry.query.withUnsafeBytes({ Self.same($0, query) }) else { return nil }
+        return entry.compiled
+    }
+
+    /// Byte equality of two buffers of the same length, eight bytes at a time.
+    private static func same(_ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer) -> Bool {
+        let n = a.count
+        var i = 0
+        while i + 8 <= n {
+            if a.loadUnaligned(fromByteOffset: i, as: UInt64.self) != b.loadUnaligned(fromByteOffset: i, as: UInt64.self) { return false }
+            i += 8
+        }
+        while i < n {
+            if a[i] != b[i] { return false }
+            i += 1
+        }
+        return true
+    }
+
+    /// The longest `query` remembered: the memo must not let a client park 64 large frames in the
+    /// daemon outside the buffer budget. Real queries are tens to a few hundred bytes.
+    static let maxQueryBytes = 1024
+
+    /// Remembers `compiled` for these `query` bytes (never a query that carries a secret, nor a long one).
+    func store(_ query: UnsafeRawBufferPointer, token: Token, compiled: ItemService.CompiledCopy) {
+        guard !compiled.carriesSecret, query.count <= Self.maxQueryBytes else { return }
+        entries[Self.slot(query)] = Entry(query: Array(query), token: token, compiled: compiled)
+    }
+}

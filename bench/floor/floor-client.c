@@ -1,0 +1,319 @@
+/*
+ * floor-client: a C client that sends keychaind's own request bytes to the daemon and to floor-echo,
+ * alternating the two round by round, so each daemon figure has its floor from the same run.
+ *
+ *   floor-client probe DAEMON_SOCKET
+ *       adds the bench item (service bench.copy, account alice) when missing, copies it once, checks
+ *       the secret came back, and prints the size of the daemon's answer frame (for floor-echo).
+ *   floor-client run --echo SOCKET [--echo SOCKET] --daemon SOCKET [--rounds 5] [--ops 20000]
+ *                    [--clients 8] [--random-of N] [--label L] [--no-throughput] [--also NAME=SOCKET …]
+ *       per round: each echo's latency, the daemon's latency, each echo's throughput, the daemon's
+ *       throughput (clients connections, one thread each); prints one JSON object of medians over
+ *       rounds. With two echo servers (floor-echo --threads and --epoll) the floor of each figure is
+ *       the better of the two (lower latency, higher throughput); both are printed too.
+ *       --also NAME=SOCKET: a reference server measured the same way in every round (NAME_p50_us,
+ *       NAME_ops_s), not part of the floor (floor-echo --isolation, --secure).
+ *       --random-of N: every copy names a random one of N filled items (service bench.fill,
+ *       accounts user0 … user<N-1>, as keychaind-bench --fill makes them); the echo gets the same bytes.
+ *   floor-client copies DAEMON_SOCKET N
+ *       N cached copies on one connection and nothing else (for callgrind on either server).
+ *
+ * The request is the CBOR map keychaind-bench sends, in canonical key order:
+ *   {"v": 1, "id": 2, "op": "copy", "query": {"acct": …, "svce": …, "class": "genp", "r_Data": true}}
+ *
+ * Build: gcc -O2 -pthread -o floor-client floor-client.c
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char SECRET[] = "correct horse battery staple";
+
+static void die(const char *what) {
+    fprintf(stderr, "floor-client: %s\n", what);
+    exit(2);
+}
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* ---- a few CBOR heads, enough for the two requests ---- */
+
+struct buf { unsigned char b[512]; size_t n; };
+
+static void head(struct buf *o, int major, uint64_t v) {
+    if (v < 24) { o->b[o->n++] = (unsigned char)(major << 5 | v); }
+    else if (v < 256) { o->b[o->n++] = (unsigned char)(major << 5 | 24); o->b[o->n++] = (unsigned char)v; }
+    else { o->b[o->n++] = (unsigned char)(major << 5 | 25); o->b[o->n++] = (unsigned char)(v >> 8); o->b[o->n++] = (unsigned char)v; }
+}
+static void text(struct buf *o, const char *s) {
+    size_t n = strlen(s);
+    head(o, 3, n);
+    memcpy(o->b + o->n, s, n);
+    o->n += n;
+}
+static void bytes(struct buf *o, const void *p, size_t n) {
+    head(o, 2, n);
+    memcpy(o->b + o->n, p, n);
+    o->n += n;
+}
+
+/* A whole frame (length header + body) for op with query {acct, svce, class, and r_Data or v_Data}. */
+static struct buf request(int id, const char *op, const char *service, const char *account, int add) {
+    struct buf o = { .n = 4 };
+    head(&o, 5, 4);
+    text(&o, "v"); head(&o, 0, 1);
+    text(&o, "id"); head(&o, 0, (uint64_t)id);
+    text(&o, "op"); text(&o, op);
+    text(&o, "query");
+    head(&o, 5, 4);
+    text(&o, "acct"); text(&o, account);
+    text(&o, "svce"); text(&o, service);
+    text(&o, "class"); text(&o, "genp");
+    if (add) { text(&o, "v_Data"); bytes(&o, SECRET, sizeof SECRET - 1); }
+    else { text(&o, "r_Data"); o.b[o.n++] = 0xF5; }
+    uint32_t len = (uint32_t)(o.n - 4);
+    o.b[0] = len >> 24; o.b[1] = len >> 16; o.b[2] = len >> 8; o.b[3] = len;
+    return o;
+}
+
+/* ---- connections ---- */
+
+struct conn { int fd; size_t have; unsigned char in[65536]; };
+
+static struct conn *dial(const char *path) {
+    struct conn *c = calloc(1, sizeof *c);
+    struct sockaddr_un a;
+    memset(&a, 0, sizeof a);
+    a.sun_family = AF_UNIX;
+    if (strlen(path) >= sizeof a.sun_path) die("socket path too long");
+    strcpy(a.sun_path, path);
+    c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (c->fd < 0 || connect(c->fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        fprintf(stderr, "floor-client: cannot connect to %s: %s\n", path, strerror(errno));
+        exit(2);
+    }
+    return c;
+}
+
+static void hang_up(struct conn *c) { close(c->fd); free(c); }
+
+/* Sends one frame and reads one whole answer frame; returns its total size (header included). */
+static size_t round_trip(struct conn *c, const struct buf *req) {
+    size_t sent = 0;
+    while (sent < req->n) {
+        ssize_t w = send(c->fd, req->b + sent, req->n - sent, MSG_NOSIGNAL);
+        if (w < 0) { if (errno == EINTR) continue; die("send failed"); }
+        sent += (size_t)w;
+    }
+    for (;;) {
+        if (c->have >= 4) {
+            size_t n = (size_t)c->in[0] << 24 | (size_t)c->in[1] << 16 | (size_t)c->in[2] << 8 | c->in[3];
+            if (n + 4 > sizeof c->in) die("answer frame too large");
+            if (c->have >= n + 4) {
+                c->have -= n + 4;
+                memmove(c->in, c->in + n + 4, c->have);
+                return n + 4;
+            }
+        }
+        ssize_t r = recv(c->fd, c->in + c->have, sizeof c->in - c->have, 0);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) die("connection closed");
+        c->have += (size_t)r;
+    }
+}
+
+/* ---- statistics ---- */
+
+static int cmp(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+static double pct(double *v, size_t n, double p) {
+    qsort(v, n, sizeof *v, cmp);
+    size_t i = (size_t)((double)n * p);
+    return v[i < n ? i : n - 1];
+}
+
+/* ---- measurements ---- */
+
+struct frames { struct buf *f; size_t n; };
+
+static void latency(const char *path, const struct frames *fr, int ops, double *p50, double *p99) {
+    struct conn *c = dial(path);
+    for (int i = 0; i < 1000 && i < ops; i++) round_trip(c, &fr->f[i % fr->n]);
+    double *t = malloc(sizeof *t * (size_t)ops);
+    for (int i = 0; i < ops; i++) {
+        double t0 = now();
+        round_trip(c, &fr->f[i % fr->n]);
+        t[i] = now() - t0;
+    }
+    *p50 = pct(t, (size_t)ops, 0.5);
+    *p99 = pct(t, (size_t)ops, 0.99);
+    free(t);
+    hang_up(c);
+}
+
+struct worker { const char *path; const struct frames *fr; int ops, k; };
+
+static void *work(void *arg) {
+    struct worker *w = arg;
+    struct conn *c = dial(w->path);
+    for (int i = 0; i < w->ops; i++) round_trip(c, &w->fr->f[(size_t)(i + w->k * 7919) % w->fr->n]);
+    hang_up(c);
+    return NULL;
+}
+
+static double throughput(const char *path, const struct frames *fr, int clients, int ops) {
+    pthread_t t[64];
+    struct worker w[64];
+    if (clients > 64) clients = 64;
+    double t0 = now();
+    for (int k = 0; k < clients; k++) {
+        w[k] = (struct worker){ path, fr, ops / clients, k };
+        pthread_create(&t[k], NULL, work, &w[k]);
+    }
+    for (int k = 0; k < clients; k++) pthread_join(t[k], NULL);
+    return (double)(clients * (ops / clients)) / (now() - t0);
+}
+
+static double median(double *v, int n) { return pct(v, (size_t)n, 0.5); }
+
+static void print_num(const char *key, double v, int last) {
+    printf("\"%s\": %.2f%s", key, v, last ? "" : ", ");
+}
+
+int main(int argc, char **argv) {
+    signal(SIGPIPE, SIG_IGN);
+    if (argc >= 3 && strcmp(argv[1], "probe") == 0) {
+        struct conn *c = dial(argv[2]);
+        struct buf add = request(1, "add", "bench.copy", "alice", 1);
+        round_trip(c, &add); /* success, or errSecDuplicateItem when the item is there already */
+        struct buf copy = request(2, "copy", "bench.copy", "alice", 0);
+        size_t n = round_trip(c, &copy);
+        /* The copy answer carries the secret (the connection buffer still holds the frame). */
+        if (!memmem(c->in, n, SECRET, sizeof SECRET - 1)) die("the daemon's copy answer does not carry the bench secret (is floor-client registered in the bench group?)");
+        printf("%zu\n", n);
+        return 0;
+    }
+    if (argc >= 4 && strcmp(argv[1], "copies") == 0) {
+        struct conn *c = dial(argv[2]);
+        struct buf copy = request(2, "copy", "bench.copy", "alice", 0);
+        long n = strtol(argv[3], NULL, 10);
+        for (long i = 0; i < n; i++) round_trip(c, &copy);
+        hang_up(c);
+        return 0;
+    }
+    if (argc < 2 || strcmp(argv[1], "run") != 0) {
+        fprintf(stderr, "usage: floor-client probe SOCKET | copies SOCKET N | run --echo SOCKET --daemon SOCKET [--rounds R] [--ops N] [--clients C] [--random-of N] [--label L] [--no-throughput]\n");
+        return 2;
+    }
+    const char *echo[2] = { NULL, NULL }, *daemon = NULL, *label = "run";
+    int echoes = 0, alsos = 0;
+    const char *also_name[4], *also_path[4];
+    int rounds = 5, ops = 20000, clients = 8, random_of = 0, tput = 1;
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--no-throughput") == 0) { tput = 0; continue; }
+        if (!v) die("an option needs a value");
+        if (strcmp(a, "--also") == 0) {
+            const char *eq = strchr(v, '=');
+            if (!eq || alsos == 4) die("--also NAME=SOCKET (at most 4)");
+            also_name[alsos] = strndup(v, (size_t)(eq - v));
+            also_path[alsos++] = eq + 1;
+        } else if (strcmp(a, "--echo") == 0) { if (echoes == 2) die("at most two --echo"); echo[echoes++] = v; }
+        else if (strcmp(a, "--daemon") == 0) daemon = v;
+        else if (strcmp(a, "--rounds") == 0) rounds = atoi(v);
+        else if (strcmp(a, "--ops") == 0) ops = atoi(v);
+        else if (strcmp(a, "--clients") == 0) clients = atoi(v);
+        else if (strcmp(a, "--random-of") == 0) random_of = atoi(v);
+        else if (strcmp(a, "--label") == 0) label = v;
+        else die("unknown option");
+        i++;
+    }
+    if (!echoes || !daemon || rounds < 1 || rounds > 100 || ops < 10) die("run needs --echo and --daemon (and sane --rounds, --ops)");
+
+    struct frames fr;
+    if (random_of > 0) {
+        fr.n = (size_t)ops;
+        fr.f = malloc(sizeof *fr.f * fr.n);
+        srand(17);
+        for (size_t i = 0; i < fr.n; i++) {
+            char acct[32];
+            snprintf(acct, sizeof acct, "user%d", rand() % random_of);
+            fr.f[i] = request(2, "copy", "bench.fill", acct, 0);
+        }
+    } else {
+        fr.n = 1;
+        fr.f = malloc(sizeof *fr.f);
+        fr.f[0] = request(2, "copy", "bench.copy", "alice", 0);
+    }
+    double ep50[2][100], ep99[2][100], dp50[100], dp99[100], eops[2][100], dops[100];
+    double ap50[4][100], ap99[4][100], aops[4][100];
+    for (int r = 0; r < rounds; r++) {
+        for (int e = 0; e < echoes; e++) latency(echo[e], &fr, ops, &ep50[e][r], &ep99[e][r]);
+        for (int e = 0; e < alsos; e++) latency(also_path[e], &fr, ops, &ap50[e][r], &ap99[e][r]);
+        latency(daemon, &fr, ops, &dp50[r], &dp99[r]);
+        if (tput) {
+            for (int e = 0; e < echoes; e++) eops[e][r] = throughput(echo[e], &fr, clients, ops);
+            for (int e = 0; e < alsos; e++) aops[e][r] = throughput(also_path[e], &fr, clients, ops);
+            dops[r] = throughput(daemon, &fr, clients, ops);
+        }
+    }
+    /* The floor of each figure: the better echo. */
+    double e50 = 1e9, e99 = 1e9, e8 = 0, m50[2], m99[2], m8[2] = { 0, 0 };
+    for (int e = 0; e < echoes; e++) {
+        m50[e] = median(ep50[e], rounds);
+        m99[e] = median(ep99[e], rounds);
+        if (tput) m8[e] = median(eops[e], rounds);
+        if (m50[e] < e50) { e50 = m50[e]; e99 = m99[e]; }
+        if (m8[e] > e8) e8 = m8[e];
+    }
+    double d50 = median(dp50, rounds);
+    printf("{\"label\": \"%s\", \"rounds\": %d, \"ops\": %d, \"random_of\": %d, ", label, rounds, ops, random_of);
+    print_num("echo_p50_us", e50 * 1e6, 0);
+    print_num("echo_p99_us", e99 * 1e6, 0);
+    for (int e = 0; e < echoes; e++) {
+        char key[64];
+        snprintf(key, sizeof key, "echo%d_p50_us", e + 1);
+        print_num(key, m50[e] * 1e6, 0);
+        if (tput) {
+            snprintf(key, sizeof key, "echo%d_ops_s", e + 1);
+            print_num(key, m8[e], 0);
+        }
+    }
+    for (int e = 0; e < alsos; e++) {
+        char key[96];
+        snprintf(key, sizeof key, "%s_p50_us", also_name[e]);
+        print_num(key, median(ap50[e], rounds) * 1e6, 0);
+        if (tput) {
+            snprintf(key, sizeof key, "%s_ops_s", also_name[e]);
+            print_num(key, median(aops[e], rounds), 0);
+        }
+    }
+    print_num("copy_p50_us", d50 * 1e6, 0);
+    print_num("copy_p99_us", median(dp99, rounds) * 1e6, 0);
+    print_num("copy_p50_ratio_to_echo", d50 / e50, !tput);
+    if (tput) {
+        double d8 = median(dops, rounds);
+        printf("\"clients\": %d, ", clients);
+        print_num("echo_ops_s", e8, 0);
+        print_num("copy_ops_s", d8, 0);
+        print_num("copy_ops_share_of_echo", d8 / e8, 1);
+    }
+    printf("}\n");
+    return 0;
+}

@@ -1,0 +1,281 @@
+/*
+ * floor-echo: the fastest echo server we know how to write for keychaind's framing, the floor every
+ * daemon figure in scripts/bench is set beside.
+ *
+ *   floor-echo SOCKET REPLY_BYTES [--threads | --epoll | --isolation | --secure]
+ *
+ * Reads frames (4-byte big-endian length, then that many bytes), and answers each complete frame with
+ * one fixed frame of REPLY_BYTES bytes in all (header included): the size of the daemon's answer to
+ * the same request. Pipelined frames read together are answered with one write. No parsing, no
+ * allocation on the path, one read and one write per round trip.
+ *
+ * --threads (default): a thread per connection with blocking I/O, the same model as keychaind.
+ * --epoll: one thread per online CPU, each with its own epoll set (connections dealt round robin),
+ *          non-blocking sockets. Whichever is faster on a machine is the floor there; scripts/bench
+ *          measures both once and reports both.
+ *
+ * Two reference servers, not floors: what the daemon's guarantees cost at the least, in C.
+ * --isolation: --threads plus what keychaind does per request to keep apps apart: SO_PASSCRED on the
+ *          listener, every read a recvmsg whose SCM_CREDENTIALS pid must be the peer's, and a poll of
+ *          the peer's pidfd (taken at accept) to be sure the process still runs.
+ * --secure: --isolation plus the cryptography of a cached copy: one keyed BLAKE2b of the lookup key
+ *          (the blind index), two XChaCha20-Poly1305 opens (the item key under the class key, the
+ *          secret under the item key), the secret copied into the reply and wiped.
+ *
+ * Build: gcc -O2 -pthread -o floor-echo floor-echo.c -lsodium
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <poll.h>
+#include <sodium.h>
+#include <sys/epoll.h>
+#include <sys/syscall.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#define BUF 65536
+
+static unsigned char *reply;
+static size_t reply_len;
+static int isolation, secure;
+
+/* --secure: a sealed item key and a secret sealed under it, opened on every request. */
+static unsigned char class_key[32], index_key[32], nonce1[24], nonce2[24], ad[32];
+static unsigned char sealed_key[32 + 16], sealed_secret[28 + 16];
+
+struct conn {
+    int fd;
+    pid_t pid;
+    int pidfd;
+    size_t have; /* bytes of an unfinished frame at the start of buf */
+    unsigned char buf[BUF];
+    unsigned char out[BUF];
+};
+
+/* Consumes whole frames from c->buf, fills c->out with one reply per frame; returns reply bytes,
+ * or -1 for a frame that cannot fit the buffer (the connection is closed then). */
+static long take_frames(struct conn *c) {
+    size_t at = 0, out = 0;
+    while (c->have - at >= 4) {
+        const unsigned char *h = c->buf + at;
+        size_t n = (size_t)h[0] << 24 | (size_t)h[1] << 16 | (size_t)h[2] << 8 | h[3];
+        if (n + 4 > BUF) return -1;
+        if (c->have - at < n + 4) break;
+        if (out + reply_len > BUF) return -1;
+        memcpy(c->out + out, reply, reply_len);
+        if (secure) {
+            /* The blind index of the request (its digest is what a lookup would use), then the two
+             * opens; the row's associated data is fixed here, as a stored row's is. */
+            unsigned char digest[32], item_key[32], secret[28];
+            unsigned long long len;
+            crypto_generichash(digest, sizeof digest, h + 4, n < 64 ? n : 64, index_key, sizeof index_key);
+            if (crypto_aead_xchacha20poly1305_ietf_decrypt(item_key, &len, NULL, sealed_key, sizeof sealed_key,
+                                                           ad, sizeof ad, nonce1, class_key) != 0
+                || crypto_aead_xchacha20poly1305_ietf_decrypt(secret, &len, NULL, sealed_secret, sizeof sealed_secret,
+                                                              ad, sizeof ad, nonce2, item_key) != 0) return -1;
+            memcpy(c->out + out + reply_len - sizeof secret, secret, sizeof secret);
+            sodium_memzero(item_key, sizeof item_key);
+            sodium_memzero(secret, sizeof secret);
+        }
+        at += n + 4;
+        out += reply_len;
+    }
+    if (at > 0) {
+        memmove(c->buf, c->buf + at, c->have - at);
+        c->have -= at;
+    }
+    return (long)out;
+}
+
+static int write_all(int fd, const unsigned char *p, size_t n) {
+    while (n > 0) {
+        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            if (errno == EAGAIN) { /* only with --epoll; replies are small, so spin rarely */
+                continue;
+            }
+            return -1;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* A read that also says which process wrote the bytes (SCM_CREDENTIALS), as keychaind reads. */
+static ssize_t recv_from_writer(struct conn *c, pid_t *writer) {
+    struct iovec iov = { .iov_base = c->buf + c->have, .iov_len = BUF - c->have };
+    union { char bytes[CMSG_SPACE(sizeof(struct ucred))]; struct cmsghdr align; } control;
+    struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.bytes,
+                          .msg_controllen = sizeof control.bytes };
+    *writer = 0;
+    ssize_t n = recvmsg(c->fd, &msg, MSG_CMSG_CLOEXEC);
+    if (n <= 0) return n;
+    for (struct cmsghdr *m = CMSG_FIRSTHDR(&msg); m; m = CMSG_NXTHDR(&msg, m)) {
+        if (m->cmsg_level == SOL_SOCKET && m->cmsg_type == SCM_CREDENTIALS) {
+            struct ucred cred;
+            memcpy(&cred, CMSG_DATA(m), sizeof cred);
+            *writer = cred.pid;
+        }
+    }
+    return n;
+}
+
+static void *serve_blocking(void *arg) {
+    struct conn *c = arg;
+    if (isolation) {
+        struct ucred cred;
+        socklen_t len = sizeof cred;
+        if (getsockopt(c->fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) goto done;
+        c->pid = cred.pid;
+        /* SO_PEERPIDFD (Linux 6.5) pins the very process that connected, as keychaind does;
+         * pidfd_open right after accept on older kernels. */
+        int pidfd = -1;
+        len = sizeof pidfd;
+        if (getsockopt(c->fd, SOL_SOCKET, 77 /* SO_PEERPIDFD */, &pidfd, &len) != 0) pidfd = (int)syscall(SYS_pidfd_open, cred.pid, 0);
+        c->pidfd = pidfd;
+        if (c->pidfd < 0) goto done;
+    }
+    for (;;) {
+        ssize_t r;
+        if (isolation) {
+            pid_t writer;
+            r = recv_from_writer(c, &writer);
+            if (r > 0) {
+                struct pollfd p = { .fd = c->pidfd, .events = POLLIN };
+                if (writer != c->pid || poll(&p, 1, 0) != 0) break; /* another writer, or the peer exited */
+            }
+        } else {
+            r = recv(c->fd, c->buf + c->have, BUF - c->have, 0);
+        }
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        c->have += (size_t)r;
+        long out = take_frames(c);
+        if (out < 0 || (out > 0 && write_all(c->fd, c->out, (size_t)out) < 0)) break;
+        if (secure) sodium_memzero(c->out, (size_t)out);
+    }
+done:
+    if (c->pidfd > 0) close(c->pidfd);
+    close(c->fd);
+    free(c);
+    return NULL;
+}
+
+static int listen_on(const char *path) {
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_un a;
+    memset(&a, 0, sizeof a);
+    a.sun_family = AF_UNIX;
+    if (strlen(path) >= sizeof a.sun_path) { fprintf(stderr, "floor-echo: path too long\n"); exit(2); }
+    strcpy(a.sun_path, path);
+    unlink(path);
+    int on = 1; /* connections inherit it: every byte then carries its writer's credentials */
+    if (isolation && setsockopt(fd, SOL_SOCKET, SO_PASSCRED, &on, sizeof on) != 0) { perror("floor-echo: SO_PASSCRED"); exit(2); }
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, 1024) != 0) {
+        perror("floor-echo: bind");
+        exit(2);
+    }
+    return fd;
+}
+
+static void *epoll_loop(void *arg) {
+    int ep = (int)(intptr_t)arg;
+    struct epoll_event ev[64];
+    for (;;) {
+        int n = epoll_wait(ep, ev, 64, -1);
+        if (n < 0) { if (errno == EINTR) continue; break; }
+        for (int i = 0; i < n; i++) {
+            struct conn *c = ev[i].data.ptr;
+            int done = 0;
+            for (;;) {
+                ssize_t r = recv(c->fd, c->buf + c->have, BUF - c->have, 0);
+                if (r < 0 && errno == EINTR) continue;
+                if (r < 0 && errno == EAGAIN) break;
+                if (r <= 0) { done = 1; break; }
+                c->have += (size_t)r;
+                long out = take_frames(c);
+                if (out < 0 || (out > 0 && write_all(c->fd, c->out, (size_t)out) < 0)) { done = 1; break; }
+                if ((size_t)r < BUF) break; /* drained: wait for the next request */
+            }
+            if (done) {
+                epoll_ctl(ep, EPOLL_CTL_DEL, c->fd, NULL);
+                close(c->fd);
+                free(c);
+            }
+        }
+    }
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 3) {
+        fprintf(stderr, "usage: floor-echo SOCKET REPLY_BYTES [--threads | --epoll | --isolation | --secure]\n");
+        return 2;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    long total = strtol(argv[2], NULL, 10);
+    if (total < 5 || total > BUF / 8) { fprintf(stderr, "floor-echo: REPLY_BYTES out of range\n"); return 2; }
+    int use_epoll = argc > 3 && strcmp(argv[3], "--epoll") == 0;
+    secure = argc > 3 && strcmp(argv[3], "--secure") == 0;
+    isolation = secure || (argc > 3 && strcmp(argv[3], "--isolation") == 0);
+    if (secure) {
+        if (sodium_init() < 0 || total < 4 + 28) { fprintf(stderr, "floor-echo: --secure needs libsodium and a reply of 32+ bytes\n"); return 2; }
+        unsigned char item_key[32], secret[28];
+        randombytes_buf(class_key, sizeof class_key);
+        randombytes_buf(index_key, sizeof index_key);
+        randombytes_buf(item_key, sizeof item_key);
+        randombytes_buf(nonce1, sizeof nonce1);
+        randombytes_buf(nonce2, sizeof nonce2);
+        randombytes_buf(ad, sizeof ad);
+        memset(secret, 0xA0, sizeof secret);
+        crypto_aead_xchacha20poly1305_ietf_encrypt(sealed_key, NULL, item_key, sizeof item_key, ad, sizeof ad, NULL, nonce1, class_key);
+        crypto_aead_xchacha20poly1305_ietf_encrypt(sealed_secret, NULL, secret, sizeof secret, ad, sizeof ad, NULL, nonce2, item_key);
+        sodium_memzero(item_key, sizeof item_key);
+    }
+    reply_len = (size_t)total;
+    reply = malloc(reply_len);
+    uint32_t body = (uint32_t)(reply_len - 4);
+    reply[0] = body >> 24; reply[1] = body >> 16; reply[2] = body >> 8; reply[3] = body;
+    memset(reply + 4, 0xA0, reply_len - 4);
+    int lfd = listen_on(argv[1]);
+
+    int loops = 1, *eps = NULL;
+    if (use_epoll) {
+        loops = (int)sysconf(_SC_NPROCESSORS_ONLN);
+        if (loops < 1) loops = 1;
+        eps = calloc((size_t)loops, sizeof *eps);
+        for (int i = 0; i < loops; i++) {
+            eps[i] = epoll_create1(EPOLL_CLOEXEC);
+            pthread_t t;
+            pthread_create(&t, NULL, epoll_loop, (void *)(intptr_t)eps[i]);
+            pthread_detach(t);
+        }
+    }
+    for (unsigned next = 0;; next++) {
+        int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | (use_epoll ? SOCK_NONBLOCK : 0));
+        if (fd < 0) continue;
+        struct conn *c = calloc(1, sizeof *c);
+        c->fd = fd;
+        if (use_epoll) {
+            struct epoll_event e = { .events = EPOLLIN, .data.ptr = c };
+            epoll_ctl(eps[next % (unsigned)loops], EPOLL_CTL_ADD, fd, &e);
+        } else {
+            pthread_t t;
+            pthread_attr_t attr;
+            pthread_attr_init(&attr);
+            pthread_attr_setstacksize(&attr, 64 * 1024);
+            pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+            if (pthread_create(&t, &attr, serve_blocking, c) != 0) { close(fd); free(c); }
+            pthread_attr_destroy(&attr);
+        }
+    }
+}
