@@ -17,16 +17,20 @@ let package = Package(
     ],
     targets: [
         // C libraries from Debian, and the few Linux calls Swift cannot reach.
-        .systemLibrary(name: "CSodium", path: "Sources/CSodium",
-                       pkgConfig: "libsodium", providers: [.apt(["libsodium-dev"])]),
-        .systemLibrary(name: "CSQLite", path: "Sources/CSQLite",
-                       pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
+        .systemLibrary(
+            name: "CSodium", path: "Sources/CSodium",
+            pkgConfig: "libsodium", providers: [.apt(["libsodium-dev"])]),
+        .systemLibrary(
+            name: "CSQLite", path: "Sources/CSQLite",
+            pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
         .target(name: "CSupport"),
         // The Secret Service's D-Bus library (sd-bus) and its DH/AES-CBC arithmetic (libgcrypt).
-        .systemLibrary(name: "CSystemd", path: "Sources/CSystemd",
-                       pkgConfig: "libsystemd", providers: [.apt(["libsystemd-dev"])]),
-        .systemLibrary(name: "CGcrypt", path: "Sources/CGcrypt",
-                       pkgConfig: "libgcrypt", providers: [.apt(["libgcrypt20-dev"])]),
+        .systemLibrary(
+            name: "CSystemd", path: "Sources/CSystemd",
+            pkgConfig: "libsystemd", providers: [.apt(["libsystemd-dev"])]),
+        .systemLibrary(
+            name: "CGcrypt", path: "Sources/CGcrypt",
+            pkgConfig: "libgcrypt", providers: [.apt(["libgcrypt20-dev"])]),
 
         // The one system layer: owned descriptors, typed errno with the EINTR loop, files, sockets,
         // peer credentials, clocks, locks, threads, zeroing.
@@ -40,43 +44,85 @@ let package = Package(
         // SQLite schema, migrations, rows of sealed items, transactions.
         .target(name: "KeychainStore", dependencies: ["KeychainSystem", "KeychainCore", "KeychainCrypto", "CSQLite"]),
         // The item model and Apple's SecItem semantics on top of the store.
-        .target(name: "KeychainItems", dependencies: ["KeychainSystem", "KeychainCore", "KeychainStore", "KeychainCrypto"]),
+        .target(
+            name: "KeychainItems", dependencies: ["KeychainSystem", "KeychainCore", "KeychainStore", "KeychainCrypto"]),
         // Sockets, connections, caller identity, configuration, policy, lifecycle.
-        .target(name: "KeychainDaemon", dependencies: ["KeychainSystem", "KeychainCore", "KeychainWire", "KeychainItems", "KeychainStore", "KeychainCrypto"]),
+        .target(
+            name: "KeychainDaemon",
+            dependencies: [
+                "KeychainSystem", "KeychainCore", "KeychainWire", "KeychainItems", "KeychainStore", "KeychainCrypto",
+            ]),
         // The freedesktop Secret Service on the session bus, served inside keychaind (`--secret-service`).
-        .target(name: "KeychainSecretService", dependencies: ["KeychainSystem", "KeychainCore", "KeychainCrypto", "KeychainItems",
-                                                              "KeychainDaemon", "CSystemd", "CGcrypt", "CSodium"]),
+        .target(
+            name: "KeychainSecretService",
+            dependencies: [
+                "KeychainSystem", "KeychainCore", "KeychainCrypto", "KeychainItems",
+                "KeychainDaemon", "CSystemd", "CGcrypt", "CSodium",
+            ]),
         // The client core without Foundation (so keychainctl starts fast): the shared pipelined
         // connection, value-level calls, admin calls, the device-identifier convention.
         .target(name: "KeychainClient", dependencies: ["KeychainSystem", "KeychainCore", "KeychainWire"]),
         // The client library: Apple's SecItem API, a Swift-native API, DeviceIdentifier.
-        .target(name: "KeychainServices", dependencies: ["KeychainSystem", "KeychainCore", "KeychainWire", "KeychainClient"]),
+        .target(
+            name: "KeychainServices",
+            dependencies: ["KeychainSystem", "KeychainCore", "KeychainWire", "KeychainClient"]),
         // `import Security` on Linux: a thin re-export of KeychainServices.
         .target(name: "Security", dependencies: ["KeychainServices"]),
 
-        .executableTarget(name: "keychaind", dependencies: ["KeychainSystem", "KeychainDaemon", "KeychainItems", "KeychainStore",
-                                                            "KeychainSecretService"]),
-        .executableTarget(name: "keychainctl", dependencies: ["KeychainSystem", "KeychainCore", "KeychainWire", "KeychainClient"]),
+        .executableTarget(
+            name: "keychaind",
+            dependencies: [
+                "KeychainSystem", "KeychainDaemon", "KeychainItems", "KeychainStore",
+                "KeychainSecretService",
+            ]),
+        .executableTarget(
+            name: "keychainctl", dependencies: ["KeychainSystem", "KeychainCore", "KeychainWire", "KeychainClient"]),
         // Release-built benchmark: daemon figures beside a bare socket-echo floor (scripts/bench), and
         // the cost of a passphrase change on an in-process keychain (--rotation).
-        .executableTarget(name: "keychaind-bench", dependencies: ["KeychainSystem", "KeychainCore", "KeychainWire", "KeychainCrypto", "KeychainItems"]),
+        .executableTarget(
+            name: "keychaind-bench",
+            dependencies: ["KeychainSystem", "KeychainCore", "KeychainWire", "KeychainCrypto", "KeychainItems"]),
         // libFuzzer target for the CBOR decoder and request validation (see docs/reliability.md).
-        .executableTarget(name: "keychaind-fuzz", dependencies: ["KeychainSystem", "KeychainDaemon", "KeychainCore", "KeychainItems", "CSupport"]),
-        .executableTarget(name: "device-id-example", dependencies: ["KeychainServices"],
-                          path: "Examples/device-id-example"),
+        .executableTarget(
+            name: "keychaind-fuzz",
+            dependencies: ["KeychainSystem", "KeychainDaemon", "KeychainCore", "KeychainItems", "CSupport"]),
+        .executableTarget(
+            name: "device-id-example", dependencies: ["KeychainServices"],
+            path: "Examples/device-id-example"),
 
         // Tests, one target per module with logic, on a shared support target (temporary
         // directories, the known-answer files in Tests/Golden).
         .target(name: "KeychainTestSupport", dependencies: [], path: "Tests/KeychainTestSupport"),
         .testTarget(name: "KeychainSystemTests", dependencies: ["KeychainSystem", "KeychainTestSupport"]),
         .testTarget(name: "KeychainCoreTests", dependencies: ["KeychainCore", "KeychainWire"]),
-        .testTarget(name: "KeychainCryptoTests", dependencies: ["KeychainSystem", "KeychainCore", "KeychainCrypto", "KeychainTestSupport"]),
-        .testTarget(name: "KeychainStoreTests", dependencies: ["KeychainSystem", "KeychainCore", "KeychainCrypto", "KeychainStore", "KeychainTestSupport"]),
-        .testTarget(name: "KeychainClientTests", dependencies: ["KeychainServices", "KeychainClient", "KeychainCore", "KeychainWire"]),
-        .testTarget(name: "KeychainItemsTests", dependencies: ["KeychainSystem", "KeychainItems", "KeychainStore", "KeychainCrypto", "KeychainCore", "KeychainTestSupport"]),
-        .testTarget(name: "KeychainDaemonTests", dependencies: ["KeychainSystem", "KeychainDaemon", "KeychainItems", "KeychainCore"]),
-        .testTarget(name: "SecretServiceTests", dependencies: ["KeychainSystem", "KeychainSecretService", "KeychainItems", "KeychainCrypto", "KeychainCore", "CGcrypt"]),
-        .testTarget(name: "IntegrationTests", dependencies: ["KeychainSystem", "KeychainServices", "Security", "KeychainClient", "KeychainCore", "KeychainWire"]),
+        .testTarget(
+            name: "KeychainCryptoTests",
+            dependencies: ["KeychainSystem", "KeychainCore", "KeychainCrypto", "KeychainTestSupport"]),
+        .testTarget(
+            name: "KeychainStoreTests",
+            dependencies: ["KeychainSystem", "KeychainCore", "KeychainCrypto", "KeychainStore", "KeychainTestSupport"]),
+        .testTarget(
+            name: "KeychainClientTests",
+            dependencies: ["KeychainServices", "KeychainClient", "KeychainCore", "KeychainWire"]),
+        .testTarget(
+            name: "KeychainItemsTests",
+            dependencies: [
+                "KeychainSystem", "KeychainItems", "KeychainStore", "KeychainCrypto", "KeychainCore",
+                "KeychainTestSupport",
+            ]),
+        .testTarget(
+            name: "KeychainDaemonTests",
+            dependencies: ["KeychainSystem", "KeychainDaemon", "KeychainItems", "KeychainCore"]),
+        .testTarget(
+            name: "SecretServiceTests",
+            dependencies: [
+                "KeychainSystem", "KeychainSecretService", "KeychainItems", "KeychainCrypto", "KeychainCore", "CGcrypt",
+            ]),
+        .testTarget(
+            name: "IntegrationTests",
+            dependencies: [
+                "KeychainSystem", "KeychainServices", "Security", "KeychainClient", "KeychainCore", "KeychainWire",
+            ]),
     ],
     swiftLanguageModes: [.v6]
 )

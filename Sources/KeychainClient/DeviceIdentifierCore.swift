@@ -1,4 +1,5 @@
 public import KeychainCore
+
 /// The device-identifier convention shared by `DeviceIdentifier`, `keychainctl device-id` and the
 /// Python client (docs/internal/contracts.md): one `genp` item per access group,
 /// `svce` = `com.keychaind.device-identifier`, `acct` = `device-id`, `pdmn` = `cku`, `v_Data` = the
@@ -24,7 +25,9 @@ public enum DeviceIdentifierConvention {
     }
 
     /// The identifier as its canonical upper-case string, created on first use.
-    public static func resolve(accessGroup: String?, connection: KeychainConnection = .shared) throws(KeychainError) -> String {
+    public static func resolve(accessGroup: String?, connection: KeychainConnection = .shared) throws(KeychainError)
+        -> String
+    {
         // Without a group, a lookup would span all of the app's groups and could return another
         // group's identifier: pin the default (first) group, which the daemon reports in `status`.
         var accessGroup = accessGroup
@@ -35,17 +38,20 @@ public enum DeviceIdentifierConvention {
         add["v_Data"] = .bytes(Array(randomUUIDString().utf8))
         do throws(KeychainError) {
             _ = try connection.call(.add, query: add)
-        } catch where error.status == .duplicateItem {
+        } catch  where error.status == .duplicateItem {
             // Lost the race: fall through and read the winner's value.
         }
         guard let stored = try lookup(accessGroup, connection) else {
-            throw KeychainError(.itemNotFound, "the device identifier item vanished right after it was created (deleted concurrently?)")
+            throw KeychainError(
+                .itemNotFound, "the device identifier item vanished right after it was created (deleted concurrently?)")
         }
         return stored
     }
 
     /// Same as `resolve`, suspending instead of blocking.
-    public static func resolve(accessGroup: String?, connection: KeychainConnection = .shared) async throws(KeychainError) -> String {
+    public static func resolve(accessGroup: String?, connection: KeychainConnection = .shared)
+        async throws(KeychainError) -> String
+    {
         var accessGroup = accessGroup
         if accessGroup == nil { accessGroup = try await KeychainAdmin(connection: connection).status().groups.first }
         if let found = try await lookup(accessGroup, connection) { return found }
@@ -54,10 +60,11 @@ public enum DeviceIdentifierConvention {
         add["v_Data"] = .bytes(Array(randomUUIDString().utf8))
         do throws(KeychainError) {
             _ = try await connection.call(.add, query: add)
-        } catch where error.status == .duplicateItem {
+        } catch  where error.status == .duplicateItem {
         }
         guard let stored = try await lookup(accessGroup, connection) else {
-            throw KeychainError(.itemNotFound, "the device identifier item vanished right after it was created (deleted concurrently?)")
+            throw KeychainError(
+                .itemNotFound, "the device identifier item vanished right after it was created (deleted concurrently?)")
         }
         return stored
     }
@@ -72,22 +79,25 @@ public enum DeviceIdentifierConvention {
     private static func lookup(_ group: String?, _ connection: KeychainConnection) throws(KeychainError) -> String? {
         do throws(KeychainError) {
             return try parse(connection.call(.copy, query: lookupQuery(group)))
-        } catch where error.status == .itemNotFound {
+        } catch  where error.status == .itemNotFound {
             return nil
         }
     }
 
-    private static func lookup(_ group: String?, _ connection: KeychainConnection) async throws(KeychainError) -> String? {
+    private static func lookup(_ group: String?, _ connection: KeychainConnection) async throws(KeychainError)
+        -> String?
+    {
         do throws(KeychainError) {
             return try parse(await connection.call(.copy, query: lookupQuery(group)))
-        } catch where error.status == .itemNotFound {
+        } catch  where error.status == .itemNotFound {
             return nil
         }
     }
 
     private static func parse(_ value: Value?) throws(KeychainError) -> String {
         guard case .bytes(let b)? = value, let s = canonicalUUID(b) else {
-            throw KeychainError(.decode, "the device identifier item (\(service)/\(account)) does not hold a UUID string")
+            throw KeychainError(
+                .decode, "the device identifier item (\(service)/\(account)) does not hold a UUID string")
         }
         return s
     }

@@ -1,4 +1,5 @@
 public import KeychainCore
+
 /// What `keychainctl status` shows: the daemon's state as the `status` operation reports it.
 public struct KeychainDaemonStatus: Sendable, Hashable {
     public var version: String
@@ -83,15 +84,21 @@ public struct KeychainAdmin: Sendable {
     /// The content of a backup file, encrypted under `passphrase`; the caller writes the file.
     /// `keychainPassphrase`: the keychain's own passphrase, needed while one is set.
     public func backup(passphrase: [UInt8], keychainPassphrase: [UInt8]? = nil) throws(KeychainError) -> [UInt8] {
-        guard let bytes = try connection.call(.backup, arguments: presence(["passphrase": .bytes(passphrase)], keychainPassphrase))?.bytes else {
+        guard
+            let bytes = try connection.call(
+                .backup, arguments: presence(["passphrase": .bytes(passphrase)], keychainPassphrase))?.bytes
+        else {
             throw KeychainError(.decode, "backup returned no bytes")
         }
         return bytes
     }
 
     /// Restores a backup's items; returns how many were restored and how many skipped.
-    public func restore(passphrase: [UInt8], data: [UInt8], keychainPassphrase: [UInt8]? = nil) throws(KeychainError) -> (restored: Int, skipped: Int) {
-        let result = try connection.call(.restore, arguments: presence(["passphrase": .bytes(passphrase), "data": .bytes(data)], keychainPassphrase))
+    public func restore(passphrase: [UInt8], data: [UInt8], keychainPassphrase: [UInt8]? = nil) throws(KeychainError)
+        -> (restored: Int, skipped: Int)
+    {
+        let result = try connection.call(
+            .restore, arguments: presence(["passphrase": .bytes(passphrase), "data": .bytes(data)], keychainPassphrase))
         let m = result?.map ?? [:]
         return (Int(m["restored"]?.int ?? 0), Int(m["skipped"]?.int ?? 0))
     }
@@ -105,13 +112,16 @@ public struct KeychainAdmin: Sendable {
 
     /// Revokes the approval of `applicationIdentifier`.
     public func revoke(applicationIdentifier: String, keychainPassphrase: [UInt8]?) throws(KeychainError) {
-        _ = try connection.call(.revoke, arguments: presence(["application-identifier": .text(applicationIdentifier)], keychainPassphrase))
+        _ = try connection.call(
+            .revoke, arguments: presence(["application-identifier": .text(applicationIdentifier)], keychainPassphrase))
     }
 
     // async variants: same calls, the task suspends instead of blocking a thread.
 
     public func status() async throws(KeychainError) -> KeychainDaemonStatus {
-        guard let v = try await connection.call(.status) else { throw KeychainError(.decode, "status returned no result") }
+        guard let v = try await connection.call(.status) else {
+            throw KeychainError(.decode, "status returned no result")
+        }
         return try KeychainDaemonStatus(v)
     }
 

@@ -91,8 +91,10 @@ public final class KeychainConnection: Sendable {
     ///
     /// Returns the response's `result` (nil when the operation returns none); a non-zero status is
     /// thrown as `KeychainError` with the daemon's message.
-    package func call(_ op: Operation, query: [String: Value]? = nil, attributes: [String: Value]? = nil,
-                     arguments: [String: Value] = [:]) throws(KeychainError) -> Value? {
+    package func call(
+        _ op: Operation, query: [String: Value]? = nil, attributes: [String: Value]? = nil,
+        arguments: [String: Value] = [:]
+    ) throws(KeychainError) -> Value? {
         var plan = RetryPlan(op: op)
         while true {
             let slot = OneShot<Outcome>()
@@ -107,8 +109,10 @@ public final class KeychainConnection: Sendable {
     }
 
     /// Sends one request and suspends until its answer arrives; the reader thread resumes the caller.
-    package func call(_ op: Operation, query: [String: Value]? = nil, attributes: [String: Value]? = nil,
-                     arguments: [String: Value] = [:]) async throws(KeychainError) -> Value? {
+    package func call(
+        _ op: Operation, query: [String: Value]? = nil, attributes: [String: Value]? = nil,
+        arguments: [String: Value] = [:]
+    ) async throws(KeychainError) -> Value? {
         var plan = RetryPlan(op: op)
         while true {
             let outcome: Outcome = await withCheckedContinuation { (cont: CheckedContinuation<Outcome, Never>) in
@@ -127,8 +131,10 @@ public final class KeychainConnection: Sendable {
     /// Registers a waiter, connecting first if needed, and writes the request.
     /// Returns `.success(nil)` when the waiter will be resumed by the reader, `.success(outcome)` when
     /// the caller must use `outcome` itself (the write failed, or the link died right after it).
-    private func start(_ op: Operation, _ query: [String: Value]?, _ attributes: [String: Value]?,
-                       _ arguments: [String: Value], waiter: Waiter) -> Result<Outcome?, KeychainError> {
+    private func start(
+        _ op: Operation, _ query: [String: Value]?, _ attributes: [String: Value]?,
+        _ arguments: [String: Value], waiter: Waiter
+    ) -> Result<Outcome?, KeychainError> {
         let link: Link
         do throws(KeychainError) { link = try currentLink() } catch { return .failure(error) }
 
@@ -140,16 +146,26 @@ public final class KeychainConnection: Sendable {
         }
         // In wiping storage: a request may carry an item's secret or a passphrase, and the frame is
         // zeroed once written (when the last reference to it goes, at the end of this call).
-        let frame = Frame.encodeSecret(Request(id: id, op: op.rawValue, query: query, attributes: attributes,
-                                               arguments: arguments).value)
+        let frame = Frame.encodeSecret(
+            Request(
+                id: id, op: op.rawValue, query: query, attributes: attributes,
+                arguments: arguments
+            ).value)
         // The daemon enforces its own maxFrameBytes (1 MiB by default, configurable up to 64 MiB) and
         // answers a larger frame with an error; beyond 64 MiB no daemon would accept it.
         if frame.count - 4 > Self.maxRequestBytes {
             _ = state.withLock { $0.pending.removeValue(forKey: id) }
-            return .failure(KeychainError(.param, "the request is \(frame.count - 4) bytes; keychaind accepts at most \(Self.maxRequestBytes) bytes per request"))
+            return .failure(
+                KeychainError(
+                    .param,
+                    "the request is \(frame.count - 4) bytes; keychaind accepts at most \(Self.maxRequestBytes) bytes per request"
+                ))
         }
         let written: KeychainError? = writeLock.withLock {
-            do throws(KeychainError) { try link.socket.writeAll(frame); return nil } catch { return error }
+            do throws(KeychainError) {
+                try link.socket.writeAll(frame)
+                return nil
+            } catch { return error }
         }
         if let error = written {
             // Not delivered (the peer is gone): forget the waiter, drop the link, let the caller retry —
@@ -190,7 +206,8 @@ public final class KeychainConnection: Sendable {
             do throws(KeychainError) {
                 socket = try UnixSocket.connect(to: path)
             } catch {
-                throw KeychainError(.notAvailable, error.message + " (is keychaind running? KEYCHAIND_SOCKET overrides the path)")
+                throw KeychainError(
+                    .notAvailable, error.message + " (is keychaind running? KEYCHAIND_SOCKET overrides the path)")
             }
             let link = state.withLock { s -> Link in
                 s.generation += 1
@@ -215,7 +232,10 @@ public final class KeychainConnection: Sendable {
         while true {
             let body: SecretBytes?
             do throws(KeychainError) { body = try link.socket.readFrame(&frames) } catch {
-                reason = KeychainError(.notAvailable, "connection to keychaind at \(link.path) failed before the answer arrived (\(error.message)); the request may or may not have been carried out")
+                reason = KeychainError(
+                    .notAvailable,
+                    "connection to keychaind at \(link.path) failed before the answer arrived (\(error.message)); the request may or may not have been carried out"
+                )
                 break
             }
             guard let body else { break }
@@ -223,7 +243,8 @@ public final class KeychainConnection: Sendable {
             do throws(KeychainError) {
                 response = try Response(CBOR.decode(body, limits: CBOR.Limits(maxDepth: 16, maxCount: 1 << 20)))
             } catch {
-                reason = KeychainError(.notAvailable, "keychaind at \(link.path) sent an unreadable response (\(error.message))")
+                reason = KeychainError(
+                    .notAvailable, "keychaind at \(link.path) sent an unreadable response (\(error.message))")
                 break
             }
             // Request ids start at 1: an error with id 0 is the daemon's answer to a frame it could
@@ -268,7 +289,10 @@ private final class Link: Sendable {
     }
 
     var lostError: KeychainError {
-        KeychainError(.notAvailable, "connection to keychaind at \(path) closed before the answer arrived; the request may or may not have been carried out")
+        KeychainError(
+            .notAvailable,
+            "connection to keychaind at \(path) closed before the answer arrived; the request may or may not have been carried out"
+        )
     }
 
     /// Wakes the reader (which owns the close, via the socket's deinit) without racing on the fd number.
@@ -314,10 +338,16 @@ struct RetryPlan {
             try r.check()
             return Done(value: r.result)
         case .notSent(let e):
-            if sendRetries > 0 { sendRetries -= 1; return nil }
+            if sendRetries > 0 {
+                sendRetries -= 1
+                return nil
+            }
             throw e
         case .lost(let e):
-            if replays > 0 { replays -= 1; return nil }
+            if replays > 0 {
+                replays -= 1
+                return nil
+            }
             throw e
         case .failed(let e):
             throw e

@@ -108,7 +108,9 @@ public enum CBOR {
     private static func writeFloat<Sink: CBORSink>(_ d: Double, _ out: inout Sink) {
         out.append(0xFB)
         let bits = d.bitPattern
-        for shift in stride(from: 56, through: 0, by: -8) { out.append(UInt8(truncatingIfNeeded: bits >> UInt64(shift))) }
+        for shift in stride(from: 56, through: 0, by: -8) {
+            out.append(UInt8(truncatingIfNeeded: bits >> UInt64(shift)))
+        }
     }
 
     private static func writeHead<Sink: CBORSink>(_ major: UInt8, _ n: UInt64, _ out: inout Sink) {
@@ -117,35 +119,50 @@ public enum CBOR {
         case 0..<24:
             out.append(m | UInt8(n))
         case 24...0xFF:
-            out.append(m | 24); out.append(UInt8(n))
+            out.append(m | 24)
+            out.append(UInt8(n))
         case 0x100...0xFFFF:
-            out.append(m | 25); out.append(UInt8(n >> 8)); out.append(UInt8(truncatingIfNeeded: n))
+            out.append(m | 25)
+            out.append(UInt8(n >> 8))
+            out.append(UInt8(truncatingIfNeeded: n))
         case 0x1_0000...0xFFFF_FFFF:
             out.append(m | 26)
-            for shift in stride(from: 24, through: 0, by: -8) { out.append(UInt8(truncatingIfNeeded: n >> UInt64(shift))) }
+            for shift in stride(from: 24, through: 0, by: -8) {
+                out.append(UInt8(truncatingIfNeeded: n >> UInt64(shift)))
+            }
         default:
             out.append(m | 27)
-            for shift in stride(from: 56, through: 0, by: -8) { out.append(UInt8(truncatingIfNeeded: n >> UInt64(shift))) }
+            for shift in stride(from: 56, through: 0, by: -8) {
+                out.append(UInt8(truncatingIfNeeded: n >> UInt64(shift)))
+            }
         }
     }
 
     // MARK: Decoding
 
-    public static func decode(_ bytes: [UInt8], limits: Limits = .default,
-                              secretKeys: Set<String> = []) throws(KeychainError) -> Value {
+    public static func decode(
+        _ bytes: [UInt8], limits: Limits = .default,
+        secretKeys: Set<String> = []
+    ) throws(KeychainError) -> Value {
         try withBytes(bytes) { (raw) throws(KeychainError) in try decode(raw, limits: limits, secretKeys: secretKeys) }
     }
 
     /// Decodes a frame body held in wiping storage.
-    public static func decode(_ bytes: SecretBytes, limits: Limits = .default,
-                              secretKeys: Set<String> = []) throws(KeychainError) -> Value {
-        try bytes.withUnsafeBytes { (raw) throws(KeychainError) in try decode(raw, limits: limits, secretKeys: secretKeys) }
+    public static func decode(
+        _ bytes: SecretBytes, limits: Limits = .default,
+        secretKeys: Set<String> = []
+    ) throws(KeychainError) -> Value {
+        try bytes.withUnsafeBytes { (raw) throws(KeychainError) in
+            try decode(raw, limits: limits, secretKeys: secretKeys)
+        }
     }
 
     /// Decodes `bytes`. A byte string that is the value of a map key in `secretKeys` (at any depth)
     /// becomes `Value.secret`, copied straight into wiping storage.
-    public static func decode(_ bytes: UnsafeRawBufferPointer, limits: Limits = .default,
-                              secretKeys: Set<String> = []) throws(KeychainError) -> Value {
+    public static func decode(
+        _ bytes: UnsafeRawBufferPointer, limits: Limits = .default,
+        secretKeys: Set<String> = []
+    ) throws(KeychainError) -> Value {
         var reader = Reader(bytes: bytes, limits: limits, secretKeys: secretKeys)
         let value = try reader.readValue(depth: 0)
         if reader.offset != bytes.count {
@@ -223,7 +240,9 @@ public enum CBOR {
             if slice.allSatisfy({ $0 < 0x80 }) {
                 s = String(decoding: slice, as: UTF8.self)
             } else {
-                guard let v = String(validating: slice, as: UTF8.self) else { throw fail("text string is not valid UTF-8") }
+                guard let v = String(validating: slice, as: UTF8.self) else {
+                    throw fail("text string is not valid UTF-8")
+                }
                 s = v
             }
             offset += n
@@ -253,7 +272,9 @@ public enum CBOR {
             case 4:
                 guard depth < limits.maxDepth else { throw fail("nesting deeper than \(limits.maxDepth)") }
                 let n = try argument(info)
-                guard n <= UInt64(limits.maxCount) else { throw fail("array of \(n) elements exceeds \(limits.maxCount)") }
+                guard n <= UInt64(limits.maxCount) else {
+                    throw fail("array of \(n) elements exceeds \(limits.maxCount)")
+                }
                 guard n <= UInt64(bytes.count - offset) else { throw fail("array length exceeds the input") }
                 var a: [Value] = []
                 a.reserveCapacity(Int(n))

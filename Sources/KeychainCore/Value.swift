@@ -23,9 +23,18 @@ public enum Value: Hashable, Sendable {
 }
 
 extension Value {
-    public var int: Int64? { if case .int(let v) = self { return v }; return nil }
-    public var text: String? { if case .text(let v) = self { return v }; return nil }
-    public var bytes: [UInt8]? { if case .bytes(let v) = self { return v }; return nil }
+    public var int: Int64? {
+        if case .int(let v) = self { return v }
+        return nil
+    }
+    public var text: String? {
+        if case .text(let v) = self { return v }
+        return nil
+    }
+    public var bytes: [UInt8]? {
+        if case .bytes(let v) = self { return v }
+        return nil
+    }
     /// A byte string as wiping storage: `secret` as it is, `bytes` copied into it.
     public var secretBytes: SecretBytes? {
         switch self {
@@ -34,10 +43,22 @@ extension Value {
         default: return nil
         }
     }
-    public var bool: Bool? { if case .bool(let v) = self { return v }; return nil }
-    public var map: [String: Value]? { if case .map(let v) = self { return v }; return nil }
-    public var array: [Value]? { if case .array(let v) = self { return v }; return nil }
-    public var date: Double? { if case .date(let v) = self { return v }; return nil }
+    public var bool: Bool? {
+        if case .bool(let v) = self { return v }
+        return nil
+    }
+    public var map: [String: Value]? {
+        if case .map(let v) = self { return v }
+        return nil
+    }
+    public var array: [Value]? {
+        if case .array(let v) = self { return v }
+        return nil
+    }
+    public var date: Double? {
+        if case .date(let v) = self { return v }
+        return nil
+    }
 
     /// A short name of the value's kind for error messages ("text", "bytes", …) — never its content.
     public var kindName: String {
@@ -79,15 +100,33 @@ extension Value {
     /// must hash like an equal `secret`).
     public func hash(into hasher: inout Hasher) {
         switch self {
-        case .int(let v): hasher.combine(0); hasher.combine(v)
-        case .bytes(let b): hasher.combine(1); hasher.combine(b.count)
-        case .secret(let s): hasher.combine(1); hasher.combine(s.count)
-        case .text(let t): hasher.combine(2); hasher.combine(t)
-        case .array(let a): hasher.combine(3); hasher.combine(a)
-        case .map(let m): hasher.combine(4); hasher.combine(m)
-        case .bool(let b): hasher.combine(5); hasher.combine(b)
-        case .float(let d): hasher.combine(6); hasher.combine(d)
-        case .date(let d): hasher.combine(7); hasher.combine(d)
+        case .int(let v):
+            hasher.combine(0)
+            hasher.combine(v)
+        case .bytes(let b):
+            hasher.combine(1)
+            hasher.combine(b.count)
+        case .secret(let s):
+            hasher.combine(1)
+            hasher.combine(s.count)
+        case .text(let t):
+            hasher.combine(2)
+            hasher.combine(t)
+        case .array(let a):
+            hasher.combine(3)
+            hasher.combine(a)
+        case .map(let m):
+            hasher.combine(4)
+            hasher.combine(m)
+        case .bool(let b):
+            hasher.combine(5)
+            hasher.combine(b)
+        case .float(let d):
+            hasher.combine(6)
+            hasher.combine(d)
+        case .date(let d):
+            hasher.combine(7)
+            hasher.combine(d)
         case .null: hasher.combine(8)
         }
     }

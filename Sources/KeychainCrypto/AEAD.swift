@@ -12,8 +12,10 @@ public enum AEAD {
     public static let overhead = nonceBytes + tagBytes
 
     /// Seals `plaintext` under `key` (32 bytes), authenticating `ad` too.
-    public static func seal(_ plaintext: UnsafeRawBufferPointer, key: UnsafeRawBufferPointer,
-                            ad: UnsafeRawBufferPointer) -> [UInt8] {
+    public static func seal(
+        _ plaintext: UnsafeRawBufferPointer, key: UnsafeRawBufferPointer,
+        ad: UnsafeRawBufferPointer
+    ) -> [UInt8] {
         precondition(key.count == keyBytes, "AEAD key must be \(keyBytes) bytes")
         Sodium.ensureInitialized()
         let total = nonceBytes + plaintext.count + tagBytes
@@ -39,9 +41,11 @@ public enum AEAD {
 
     /// Opens a sealed box into `output` (exactly `sealed.count - overhead` bytes). A wrong key, wrong
     /// associated data or any modified byte is `errSecDecode`; `output` is zeroed then.
-    public static func open(_ sealed: UnsafeRawBufferPointer, key: UnsafeRawBufferPointer,
-                            ad: UnsafeRawBufferPointer, into output: UnsafeMutableRawBufferPointer,
-                            what: StaticString) throws(KeychainError) {
+    public static func open(
+        _ sealed: UnsafeRawBufferPointer, key: UnsafeRawBufferPointer,
+        ad: UnsafeRawBufferPointer, into output: UnsafeMutableRawBufferPointer,
+        what: StaticString
+    ) throws(KeychainError) {
         precondition(key.count == keyBytes, "AEAD key must be \(keyBytes) bytes")
         guard sealed.count >= overhead, output.count == sealed.count - overhead else {
             throw KeychainError(.decode, "\(what) is damaged (wrong length)")
@@ -60,13 +64,16 @@ public enum AEAD {
         }
         guard rc == 0 else {
             Sodium.zero(output)
-            throw KeychainError(.decode, "\(what) failed authentication (damaged, tampered with, or moved from another item)")
+            throw KeychainError(
+                .decode, "\(what) failed authentication (damaged, tampered with, or moved from another item)")
         }
     }
 
     /// Opens a sealed box into a new array.
-    public static func open(_ sealed: [UInt8], key: UnsafeRawBufferPointer, ad: UnsafeRawBufferPointer,
-                            what: StaticString) throws(KeychainError) -> [UInt8] {
+    public static func open(
+        _ sealed: [UInt8], key: UnsafeRawBufferPointer, ad: UnsafeRawBufferPointer,
+        what: StaticString
+    ) throws(KeychainError) -> [UInt8] {
         guard sealed.count >= overhead else { throw KeychainError(.decode, "\(what) is damaged (too short)") }
         var out = [UInt8](repeating: 0, count: sealed.count - overhead)
         try withBytes(sealed) { (s) throws(KeychainError) in
@@ -78,8 +85,10 @@ public enum AEAD {
     }
 
     /// Opens a sealed box into wiping storage (an item's secret).
-    public static func openSecret(_ sealed: [UInt8], key: UnsafeRawBufferPointer, ad: UnsafeRawBufferPointer,
-                                  what: StaticString) throws(KeychainError) -> SecretBytes {
+    public static func openSecret(
+        _ sealed: [UInt8], key: UnsafeRawBufferPointer, ad: UnsafeRawBufferPointer,
+        what: StaticString
+    ) throws(KeychainError) -> SecretBytes {
         guard sealed.count >= overhead else { throw KeychainError(.decode, "\(what) is damaged (too short)") }
         var out = SecretBytes(count: sealed.count - overhead)
         try withBytes(sealed) { (s) throws(KeychainError) in
@@ -97,8 +106,11 @@ public enum AEAD {
         _ sealed: [UInt8], key: UnsafeRawBufferPointer, ad: UnsafeRawBufferPointer, what: StaticString,
         _ body: (UnsafeRawBufferPointer) throws(KeychainError) -> R
     ) throws(KeychainError) -> R {
-        guard sealed.count == keyBytes + overhead else { throw KeychainError(.decode, "\(what) is damaged (wrong length)") }
-        return try withUnsafeTemporaryAllocation(byteCount: keyBytes, alignment: 16) { (buffer) throws(KeychainError) -> R in
+        guard sealed.count == keyBytes + overhead else {
+            throw KeychainError(.decode, "\(what) is damaged (wrong length)")
+        }
+        return try withUnsafeTemporaryAllocation(byteCount: keyBytes, alignment: 16) {
+            (buffer) throws(KeychainError) -> R in
             defer { Sodium.zero(buffer) }
             try withBytes(sealed) { (s) throws(KeychainError) in
                 try open(s, key: key, ad: ad, into: buffer, what: what)

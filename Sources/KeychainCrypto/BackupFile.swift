@@ -39,7 +39,8 @@ public enum BackupFile {
         private var count = 0
         private var finished = false
 
-        public init(passphrase: SecureBytes, parameters: KDFParameters, metadata: [String: Value]) throws(KeychainError) {
+        public init(passphrase: SecureBytes, parameters: KDFParameters, metadata: [String: Value]) throws(KeychainError)
+        {
             Sodium.ensureInitialized()
             let key = try PasswordHash.derive(passphrase, parameters)
             let state = UnsafeMutablePointer<crypto_secretstream_xchacha20poly1305_state>.allocate(capacity: 1)
@@ -53,7 +54,8 @@ public enum BackupFile {
             header += parameters.salt
             var streamHeader = [UInt8](repeating: 0, count: streamHeaderBytes)
             let rc = key.withUnsafeBytes { k in
-                crypto_secretstream_xchacha20poly1305_init_push(state, &streamHeader, k.baseAddress!.assumingMemoryBound(to: UInt8.self))
+                crypto_secretstream_xchacha20poly1305_init_push(
+                    state, &streamHeader, k.baseAddress!.assumingMemoryBound(to: UInt8.self))
             }
             guard rc == 0 else {
                 state.deallocate()
@@ -65,7 +67,9 @@ public enum BackupFile {
         }
 
         deinit {
-            Sodium.zero(UnsafeMutableRawBufferPointer(start: state, count: MemoryLayout<crypto_secretstream_xchacha20poly1305_state>.size))
+            Sodium.zero(
+                UnsafeMutableRawBufferPointer(
+                    start: state, count: MemoryLayout<crypto_secretstream_xchacha20poly1305_state>.size))
             state.deallocate()
         }
 
@@ -73,7 +77,8 @@ public enum BackupFile {
         public func append(ref: [UInt8], attributes: [String: Value], secret: SecretBytes) {
             precondition(!finished)
             var plain = SecretBytes(capacity: 128 + secret.count)
-            CBOR.encode(.map(["ref": .bytes(ref), "attributes": .map(attributes), "secret": .secret(secret)]), into: &plain)
+            CBOR.encode(
+                .map(["ref": .bytes(ref), "attributes": .map(attributes), "secret": .secret(secret)]), into: &plain)
             plain.withUnsafeBytes { push($0, ad: [], tag: crypto_secretstream_xchacha20poly1305_tag_message()) }
             count += 1
         }
@@ -82,7 +87,9 @@ public enum BackupFile {
         public func finish() -> [UInt8] {
             precondition(!finished)
             finished = true
-            push(CBOR.encode(.map(["count": .int(Int64(count))])), ad: [], tag: crypto_secretstream_xchacha20poly1305_tag_final())
+            push(
+                CBOR.encode(.map(["count": .int(Int64(count))])), ad: [],
+                tag: crypto_secretstream_xchacha20poly1305_tag_final())
             return output
         }
 
@@ -128,7 +135,8 @@ public enum BackupFile {
             throw KeychainError(.decode, "not a keychaind backup file")
         }
         guard data[8] == version else {
-            throw KeychainError(.decode, "backup format version \(data[8]) is not supported (this keychaind reads version \(version))")
+            throw KeychainError(
+                .decode, "backup format version \(data[8]) is not supported (this keychaind reads version \(version))")
         }
         guard Int32(data[9]) == KDFParameters.algorithm else {
             throw KeychainError(.decode, "the backup names an unknown key-derivation algorithm (\(data[9]))")
@@ -150,8 +158,9 @@ public enum BackupFile {
             defer { Sodium.zero(UnsafeMutableRawBufferPointer(buffer)) }
             let rc = key.withUnsafeBytes { k in
                 header.withUnsafeBufferPointer { h in
-                    crypto_secretstream_xchacha20poly1305_init_pull(state, h.baseAddress! + (headerBytes - streamHeaderBytes),
-                                                                    k.baseAddress!.assumingMemoryBound(to: UInt8.self))
+                    crypto_secretstream_xchacha20poly1305_init_pull(
+                        state, h.baseAddress! + (headerBytes - streamHeaderBytes),
+                        k.baseAddress!.assumingMemoryBound(to: UInt8.self))
                 }
             }
             guard rc == 0 else { throw KeychainError(.decode, "the backup's stream header is damaged") }
@@ -162,7 +171,8 @@ public enum BackupFile {
                 guard offset + 4 <= data.count else { throw KeychainError(.decode, "the backup file is truncated") }
                 let length = Int(readBigEndian(data, at: offset, bytes: 4))
                 offset += 4
-                guard length >= streamABytes, length - streamABytes <= maxRecordBytes, offset + length <= data.count else {
+                guard length >= streamABytes, length - streamABytes <= maxRecordBytes, offset + length <= data.count
+                else {
                     throw KeychainError(.decode, "the backup file is truncated or damaged")
                 }
                 var plain = [UInt8](repeating: 0, count: length - streamABytes)
@@ -181,7 +191,9 @@ public enum BackupFile {
                 offset += length
                 guard rc == 0 else {
                     Sodium.zero(&plain)
-                    if first { throw KeychainError(.authFailed, "wrong backup passphrase (or the backup file is damaged)") }
+                    if first {
+                        throw KeychainError(.authFailed, "wrong backup passphrase (or the backup file is damaged)")
+                    }
                     throw KeychainError(.decode, "the backup file is damaged (a record failed authentication)")
                 }
                 return plain
@@ -211,12 +223,16 @@ public enum BackupFile {
                     break
                 }
                 guard tag == crypto_secretstream_xchacha20poly1305_tag_message(),
-                      let ref = record["ref"]?.bytes, let attributes = record["attributes"]?.map, let secret = record["secret"]?.bytes else {
+                    let ref = record["ref"]?.bytes, let attributes = record["attributes"]?.map,
+                    let secret = record["secret"]?.bytes
+                else {
                     throw KeychainError(.decode, "the backup file holds a malformed item record")
                 }
                 items.append(Item(ref: ref, attributes: attributes, secret: secret))
             }
-            guard offset == data.count else { throw KeychainError(.decode, "the backup file has bytes after its final record") }
+            guard offset == data.count else {
+                throw KeychainError(.decode, "the backup file has bytes after its final record")
+            }
             return Contents(metadata: metadata, items: items, parameters: parameters)
         }
     }

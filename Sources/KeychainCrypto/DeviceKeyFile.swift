@@ -23,10 +23,16 @@ public enum DeviceKeyFile {
             throw KeychainError(.io, "device key file \(path) is not a regular file")
         }
         guard st.uid == CurrentProcess.effectiveUID else {
-            throw KeychainError(.io, "device key file \(path) is owned by uid \(st.uid), not by this user (uid \(CurrentProcess.effectiveUID))")
+            throw KeychainError(
+                .io,
+                "device key file \(path) is owned by uid \(st.uid), not by this user (uid \(CurrentProcess.effectiveUID))"
+            )
         }
         guard st.permissions & 0o077 == 0 else {
-            throw KeychainError(.io, "device key file \(path) is accessible by other users (mode \(String(st.permissions & 0o777, radix: 8))); run: chmod 600 \(path)")
+            throw KeychainError(
+                .io,
+                "device key file \(path) is accessible by other users (mode \(String(st.permissions & 0o777, radix: 8))); run: chmod 600 \(path)"
+            )
         }
         guard Int(st.size) == length else {
             throw KeychainError(.io, "device key file \(path) has \(st.size) bytes, expected \(length); it is damaged")
@@ -53,7 +59,9 @@ public enum DeviceKeyFile {
         let tmp = path + ".tmp-" + suffix.map { String($0, radix: 16) }.joined()
         Sodium.zero(&suffix)
         let file: FileDescriptor
-        do { file = try FileDescriptor.open(tmp, [.writeOnly, .create, .exclusive, .noFollow], permissions: 0o600) } catch {
+        do {
+            file = try FileDescriptor.open(tmp, [.writeOnly, .create, .exclusive, .noFollow], permissions: 0o600)
+        } catch {
             throw KeychainError(.io, "cannot create \(tmp)", error)
         }
         var ok = false

@@ -16,10 +16,13 @@ public enum KeyedHash {
 
     /// The same hash with the parts handed over one at a time as raw bytes (no arrays: the row-state
     /// scan at open hashes columns straight from SQLite). Writes `out.count` bytes of digest.
-    public static func hash(key: UnsafeRawBufferPointer, domain: UInt8, into out: UnsafeMutableRawBufferPointer,
-                            parts: (_ add: (UnsafeRawBufferPointer) -> Void) -> Void) {
+    public static func hash(
+        key: UnsafeRawBufferPointer, domain: UInt8, into out: UnsafeMutableRawBufferPointer,
+        parts: (_ add: (UnsafeRawBufferPointer) -> Void) -> Void
+    ) {
         precondition(out.count >= Int(crypto_generichash_BYTES_MIN) && out.count <= Int(crypto_generichash_BYTES_MAX))
-        precondition(key.count >= Int(crypto_generichash_KEYBYTES_MIN) && key.count <= Int(crypto_generichash_KEYBYTES_MAX))
+        precondition(
+            key.count >= Int(crypto_generichash_KEYBYTES_MIN) && key.count <= Int(crypto_generichash_KEYBYTES_MAX))
         Sodium.ensureInitialized()
         // The BLAKE2b state is 64-byte aligned, so Swift sees it as opaque: keep it on the stack.
         withUnsafeTemporaryAllocation(byteCount: crypto_generichash_statebytes(), alignment: 64) { raw in
@@ -27,7 +30,8 @@ public enum KeyedHash {
             let state = OpaquePointer(raw.baseAddress!)
             // libsodium fails these only for lengths outside its bounds (checked above) or a state used
             // after `final`; either is a bug here, never bad input, so it stops the process.
-            var rc = crypto_generichash_init(state, key.baseAddress!.assumingMemoryBound(to: UInt8.self), key.count, out.count)
+            var rc = crypto_generichash_init(
+                state, key.baseAddress!.assumingMemoryBound(to: UInt8.self), key.count, out.count)
             precondition(rc == 0, "crypto_generichash_init failed")
             var d = domain
             rc = crypto_generichash_update(state, &d, 1)
@@ -39,7 +43,8 @@ public enum KeyedHash {
                 }
                 precondition(lengthRC == 0, "crypto_generichash_update failed")
                 if let base = part.baseAddress, part.count > 0 {
-                    let partRC = crypto_generichash_update(state, base.assumingMemoryBound(to: UInt8.self), UInt64(part.count))
+                    let partRC = crypto_generichash_update(
+                        state, base.assumingMemoryBound(to: UInt8.self), UInt64(part.count))
                     precondition(partRC == 0, "crypto_generichash_update failed")
                 }
             }
@@ -50,7 +55,8 @@ public enum KeyedHash {
 
     /// Derives a 32-byte subkey into guarded memory: BLAKE2b keyed with `key` over a label (and extra
     /// key material, such as a second key a derived key must depend on).
-    public static func deriveKey(from key: SecureBytes, label: String, mixing other: SecureBytes? = nil) -> SecureBytes {
+    public static func deriveKey(from key: SecureBytes, label: String, mixing other: SecureBytes? = nil) -> SecureBytes
+    {
         key.withUnsafeBytes { k in
             var parts: [[UInt8]] = [Array(label.utf8)]
             if let other { parts.append(other.withUnsafeBytes { Array($0) }) }
@@ -73,10 +79,14 @@ public struct BlindIndexer: Sendable {
     public static let keyLength = 32
 
     public enum Column: UInt8, Sendable {
-        case accessGroup = 1, service = 2, account = 3, uniqueKey = 4
+        case accessGroup = 1
+        case service = 2
+        case account = 3
+        case uniqueKey = 4
         /// One Secret Service attribute (name, value), and the mark of an item that has its own
         /// Secret Service attributes (docs/secret-service.md).
-        case secretServiceAttribute = 5, secretServiceItem = 6
+        case secretServiceAttribute = 5
+        case secretServiceItem = 6
     }
 
     private let key: SecureBytes
@@ -85,27 +95,34 @@ public struct BlindIndexer: Sendable {
 
     /// Digest of one attribute value for its search column.
     public func column(_ column: Column, _ value: [UInt8]) -> [UInt8] {
-        key.withUnsafeBytes { KeyedHash.hash(key: $0, domain: column.rawValue, parts: [value], length: Self.columnLength) }
+        key.withUnsafeBytes {
+            KeyedHash.hash(key: $0, domain: column.rawValue, parts: [value], length: Self.columnLength)
+        }
     }
 
     /// Digest of one Secret Service attribute for the attribute index (name and value framed apart).
     public func secretServiceAttribute(name: [UInt8], value: [UInt8]) -> [UInt8] {
         key.withUnsafeBytes {
-            KeyedHash.hash(key: $0, domain: Column.secretServiceAttribute.rawValue, parts: [name, value], length: Self.columnLength)
+            KeyedHash.hash(
+                key: $0, domain: Column.secretServiceAttribute.rawValue, parts: [name, value], length: Self.columnLength
+            )
         }
     }
 
     /// The attribute-index entry every item with its own Secret Service attributes carries (so the
     /// items without them can be told apart without decrypting anything).
     public var secretServiceItemMark: [UInt8] {
-        key.withUnsafeBytes { KeyedHash.hash(key: $0, domain: Column.secretServiceItem.rawValue, parts: [], length: Self.columnLength) }
+        key.withUnsafeBytes {
+            KeyedHash.hash(key: $0, domain: Column.secretServiceItem.rawValue, parts: [], length: Self.columnLength)
+        }
     }
 
     /// Digest of Apple's uniqueness key (agrp, svce, acct, sync) for the UNIQUE column.
     public func uniqueKey(accessGroup: [UInt8], service: [UInt8], account: [UInt8], synchronizable: Bool) -> [UInt8] {
         key.withUnsafeBytes {
-            KeyedHash.hash(key: $0, domain: Column.uniqueKey.rawValue,
-                           parts: [accessGroup, service, account, [synchronizable ? 1 : 0]], length: Self.keyLength)
+            KeyedHash.hash(
+                key: $0, domain: Column.uniqueKey.rawValue,
+                parts: [accessGroup, service, account, [synchronizable ? 1 : 0]], length: Self.keyLength)
         }
     }
 }

@@ -46,7 +46,8 @@ public struct KDFParameters: Sendable, Equatable {
 
     public init(opsLimit: UInt64, memLimit: UInt64, salt: [UInt8]) throws(KeychainError) {
         guard salt.count == Self.saltBytes else { throw KeychainError(.decode, "Argon2id salt has the wrong length") }
-        guard opsLimit >= 1, opsLimit <= Self.maxOpsLimit, memLimit >= Self.minMemLimit, memLimit <= Self.maxMemLimit else {
+        guard opsLimit >= 1, opsLimit <= Self.maxOpsLimit, memLimit >= Self.minMemLimit, memLimit <= Self.maxMemLimit
+        else {
             throw KeychainError(.decode, "Argon2id parameters out of range (ops \(opsLimit), memory \(memLimit) bytes)")
         }
         self.opsLimit = opsLimit
@@ -62,12 +63,16 @@ public struct KDFParameters: Sendable, Equatable {
 
     /// CBOR form kept in the keyring: `{"alg": "argon2id13", "ops": n, "mem": bytes, "salt": 16 bytes}`.
     public var value: Value {
-        .map(["alg": .text(Self.algorithmName), "ops": .int(Int64(opsLimit)), "mem": .int(Int64(memLimit)), "salt": .bytes(salt)])
+        .map([
+            "alg": .text(Self.algorithmName), "ops": .int(Int64(opsLimit)), "mem": .int(Int64(memLimit)),
+            "salt": .bytes(salt),
+        ])
     }
 
     public init(_ value: Value) throws(KeychainError) {
         guard let m = value.map, m["alg"]?.text == Self.algorithmName,
-              let ops = m["ops"]?.int, let mem = m["mem"]?.int, ops > 0, mem > 0, let salt = m["salt"]?.bytes else {
+            let ops = m["ops"]?.int, let mem = m["mem"]?.int, ops > 0, mem > 0, let salt = m["salt"]?.bytes
+        else {
             throw KeychainError(.decode, "the key-derivation parameters are damaged or name an unknown algorithm")
         }
         try self.init(opsLimit: UInt64(ops), memLimit: UInt64(mem), salt: salt)
@@ -86,7 +91,9 @@ public enum PasswordHash {
 
     private static let oneAtATime = Locked<Int>(0)
 
-    public static func derive(_ passphrase: SecureBytes, _ parameters: KDFParameters) throws(KeychainError) -> SecureBytes {
+    public static func derive(_ passphrase: SecureBytes, _ parameters: KDFParameters) throws(KeychainError)
+        -> SecureBytes
+    {
         Sodium.ensureInitialized()
         var failed = false
         let key = oneAtATime.withLock { runs -> SecureBytes in

@@ -1,12 +1,12 @@
 /// Apple's data-protection classes (`kSecAttrAccessible`, wire key `pdmn`), numbered as Apple's keybag
 /// numbers them. Stored in the row as a small integer and bound into every ciphertext of the row.
 public enum ProtectionClass: UInt8, CaseIterable, Sendable, CustomStringConvertible {
-    case whenUnlocked = 6                    // ak
-    case afterFirstUnlock = 7                // ck
-    case always = 8                          // dk
-    case whenUnlockedThisDeviceOnly = 9      // aku
-    case afterFirstUnlockThisDeviceOnly = 10 // cku
-    case alwaysThisDeviceOnly = 11           // dku
+    case whenUnlocked = 6  // ak
+    case afterFirstUnlock = 7  // ck
+    case always = 8  // dk
+    case whenUnlockedThisDeviceOnly = 9  // aku
+    case afterFirstUnlockThisDeviceOnly = 10  // cku
+    case alwaysThisDeviceOnly = 11  // dku
     case whenPasscodeSetThisDeviceOnly = 12  // akpu
 
     /// Apple's default when an add names none.
@@ -42,7 +42,8 @@ public enum ProtectionClass: UInt8, CaseIterable, Sendable, CustomStringConverti
     public var isThisDeviceOnly: Bool {
         switch self {
         case .whenUnlockedThisDeviceOnly, .afterFirstUnlockThisDeviceOnly, .alwaysThisDeviceOnly,
-             .whenPasscodeSetThisDeviceOnly: return true
+            .whenPasscodeSetThisDeviceOnly:
+            return true
         default: return false
         }
     }

@@ -41,7 +41,7 @@ public final class SecureBytes: @unchecked Sendable, CustomStringConvertible, Cu
     }
 
     deinit {
-        sodium_free(pointer)   // makes the region writable, zeroes it, unmaps it
+        sodium_free(pointer)  // makes the region writable, zeroes it, unmaps it
     }
 
     public var description: String { "SecureBytes(\(count) bytes)" }

@@ -65,15 +65,19 @@ public final class Vault: Sendable {
         var wrappedRegistry: [UInt8]?
 
         var encoded: [UInt8] {
-            var map: [String: Value] = ["v": .int(keyringVersion), "master": .text(source.rawValue), "index": .bytes(wrappedIndex)]
+            var map: [String: Value] = [
+                "v": .int(keyringVersion), "master": .text(source.rawValue), "index": .bytes(wrappedIndex),
+            ]
             for (c, w) in wrapped { map[c.code] = .bytes(w) }
             if let kdf { map["kdf"] = kdf.value }
             if let wrappedRegistry { map[Vault.registryName] = .bytes(wrappedRegistry) }
             return CBOR.encode(.map(map))
         }
 
-        init(source: MasterSource, kdf: KDFParameters?, wrapped: [ProtectionClass: [UInt8]], wrappedIndex: [UInt8],
-             wrappedRegistry: [UInt8]?) {
+        init(
+            source: MasterSource, kdf: KDFParameters?, wrapped: [ProtectionClass: [UInt8]], wrappedIndex: [UInt8],
+            wrappedRegistry: [UInt8]?
+        ) {
             self.source = source
             self.kdf = kdf
             self.wrapped = wrapped
@@ -94,17 +98,23 @@ public final class Vault: Sendable {
             }
             self.source = source
             if source == .passphrase {
-                guard let k = map["kdf"] else { throw KeychainError(.decode, "the keyring lacks its key-derivation parameters") }
+                guard let k = map["kdf"] else {
+                    throw KeychainError(.decode, "the keyring lacks its key-derivation parameters")
+                }
                 kdf = try KDFParameters(k)
             } else {
                 kdf = nil
             }
             wrapped = [:]
             for c in ProtectionClass.allCases {
-                guard let w = map[c.code]?.bytes else { throw KeychainError(.decode, "the keyring lacks the \(c.code) class key") }
+                guard let w = map[c.code]?.bytes else {
+                    throw KeychainError(.decode, "the keyring lacks the \(c.code) class key")
+                }
                 wrapped[c] = w
             }
-            guard let wi = map["index"]?.bytes else { throw KeychainError(.decode, "the keyring lacks the blind-index key") }
+            guard let wi = map["index"]?.bytes else {
+                throw KeychainError(.decode, "the keyring lacks the blind-index key")
+            }
             wrappedIndex = wi
             switch map[Vault.registryName] {
             case nil: wrappedRegistry = nil
@@ -136,14 +146,18 @@ public final class Vault: Sendable {
         var rotation: UInt64 = 0
     }
 
-    private init(deviceKey: SecureBytes, deviceKEK: SecureBytes, keyring: Keyring, indexKey: SecureBytes,
-                 classKeys: [ProtectionClass: SecureBytes], registryKey: SecureBytes?, registryReadable: Bool) {
+    private init(
+        deviceKey: SecureBytes, deviceKEK: SecureBytes, keyring: Keyring, indexKey: SecureBytes,
+        classKeys: [ProtectionClass: SecureBytes], registryKey: SecureBytes?, registryReadable: Bool
+    ) {
         self.deviceKey = deviceKey
         self.deviceKEK = deviceKEK
         self.blindIndex = BlindIndexer(key: indexKey)
         self.rowStateKey = KeyedHash.deriveKey(from: deviceKey, label: "keychaind row-state v1")
-        self.state = Locked(State(keyring: keyring, classKeys: classKeys, registryKey: registryKey,
-                                  registryReadable: registryReadable))
+        self.state = Locked(
+            State(
+                keyring: keyring, classKeys: classKeys, registryKey: registryKey,
+                registryReadable: registryReadable))
     }
 
     /// A new keychain: fresh random class keys, blind-index key and registry key, wrapped as described
@@ -161,11 +175,13 @@ public final class Vault: Sendable {
         }
         let indexKey = SecureBytes(random: BlindIndexer.keyLength)
         let registry = SecureBytes(random: AEAD.keyBytes)
-        let keyring = Keyring(source: .deviceKey, kdf: nil, wrapped: wrapped,
-                              wrappedIndex: wrap(indexKey, under: deviceKEK, name: "index"),
-                              wrappedRegistry: wrap(registry, under: master, name: registryName))
-        let vault = Vault(deviceKey: deviceKey, deviceKEK: deviceKEK, keyring: keyring, indexKey: indexKey, classKeys: plain,
-                          registryKey: registry, registryReadable: true)
+        let keyring = Keyring(
+            source: .deviceKey, kdf: nil, wrapped: wrapped,
+            wrappedIndex: wrap(indexKey, under: deviceKEK, name: "index"),
+            wrappedRegistry: wrap(registry, under: master, name: registryName))
+        let vault = Vault(
+            deviceKey: deviceKey, deviceKEK: deviceKEK, keyring: keyring, indexKey: indexKey, classKeys: plain,
+            registryKey: registry, registryReadable: true)
         return (vault, keyring.encoded)
     }
 
@@ -176,15 +192,19 @@ public final class Vault: Sendable {
         let keyring = try Keyring(bytes)
         let deviceKEK = Self.deviceKEK(deviceKey)
         let indexKey: SecureBytes
-        do { indexKey = try unwrap(keyring.wrappedIndex, under: deviceKEK, name: "index", length: BlindIndexer.keyLength) } catch {
-            throw KeychainError(.decode, "the device key file does not belong to this database (the keyring does not open with it)")
+        do {
+            indexKey = try unwrap(keyring.wrappedIndex, under: deviceKEK, name: "index", length: BlindIndexer.keyLength)
+        } catch {
+            throw KeychainError(
+                .decode, "the device key file does not belong to this database (the keyring does not open with it)")
         }
         var keys: [ProtectionClass: SecureBytes] = [:]
         for c in ProtectionClass.allCases where c.isAlways {
             keys[c] = try unwrapClass(c, keyring, under: deviceKEK)
         }
-        let vault = Vault(deviceKey: deviceKey, deviceKEK: deviceKEK, keyring: keyring, indexKey: indexKey, classKeys: keys,
-                          registryKey: nil, registryReadable: false)
+        let vault = Vault(
+            deviceKey: deviceKey, deviceKEK: deviceKEK, keyring: keyring, indexKey: indexKey, classKeys: keys,
+            registryKey: nil, registryReadable: false)
         if keyring.source == .deviceKey { try vault.unlock() }
         return vault
     }
@@ -194,8 +214,9 @@ public final class Vault: Sendable {
     /// The unwrapped key of a class, or `errSecInteractionNotAllowed` while that class is locked.
     public func classKey(_ c: ProtectionClass) throws(KeychainError) -> SecureBytes {
         guard let key = state.withLock({ $0.classKeys[c] }) else {
-            throw KeychainError(.interactionNotAllowed,
-                                "the keychain is locked: items accessible \(c.code) cannot be used until it is unlocked")
+            throw KeychainError(
+                .interactionNotAllowed,
+                "the keychain is locked: items accessible \(c.code) cannot be used until it is unlocked")
         }
         return key
     }
@@ -207,7 +228,8 @@ public final class Vault: Sendable {
     /// Whether items of class `c` can be read and written now. `akpu` also needs a passphrase.
     public func isAvailable(_ c: ProtectionClass) -> Bool {
         state.withLock { s in
-            s.classKeys[c] != nil && (c != .whenPasscodeSetThisDeviceOnly || (s.keyring.source == .passphrase && !s.removingPassphrase))
+            s.classKeys[c] != nil
+                && (c != .whenPasscodeSetThisDeviceOnly || (s.keyring.source == .passphrase && !s.removingPassphrase))
         }
     }
 
@@ -329,10 +351,14 @@ public final class Vault: Sendable {
             master = Self.masterFromDevice(deviceKey)
         case .passphrase:
             guard let passphrase else { throw KeychainError(.authFailed, "a passphrase is set: it is needed for this") }
-            guard let kdf = current.kdf else { throw KeychainError(.decode, "the keyring lacks its key-derivation parameters") }
+            guard let kdf = current.kdf else {
+                throw KeychainError(.decode, "the keyring lacks its key-derivation parameters")
+            }
             master = masterFromPassphrase(try PasswordHash.derive(passphrase, kdf))
             // Proves the passphrase: the class keys wrapped under this master must open.
-            do { _ = try Self.unwrapAll(current, master: master, deviceKEK: deviceKEK) } catch where error.status == .decode {
+            do { _ = try Self.unwrapAll(current, master: master, deviceKEK: deviceKEK) } catch
+                where error.status == .decode
+            {
                 throw KeychainError(.authFailed, "wrong passphrase")
             }
         }
@@ -373,15 +399,21 @@ public final class Vault: Sendable {
         /// An item key sealed under the class key before the change, sealed again under the new one
         /// with the same associated data. errSecDecode when it does not open (a damaged row); a class
         /// that was not rotated is errSecParam.
-        public func rewrapItemKey(_ sealed: [UInt8], protection: ProtectionClass,
-                                  associatedData: [UInt8]) throws(KeychainError) -> [UInt8] {
-            guard rotatedClasses.contains(protection), let old = previousClassKeys[protection], let new = classKeys[protection] else {
+        public func rewrapItemKey(
+            _ sealed: [UInt8], protection: ProtectionClass,
+            associatedData: [UInt8]
+        ) throws(KeychainError) -> [UInt8] {
+            guard rotatedClasses.contains(protection), let old = previousClassKeys[protection],
+                let new = classKeys[protection]
+            else {
                 throw KeychainError(.param, "the \(protection.code) class key is not being rotated")
             }
             return try old.withUnsafeBytes { (ok) throws(KeychainError) -> [UInt8] in
                 try new.withUnsafeBytes { (nk) throws(KeychainError) -> [UInt8] in
                     try withBytes(associatedData) { (ad) throws(KeychainError) -> [UInt8] in
-                        try AEAD.withOpenedKey(sealed, key: ok, ad: ad, what: "item key") { ik in AEAD.seal(ik, key: nk, ad: ad) }
+                        try AEAD.withOpenedKey(sealed, key: ok, ad: ad, what: "item key") { ik in
+                            AEAD.seal(ik, key: nk, ad: ad)
+                        }
                     }
                 }
             }
@@ -395,7 +427,9 @@ public final class Vault: Sendable {
     /// wraps them under the new master key; removing keeps those keys (re-wrapped under the
     /// device-derived master) but gives `akpu` a fresh one, so items of that class can never be opened
     /// again (the caller deletes them). Every change draws a fresh registry key.
-    public func preparePassphraseChange(old: SecureBytes?, new: SecureBytes?, profile: KDFProfile) throws(KeychainError) -> PendingChange {
+    public func preparePassphraseChange(old: SecureBytes?, new: SecureBytes?, profile: KDFProfile) throws(KeychainError)
+        -> PendingChange
+    {
         let current = state.withLock { $0.keyring }
         let unwrapped: Unwrapped
         switch current.source {
@@ -403,7 +437,8 @@ public final class Vault: Sendable {
             unwrapped = try Self.unwrapAll(current, master: Self.masterFromDevice(deviceKey), deviceKEK: deviceKEK)
         case .passphrase:
             guard let old else {
-                throw KeychainError(.authFailed, "a passphrase is set: the current one is needed to change it (\"old\")")
+                throw KeychainError(
+                    .authFailed, "a passphrase is set: the current one is needed to change it (\"old\")")
             }
             unwrapped = try unwrapWithPassphrase(current, old)
         }
@@ -434,9 +469,10 @@ public final class Vault: Sendable {
         }
         let registry = SecureBytes(random: AEAD.keyBytes)
         next.wrappedRegistry = Self.wrap(registry, under: master, name: Self.registryName)
-        return PendingChange(keyring: next.encoded, removesPassphrase: new == nil && current.source == .passphrase,
-                             rotatedClasses: rotated, registryKey: registry, previousRegistryKey: unwrapped.registry,
-                             decoded: next, classKeys: keys, previousClassKeys: unwrapped.classKeys)
+        return PendingChange(
+            keyring: next.encoded, removesPassphrase: new == nil && current.source == .passphrase,
+            rotatedClasses: rotated, registryKey: registry, previousRegistryKey: unwrapped.registry,
+            decoded: next, classKeys: keys, previousClassKeys: unwrapped.classKeys)
     }
 
     /// Marks a passphrase removal as under way (akpu writes refused) or no longer (it failed).
@@ -480,17 +516,22 @@ public final class Vault: Sendable {
         KeyedHash.deriveKey(from: stretched, label: "keychaind master-from-passphrase v1", mixing: deviceKEK)
     }
 
-    private func unwrapWithPassphrase(_ keyring: Keyring, _ passphrase: SecureBytes) throws(KeychainError) -> Unwrapped {
-        guard let kdf = keyring.kdf else { throw KeychainError(.decode, "the keyring lacks its key-derivation parameters") }
+    private func unwrapWithPassphrase(_ keyring: Keyring, _ passphrase: SecureBytes) throws(KeychainError) -> Unwrapped
+    {
+        guard let kdf = keyring.kdf else {
+            throw KeychainError(.decode, "the keyring lacks its key-derivation parameters")
+        }
         let master = masterFromPassphrase(try PasswordHash.derive(passphrase, kdf))
         do {
             return try Self.unwrapAll(keyring, master: master, deviceKEK: deviceKEK)
-        } catch where error.status == .decode {
+        } catch  where error.status == .decode {
             throw KeychainError(.authFailed, "wrong passphrase")
         }
     }
 
-    private static func unwrapAll(_ keyring: Keyring, master: SecureBytes, deviceKEK: SecureBytes) throws(KeychainError) -> Unwrapped {
+    private static func unwrapAll(_ keyring: Keyring, master: SecureBytes, deviceKEK: SecureBytes) throws(KeychainError)
+        -> Unwrapped
+    {
         let keks = Keks(master: master, deviceKEK: deviceKEK)
         var keys: [ProtectionClass: SecureBytes] = [:]
         for c in ProtectionClass.allCases {
@@ -498,13 +539,19 @@ public final class Vault: Sendable {
         }
         // The class keys opened under this master, so the passphrase is right: a registry key that does
         // not open is damage, and is treated as none (registrations sealed under it read as damaged).
-        let registry = keyring.wrappedRegistry.flatMap { try? unwrap($0, under: master, name: registryName, length: AEAD.keyBytes) }
+        let registry = keyring.wrappedRegistry.flatMap {
+            try? unwrap($0, under: master, name: registryName, length: AEAD.keyBytes)
+        }
         return Unwrapped(classKeys: keys, registry: registry)
     }
 
-    private static func unwrapClass(_ c: ProtectionClass, _ keyring: Keyring, under kek: SecureBytes) throws(KeychainError) -> SecureBytes {
+    private static func unwrapClass(_ c: ProtectionClass, _ keyring: Keyring, under kek: SecureBytes)
+        throws(KeychainError) -> SecureBytes
+    {
         do { return try unwrap(keyring.wrapped[c]!, under: kek, name: c.code, length: AEAD.keyBytes) } catch {
-            throw KeychainError(.decode, "the \(c.code) class key does not open (wrong device.key, wrong passphrase or a damaged keyring)")
+            throw KeychainError(
+                .decode,
+                "the \(c.code) class key does not open (wrong device.key, wrong passphrase or a damaged keyring)")
         }
     }
 
@@ -521,17 +568,25 @@ public final class Vault: Sendable {
     private static func ad(_ name: String) -> [UInt8] { Array("keychaind keyring v1 \(name)".utf8) }
 
     static func wrap(_ key: SecureBytes, under kek: SecureBytes, name: String) -> [UInt8] {
-        key.withUnsafeBytes { k in kek.withUnsafeBytes { w in ad(name).withUnsafeBytes { AEAD.seal(k, key: w, ad: $0) } } }
+        key.withUnsafeBytes { k in
+            kek.withUnsafeBytes { w in ad(name).withUnsafeBytes { AEAD.seal(k, key: w, ad: $0) } }
+        }
     }
 
-    static func unwrap(_ sealed: [UInt8], under kek: SecureBytes, name: String, length: Int) throws(KeychainError) -> SecureBytes {
-        guard sealed.count == length + AEAD.overhead else { throw KeychainError(.decode, "wrapped \(name) key has the wrong length") }
+    static func unwrap(_ sealed: [UInt8], under kek: SecureBytes, name: String, length: Int) throws(KeychainError)
+        -> SecureBytes
+    {
+        guard sealed.count == length + AEAD.overhead else {
+            throw KeychainError(.decode, "wrapped \(name) key has the wrong length")
+        }
         var failure: KeychainError?
         let key = SecureBytes(count: length) { out in
             kek.withUnsafeBytes { w in
                 sealed.withUnsafeBytes { s in
                     ad(name).withUnsafeBytes { a in
-                        do throws(KeychainError) { try AEAD.open(s, key: w, ad: a, into: out, what: "wrapped key") } catch { failure = error }
+                        do throws(KeychainError) {
+                            try AEAD.open(s, key: w, ad: a, into: out, what: "wrapped key")
+                        } catch { failure = error }
                     }
                 }
             }

@@ -1,5 +1,5 @@
-import KeychainSystem
 import KeychainItems
+import KeychainSystem
 
 /// One registration as the daemon sees it: the entry, where it was read, and whether it counts.
 public struct Registration: Sendable {
@@ -34,7 +34,10 @@ public struct RegistryContext: Sendable {
     /// keychain has not been unlocked since keychaind started).
     public var approvals: [AppEntry]?
 
-    public init(systemDirectories: [String], userDirectory: String, bundledCLI: String?, passphraseSet: Bool, approvals: [AppEntry]?) {
+    public init(
+        systemDirectories: [String], userDirectory: String, bundledCLI: String?, passphraseSet: Bool,
+        approvals: [AppEntry]?
+    ) {
         self.systemDirectories = systemDirectories
         self.userDirectory = userDirectory
         self.bundledCLI = bundledCLI
@@ -60,11 +63,14 @@ public struct AppRegistry: Sendable {
 
     /// A registry of the given entries, all trusted (tests, and `--check-config`).
     public init(apps: [AppEntry], bundledCLI: String?) {
-        self.init(registrations: apps.map { Registration(entry: $0, source: .user) }, bundledCLI: bundledCLI,
-                  howToRegister: { "add an apps.d/*.json entry naming \($0)" })
+        self.init(
+            registrations: apps.map { Registration(entry: $0, source: .user) }, bundledCLI: bundledCLI,
+            howToRegister: { "add an apps.d/*.json entry naming \($0)" })
     }
 
-    private init(registrations input: [Registration], bundledCLI: String?, howToRegister: @escaping @Sendable (String) -> String) {
+    private init(
+        registrations input: [Registration], bundledCLI: String?, howToRegister: @escaping @Sendable (String) -> String
+    ) {
         var registrations = input
         var map: [[UInt8]: AppEntry] = [:]
         var refused: [[UInt8]: String] = [:]
@@ -87,8 +93,9 @@ public struct AppRegistry: Sendable {
             }
         }
         if let cli = bundledCLI, map[Array(cli.utf8)] == nil {
-            let entry = AppEntry(applicationIdentifier: "keychainctl", accessGroups: [Self.bundledGroup],
-                                 executables: [cli], admin: false, file: "(built-in: the keychainctl beside keychaind)")
+            let entry = AppEntry(
+                applicationIdentifier: "keychainctl", accessGroups: [Self.bundledGroup],
+                executables: [cli], admin: false, file: "(built-in: the keychainctl beside keychaind)")
             map[Array(cli.utf8)] = entry
             refused[Array(cli.utf8)] = nil
             registrations.append(Registration(entry: entry, source: .builtIn))
@@ -113,8 +120,10 @@ public struct AppRegistry: Sendable {
                 // A file in /etc overrides the package's file of the same name in /usr/share.
                 guard seenNames.insert(name).inserted else { continue }
                 let problem = dirProblem ?? TrustedPaths.rootOwnedProblem(app.file)
-                registrations.append(Registration(entry: app, source: .system,
-                                                  untrusted: problem.map { "\(app.file) is not a trusted registration: \($0)" }))
+                registrations.append(
+                    Registration(
+                        entry: app, source: .system,
+                        untrusted: problem.map { "\(app.file) is not a trusted registration: \($0)" }))
             }
         }
         for app in try AppFiles.load(directory: context.userDirectory) {
@@ -122,10 +131,12 @@ public struct AppRegistry: Sendable {
             if context.passphraseSet {
                 if let approvals = context.approvals {
                     if !approvals.contains(where: { $0.sameRegistration(as: app) }) {
-                        untrusted = "\(app.file) is not approved with the keychain passphrase (run `keychainctl approve \(String(app.file.split(separator: "/").last ?? ""))`)"
+                        untrusted =
+                            "\(app.file) is not approved with the keychain passphrase (run `keychainctl approve \(String(app.file.split(separator: "/").last ?? ""))`)"
                     }
                 } else {
-                    untrusted = "\(app.file) counts once the keychain has been unlocked since keychaind started (approved registrations are sealed under the passphrase)"
+                    untrusted =
+                        "\(app.file) counts once the keychain has been unlocked since keychaind started (approved registrations are sealed under the passphrase)"
                 }
             }
             registrations.append(Registration(entry: app, source: .user, untrusted: untrusted))
@@ -141,13 +152,15 @@ public struct AppRegistry: Sendable {
                     continue
                 }
                 if principal.uid != 0, let problem = TrustedPaths.modifiableProblem(exe, by: principal) {
-                    registrations[i].refusedExecutables[exe] = "registered executable \(exe) can be modified by this user (\(problem)), so it cannot carry an identity; install it root-owned (for example under /usr/local/bin) and register that path"
+                    registrations[i].refusedExecutables[exe] =
+                        "registered executable \(exe) can be modified by this user (\(problem)), so it cannot carry an identity; install it root-owned (for example under /usr/local/bin) and register that path"
                     continue
                 }
                 owners[key] = registrations[i].entry.file
             }
         }
-        let passphraseSet = context.passphraseSet, userDirectory = context.userDirectory
+        let passphraseSet = context.passphraseSet
+        let userDirectory = context.userDirectory
         let how: @Sendable (String) -> String = { exe in
             passphraseSet
                 ? "register it root-owned in /etc/keychaind/apps.d/, or with `keychainctl register` (an admin, with the keychain passphrase)"
@@ -164,12 +177,16 @@ public struct AppRegistry: Sendable {
         let key = Array(exe.utf8)
         if let reason = refused[key] { return .failure(KeychainIdentityError(reason)) }
         guard let entry = byExecutable[key] else {
-            return .failure(KeychainIdentityError("executable \(exe) is not registered with keychaind; \(howToRegister(exe))"))
+            return .failure(
+                KeychainIdentityError("executable \(exe) is not registered with keychaind; \(howToRegister(exe))"))
         }
         // The file at the registered path, now, in keychaind's mount namespace, must be the very file
         // the peer runs: not a copy, not another file mounted over that path, not a replaced one.
         guard FileIdentity.of(path: exe) == file else {
-            return .failure(KeychainIdentityError("pid \(peer.pid) does not run the file registered at \(exe) (it was replaced, or another file is mounted over that path)"))
+            return .failure(
+                KeychainIdentityError(
+                    "pid \(peer.pid) does not run the file registered at \(exe) (it was replaced, or another file is mounted over that path)"
+                ))
         }
         return .success(entry)
     }

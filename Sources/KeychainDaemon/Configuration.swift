@@ -49,7 +49,8 @@ public struct AppEntry: Sendable, Equatable {
     public var admin: Bool
     public var file: String
 
-    public init(applicationIdentifier: String, accessGroups: [String], executables: [String], admin: Bool, file: String) {
+    public init(applicationIdentifier: String, accessGroups: [String], executables: [String], admin: Bool, file: String)
+    {
         self.applicationIdentifier = applicationIdentifier
         self.accessGroups = accessGroups
         self.executables = executables
@@ -83,7 +84,8 @@ enum JSONFile {
 
     static func int(_ v: Any, key: String, file: String, range: ClosedRange<Int>) throws(ConfigurationError) -> Int {
         guard let n = v as? NSNumber, !isBool(v), let i = Int(exactly: n.doubleValue), range.contains(i) else {
-            throw ConfigurationError(file: file, reason: "\"\(key)\" must be an integer from \(range.lowerBound) to \(range.upperBound)")
+            throw ConfigurationError(
+                file: file, reason: "\"\(key)\" must be an integer from \(range.lowerBound) to \(range.upperBound)")
         }
         return i
     }
@@ -111,9 +113,11 @@ enum JSONFile {
 }
 
 extension Settings {
-    static let knownKeys = ["socket", "dataDirectory", "maxFrameBytes", "maxConnections",
-                            "idleTimeoutSeconds", "autoLockSeconds", "kdfProfile", "lookupCacheEntries", "maxBufferedBytes", "logLevel",
-                            "secretService", "secretServiceUnregistered"]
+    static let knownKeys = [
+        "socket", "dataDirectory", "maxFrameBytes", "maxConnections",
+        "idleTimeoutSeconds", "autoLockSeconds", "kdfProfile", "lookupCacheEntries", "maxBufferedBytes", "logLevel",
+        "secretService", "secretServiceUnregistered",
+    ]
 
     /// Applies `keychaind.json` when it exists. Unknown keys and wrong types are errors.
     mutating func apply(configFile path: String) throws(ConfigurationError) {
@@ -123,12 +127,17 @@ extension Settings {
             switch key {
             case "socket": socketPath = try JSONFile.string(value, key: key, file: path)
             case "dataDirectory": dataDirectory = try JSONFile.string(value, key: key, file: path)
-            case "maxFrameBytes": maxFrameBytes = try JSONFile.int(value, key: key, file: path, range: 1024...(64 << 20))
+            case "maxFrameBytes":
+                maxFrameBytes = try JSONFile.int(value, key: key, file: path, range: 1024...(64 << 20))
             case "maxConnections": maxConnections = try JSONFile.int(value, key: key, file: path, range: 1...65536)
-            case "idleTimeoutSeconds": idleTimeoutSeconds = try JSONFile.int(value, key: key, file: path, range: 0...86400 * 7)
-            case "autoLockSeconds": autoLockSeconds = try JSONFile.int(value, key: key, file: path, range: 0...86400 * 365)
-            case "lookupCacheEntries": lookupCacheEntries = try JSONFile.int(value, key: key, file: path, range: 0...1_000_000)
-            case "maxBufferedBytes": maxBufferedBytes = try JSONFile.int(value, key: key, file: path, range: (1 << 20)...(1 << 30))
+            case "idleTimeoutSeconds":
+                idleTimeoutSeconds = try JSONFile.int(value, key: key, file: path, range: 0...86400 * 7)
+            case "autoLockSeconds":
+                autoLockSeconds = try JSONFile.int(value, key: key, file: path, range: 0...86400 * 365)
+            case "lookupCacheEntries":
+                lookupCacheEntries = try JSONFile.int(value, key: key, file: path, range: 0...1_000_000)
+            case "maxBufferedBytes":
+                maxBufferedBytes = try JSONFile.int(value, key: key, file: path, range: (1 << 20)...(1 << 30))
             case "kdfProfile":
                 let name = try JSONFile.string(value, key: key, file: path)
                 guard let profile = KDFProfile(rawValue: name) else {
@@ -138,7 +147,8 @@ extension Settings {
             case "logLevel":
                 let name = try JSONFile.string(value, key: key, file: path)
                 guard let level = Log.Level(name: name) else {
-                    throw ConfigurationError(file: path, reason: "\"logLevel\" must be error, warning, notice, info or debug")
+                    throw ConfigurationError(
+                        file: path, reason: "\"logLevel\" must be error, warning, notice, info or debug")
                 }
                 logLevel = level
             case "secretService":
@@ -149,11 +159,13 @@ extension Settings {
             case "secretServiceUnregistered":
                 let name = try JSONFile.string(value, key: key, file: path)
                 guard let mode = AccessPolicy.UnregisteredBusCallers(rawValue: name) else {
-                    throw ConfigurationError(file: path, reason: "\"secretServiceUnregistered\" must be shared or refuse")
+                    throw ConfigurationError(
+                        file: path, reason: "\"secretServiceUnregistered\" must be shared or refuse")
                 }
                 secretServiceUnregistered = mode
             default:
-                throw ConfigurationError(file: path, reason: "unknown key \"\(key)\" (known: \(Self.knownKeys.joined(separator: ", ")))")
+                throw ConfigurationError(
+                    file: path, reason: "unknown key \"\(key)\" (known: \(Self.knownKeys.joined(separator: ", ")))")
             }
         }
     }
@@ -181,7 +193,8 @@ public enum AppFiles {
     static func parse(file: String) throws(ConfigurationError) -> AppEntry {
         let o = try JSONFile.object(at: file)
         for key in o.keys where !knownKeys.contains(key) {
-            throw ConfigurationError(file: file, reason: "unknown key \"\(key)\" (known: \(knownKeys.joined(separator: ", ")))")
+            throw ConfigurationError(
+                file: file, reason: "unknown key \"\(key)\" (known: \(knownKeys.joined(separator: ", ")))")
         }
         guard let id = o["application-identifier"] else {
             throw ConfigurationError(file: file, reason: "missing \"application-identifier\"")
@@ -205,6 +218,7 @@ public enum AppFiles {
             }
             admin = b
         }
-        return AppEntry(applicationIdentifier: identifier, accessGroups: groups, executables: exes, admin: admin, file: file)
+        return AppEntry(
+            applicationIdentifier: identifier, accessGroups: groups, executables: exes, admin: admin, file: file)
     }
 }

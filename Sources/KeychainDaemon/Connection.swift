@@ -1,8 +1,8 @@
-import Synchronization
 import KeychainCore
 import KeychainItems
 import KeychainSystem
 import KeychainWire
+import Synchronization
 
 /// Bytes held in partial frames across all connections, against one limit, so many peers each
 /// sending most of a large frame cannot grow the daemon without bound.
@@ -65,7 +65,7 @@ final class Connection {
         var frames = FrameBuffer(maxBytes: Self.unidentifiedFrameBytes)
         var input = SecretBytes(count: 4 * 1024)
         var output = SecretBytes(capacity: 4 * 1024)
-        var held = 0    // this connection's share of the budget
+        var held = 0  // this connection's share of the budget
         let memo = CopyMemo()
         defer { _ = budget.adjust(by: -held) }
         let pid = peer.identity.pid
@@ -79,7 +79,9 @@ final class Connection {
             let n: Int
             let writer: Int32
             do {
-                (n, writer) = try input.withUnsafeMutableBytes { (b) throws(Errno) in try socket.socket.receiveWithWriter(into: b) }
+                (n, writer) = try input.withUnsafeMutableBytes { (b) throws(Errno) in
+                    try socket.socket.receiveWithWriter(into: b)
+                }
             } catch {
                 if error.code.isTimeout {
                     Log.debug("connection idle timeout", [("pid", String(pid))])
@@ -89,14 +91,20 @@ final class Connection {
             if n == 0 {
                 if frames.pendingCount > 0 {
                     Log.info("connection closed: truncated frame", [("pid", String(pid))])
-                    let r = Response(id: 0, error: .param("connection closed in the middle of a frame (\(frames.pendingCount) bytes pending)"))
+                    let r = Response(
+                        id: 0,
+                        error: .param(
+                            "connection closed in the middle of a frame (\(frames.pendingCount) bytes pending)"))
                     try? socket.writeAll(r.frame())
                 }
                 return
             }
-            if let refusal = AccessPolicy.checkWriter(writerPID: writer, identifiedPID: pid,
-                                                      identifiedIsRunning: peer.identity.process?.isRunning ?? true) {
-                Log.warning("connection closed: frame from another process", [("pid", String(pid)), ("writer", String(writer))])
+            if let refusal = AccessPolicy.checkWriter(
+                writerPID: writer, identifiedPID: pid,
+                identifiedIsRunning: peer.identity.process?.isRunning ?? true)
+            {
+                Log.warning(
+                    "connection closed: frame from another process", [("pid", String(pid)), ("writer", String(writer))])
                 try? socket.writeAll(Response(id: 0, error: refusal).frame())
                 socket.drainForClose()
                 return
@@ -136,8 +144,15 @@ final class Connection {
                 if budget.adjust(by: pending - held) {
                     held = pending
                 } else {
-                    Log.warning("connection closed: buffer budget exhausted", [("pid", String(pid)), ("limit", String(budget.limit))])
-                    Response(id: 0, error: KeychainError(.allocate, "keychaind is holding too many partial requests (\(budget.limit) bytes in all); try again")).appendFrame(to: &output)
+                    Log.warning(
+                        "connection closed: buffer budget exhausted",
+                        [("pid", String(pid)), ("limit", String(budget.limit))])
+                    Response(
+                        id: 0,
+                        error: KeychainError(
+                            .allocate,
+                            "keychaind is holding too many partial requests (\(budget.limit) bytes in all); try again")
+                    ).appendFrame(to: &output)
                     close = true
                 }
             }

@@ -65,8 +65,9 @@ final class CopyMemo {
     func lookup(_ query: UnsafeRawBufferPointer, token: Token) -> ItemService.CompiledCopy? {
         guard !query.isEmpty else { return nil }
         guard let entry = entries[Self.slot(query)], entry.token == token,
-              entry.query.count == query.count,
-              entry.query.withUnsafeBytes({ Self.same($0, query) }) else { return nil }
+            entry.query.count == query.count,
+            entry.query.withUnsafeBytes({ Self.same($0, query) })
+        else { return nil }
         return entry.compiled
     }
 
@@ -75,7 +76,11 @@ final class CopyMemo {
         let n = a.count
         var i = 0
         while i + 8 <= n {
-            if a.loadUnaligned(fromByteOffset: i, as: UInt64.self) != b.loadUnaligned(fromByteOffset: i, as: UInt64.self) { return false }
+            if a.loadUnaligned(fromByteOffset: i, as: UInt64.self)
+                != b.loadUnaligned(fromByteOffset: i, as: UInt64.self)
+            {
+                return false
+            }
             i += 8
         }
         while i < n {

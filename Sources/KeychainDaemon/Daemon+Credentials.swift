@@ -17,7 +17,10 @@ extension Daemon {
         let path = dir + "/" + credentialName
         let file: FileDescriptor
         do { file = try FileDescriptor.open(path) } catch {
-            if error.code != .noEntry { Log.warning("credential not readable", [("name", credentialName), ("errno", String(error.code.rawValue))]) }
+            if error.code != .noEntry {
+                Log.warning(
+                    "credential not readable", [("name", credentialName), ("errno", String(error.code.rawValue))])
+            }
             return
         }
         let capacity = PasswordHash.maxPassphraseBytes + 2
@@ -39,8 +42,9 @@ extension Daemon {
             try items.unlock(passphrase: passphrase)
             Log.info("keychain unlocked", [("by", "credential")])
         } catch {
-            Log.warning("credential did not unlock the keychain; staying locked",
-                        [("name", credentialName), ("status", String(error.status.rawValue))])
+            Log.warning(
+                "credential did not unlock the keychain; staying locked",
+                [("name", credentialName), ("status", String(error.status.rawValue))])
         }
     }
 
@@ -48,7 +52,8 @@ extension Daemon {
     /// does not otherwise; `VmLck` tells which.
     static func checkLockedMemory() {
         guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
-              let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmLck:") }) else { return }
+            let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmLck:") })
+        else { return }
         let kB = line.split(separator: " ").dropFirst().first.flatMap { Int($0) } ?? 0
         if kB == 0 {
             Log.warning("no memory is locked: key pages may be written to swap; raise LimitMEMLOCK (ulimit -l)")

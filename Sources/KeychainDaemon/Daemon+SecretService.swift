@@ -1,7 +1,7 @@
 public import KeychainCore
+public import KeychainItems
 import KeychainSystem
 import Synchronization
-public import KeychainItems
 
 /// What the Secret Service (KeychainSecretService, served inside this process on its own thread)
 /// needs from the daemon: the item service, the registry that decides who a peer is, the auto-lock

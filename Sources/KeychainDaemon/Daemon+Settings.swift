@@ -5,13 +5,16 @@ import KeychainWire
 /// Where the daemon's settings come from, and the keychainctl it bundles.
 extension Daemon {
     /// Resolves settings from defaults, the config file and the flags, in that order.
-    public static func settings(for options: Options, environment env: [String: String]) throws(ConfigurationError) -> Settings {
+    public static func settings(for options: Options, environment env: [String: String]) throws(ConfigurationError)
+        -> Settings
+    {
         let home = env["HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? "/"
         let configHome = env["XDG_CONFIG_HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? home + "/.config"
         let dataHome = env["XDG_DATA_HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? home + "/.local/share"
-        var s = Settings(socketPath: SocketLocation.resolve(environment: env.filter { $0.key == "XDG_RUNTIME_DIR" }),
-                         dataDirectory: dataHome + "/keychaind",
-                         configFile: options.configFile ?? configHome + "/keychaind/keychaind.json")
+        var s = Settings(
+            socketPath: SocketLocation.resolve(environment: env.filter { $0.key == "XDG_RUNTIME_DIR" }),
+            dataDirectory: dataHome + "/keychaind",
+            configFile: options.configFile ?? configHome + "/keychaind/keychaind.json")
         if options.configFile != nil && !FileManager.default.fileExists(atPath: s.configFile) {
             throw ConfigurationError(file: s.configFile, reason: "does not exist (given with --config)")
         }

@@ -1,11 +1,11 @@
 import Foundation
-import Synchronization
 import KeychainCore
 import KeychainCrypto
 import KeychainItems
+import KeychainStore
 import KeychainSystem
 import KeychainWire
-import KeychainStore
+import Synchronization
 
 /// The daemon's lifecycle: configuration, the item service, the listener, one thread per
 /// connection, signals (SIGTERM/SIGINT graceful stop, SIGHUP reload of apps.d), sd_notify.
@@ -26,8 +26,9 @@ public final class Daemon: Sendable {
     public init(settings: Settings) throws {
         self.settings = settings
         self.bundledCLI = Self.bundledCLIPath()
-        items = try ItemService(directory: settings.dataDirectory, kdfProfile: settings.kdfProfile,
-                                lookupCacheEntries: settings.lookupCacheEntries)
+        items = try ItemService(
+            directory: settings.dataDirectory, kdfProfile: settings.kdfProfile,
+            lookupCacheEntries: settings.lookupCacheEntries)
         let rowCheck = items.rowCheck
         if rowCheck.resealed {
             Log.info("row-state record written", [("rows", String(rowCheck.rows))])
@@ -43,21 +44,27 @@ public final class Daemon: Sendable {
             Log.write(.notice, "no passphrase set: keys are protected by the device key file alone")
         }
         do {
-            registrar = try Registrar(systemDirectories: settings.systemAppsDirectories, userDirectory: settings.appsDirectory,
-                                      bundledCLI: bundledCLI, items: items)
+            registrar = try Registrar(
+                systemDirectories: settings.systemAppsDirectories, userDirectory: settings.appsDirectory,
+                bundledCLI: bundledCLI, items: items)
         } catch {
             items.close()
             throw error
         }
-        handler = RequestHandler(items: items, registrar: registrar, maxFrameBytes: settings.maxFrameBytes,
-                                 maxBufferedBytes: settings.maxBufferedBytes)
+        handler = RequestHandler(
+            items: items, registrar: registrar, maxFrameBytes: settings.maxFrameBytes,
+            maxBufferedBytes: settings.maxBufferedBytes)
         if let inherited = try Listener.inherited() {
             listener = inherited
         } else {
             listener = try Listener.bind(path: settings.socketPath)
         }
-        Log.info("keychaind started", [("version", RequestHandler.version), ("apps", String(registrar.current.registry.registrations.count)),
-                                        ("activated", String(listener.activated)), ("pid", String(CurrentProcess.pid))])
+        Log.info(
+            "keychaind started",
+            [
+                ("version", RequestHandler.version), ("apps", String(registrar.current.registry.registrations.count)),
+                ("activated", String(listener.activated)), ("pid", String(CurrentProcess.pid)),
+            ])
     }
 
     /// Accepts until stopped, then drains in-flight requests. Returns the exit status.
@@ -104,8 +111,9 @@ public final class Daemon: Sendable {
         let thread = Thread { [self] in
             // Made on the thread that serves it: a connection and what it caches about its peer
             // belong to this one thread, so they need no lock and no Sendable claim.
-            let connection = Connection(socket: socket, peer: ConnectionPeer(peer), handler: self.handler,
-                                        maxFrameBytes: maxFrameBytes, budget: self.handler.budget)
+            let connection = Connection(
+                socket: socket, peer: ConnectionPeer(peer), handler: self.handler,
+                maxFrameBytes: maxFrameBytes, budget: self.handler.budget)
             connection.run()
             // Forget the socket before closing it, so `drain` never shuts down a closed descriptor.
             self.connections.withLock { _ = $0.removeValue(forKey: key) }

@@ -11,11 +11,13 @@ public enum DataDirectoryGuard {
     public static func check(directory: String) throws(KeychainError) {
         let database = directory + "/" + ItemService.databaseName
         let key = directory + "/" + ItemService.deviceKeyName
-        guard (try? FileSystem.status(key, followLinks: false)) != nil else { return }   // no key yet: a first start
+        guard (try? FileSystem.status(key, followLinks: false)) != nil else { return }  // no key yet: a first start
         let st = try? FileSystem.status(database, followLinks: false)
         let missing = st == nil
         guard missing || st?.size == 0 else { return }
-        throw KeychainError(.notAvailable, """
+        throw KeychainError(
+            .notAvailable,
+            """
             the database \(database) is \(missing ? "missing" : "empty") but the device key file \(key) exists: \
             the keychain was deleted or truncated. Refusing to start with an empty keychain. Restore \
             \(ItemService.databaseName) from a backup, or move \(ItemService.deviceKeyName) away to start an empty keychain

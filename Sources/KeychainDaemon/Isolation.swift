@@ -1,5 +1,5 @@
-import KeychainSystem
 import KeychainCore
+import KeychainSystem
 
 /// How strongly apps are kept apart right now, in plain words (`status` → `isolation`, shown by
 /// `keychainctl status`; docs/security.md §2).
@@ -8,30 +8,46 @@ enum Isolation {
     /// or "apps" (a passphrase protects the keys; apps are told apart by their executables).
     /// `notes`: one line per caveat in force. `registrations` (for identified callers): every
     /// registration with its source and whether it counts, and why not.
-    static func report(registry: AppRegistry, passphraseSet: Bool, approvalsReadable: Bool, withRegistrations: Bool,
-                       userAppsDirectory: String, extraNotes: [String] = []) -> Value {
+    static func report(
+        registry: AppRegistry, passphraseSet: Bool, approvalsReadable: Bool, withRegistrations: Bool,
+        userAppsDirectory: String, extraNotes: [String] = []
+    ) -> Value {
         var notes: [String] = []
         if !passphraseSet {
-            notes.append("no passphrase is set: any process of this user can read device.key and the database, so apps are kept apart only from programs that ask keychaind; set one with `keychainctl passwd`")
+            notes.append(
+                "no passphrase is set: any process of this user can read device.key and the database, so apps are kept apart only from programs that ask keychaind; set one with `keychainctl passwd`"
+            )
         } else if !approvalsReadable {
-            notes.append("apps registered in your apps.d count from the first unlock after keychaind started (their approvals are sealed under the passphrase); until then only system registrations and the bundled keychainctl are recognised")
+            notes.append(
+                "apps registered in your apps.d count from the first unlock after keychaind started (their approvals are sealed under the passphrase); until then only system registrations and the bundled keychainctl are recognised"
+            )
         }
         let untrusted = registry.untrusted
         let ignored = untrusted.filter { $0.untrusted != nil }.count
         let refused = untrusted.reduce(0) { $0 + $1.refusedExecutables.count }
         if ignored > 0 {
-            notes.append("\(ignored) registration\(ignored == 1 ? " does" : "s do") not count (not approved, or not root-owned where that is required)")
+            notes.append(
+                "\(ignored) registration\(ignored == 1 ? " does" : "s do") not count (not approved, or not root-owned where that is required)"
+            )
         }
         if refused > 0 {
-            notes.append("\(refused) registered executable\(refused == 1 ? " is" : "s are") refused (the user can modify \(refused == 1 ? "it" : "them"), or another registration names \(refused == 1 ? "it" : "them") first)")
+            notes.append(
+                "\(refused) registered executable\(refused == 1 ? " is" : "s are") refused (the user can modify \(refused == 1 ? "it" : "them"), or another registration names \(refused == 1 ? "it" : "them") first)"
+            )
         }
         if let scope = ptraceScope(), scope == 0 {
-            notes.append("kernel.yama.ptrace_scope is 0: any process of this user can attach to a running app and read what it reads; set it to 1 (sysctl kernel.yama.ptrace_scope=1)")
+            notes.append(
+                "kernel.yama.ptrace_scope is 0: any process of this user can attach to a running app and read what it reads; set it to 1 (sysctl kernel.yama.ptrace_scope=1)"
+            )
         } else if ptraceScope() == nil {
-            notes.append("the kernel has no Yama ptrace restrictions: any process of this user can attach to a running app and read what it reads")
+            notes.append(
+                "the kernel has no Yama ptrace restrictions: any process of this user can attach to a running app and read what it reads"
+            )
         }
         if registry.registrations.contains(where: { $0.source == .builtIn }) {
-            notes.append("the bundled keychainctl (group keychainctl) can be run by any process of this user: what it stores is theirs too")
+            notes.append(
+                "the bundled keychainctl (group keychainctl) can be run by any process of this user: what it stores is theirs too"
+            )
         }
         notes += extraNotes
         var report: [String: Value] = [
@@ -40,25 +56,28 @@ enum Isolation {
         ]
         if withRegistrations {
             report["userAppsDirectory"] = .text(userAppsDirectory)
-            report["registrations"] = .array(registry.registrations.map { r in
-                var m: [String: Value] = [
-                    "file": .text(r.entry.file), "source": .text(r.source.rawValue),
-                    "application-identifier": .text(r.entry.applicationIdentifier),
-                    "admin": .bool(r.entry.admin), "trusted": .bool(r.untrusted == nil),
-                ]
-                if let why = r.untrusted { m["reason"] = .text(why) }
-                if !r.refusedExecutables.isEmpty {
-                    m["refused"] = .map(r.refusedExecutables.mapValues(Value.text))
-                }
-                return .map(m)
-            })
+            report["registrations"] = .array(
+                registry.registrations.map { r in
+                    var m: [String: Value] = [
+                        "file": .text(r.entry.file), "source": .text(r.source.rawValue),
+                        "application-identifier": .text(r.entry.applicationIdentifier),
+                        "admin": .bool(r.entry.admin), "trusted": .bool(r.untrusted == nil),
+                    ]
+                    if let why = r.untrusted { m["reason"] = .text(why) }
+                    if !r.refusedExecutables.isEmpty {
+                        m["refused"] = .map(r.refusedExecutables.mapValues(Value.text))
+                    }
+                    return .map(m)
+                })
         }
         return .map(report)
     }
 
     /// `kernel.yama.ptrace_scope`, or nil when the kernel has no Yama.
     static func ptraceScope() -> Int? {
-        guard let bytes = FileSystem.contents(of: "/proc/sys/kernel/yama/ptrace_scope"), !bytes.isEmpty else { return nil }
+        guard let bytes = FileSystem.contents(of: "/proc/sys/kernel/yama/ptrace_scope"), !bytes.isEmpty else {
+            return nil
+        }
         return Int(String(decoding: bytes, as: UTF8.self).filter(\.isNumber))
     }
 }

@@ -21,9 +21,10 @@ public final class Listener: Sendable {
     /// The socket systemd passed, when `LISTEN_PID` is this process and `LISTEN_FDS` ≥ 1.
     public static func inherited() throws(KeychainError) -> Listener? {
         guard let pidText = CurrentProcess.environment("LISTEN_PID"),
-              let pid = Int32(pidText), pid == CurrentProcess.pid,
-              let countText = CurrentProcess.environment("LISTEN_FDS"),
-              let count = Int(countText), count >= 1 else { return nil }
+            let pid = Int32(pidText), pid == CurrentProcess.pid,
+            let countText = CurrentProcess.environment("LISTEN_FDS"),
+            let count = Int(countText), count >= 1
+        else { return nil }
         CurrentProcess.unsetEnvironment("LISTEN_PID")
         CurrentProcess.unsetEnvironment("LISTEN_FDS")
         CurrentProcess.unsetEnvironment("LISTEN_FDNAMES")
@@ -34,13 +35,16 @@ public final class Listener: Sendable {
         do { socket = try passed.duplicate() } catch { throw UnixSocket.error(error) }
         passed.close()
         guard socket.option(.domain) == Socket.unixDomain, socket.option(.type) == Socket.streamType,
-              socket.option(.acceptsConnections) == 1 else {
+            socket.option(.acceptsConnections) == 1
+        else {
             throw KeychainError(.param, "the socket passed by systemd (fd 3) is not a listening Unix stream socket")
         }
         // Connections made from now on carry their writers' credentials (see `bind`). Those already
         // waiting did not, unless the unit set PassCredentials=yes (ours does).
         if socket.option(.passesCredentials) != 1 {
-            Log.warning("the inherited socket was created without SO_PASSCRED (PassCredentials=yes); connections made before keychaind started are refused once")
+            Log.warning(
+                "the inherited socket was created without SO_PASSCRED (PassCredentials=yes); connections made before keychaind started are refused once"
+            )
             do { try socket.passCredentials() } catch { throw UnixSocket.error(error) }
         }
         return Listener(socket: socket, boundPath: nil, activated: true)
@@ -74,7 +78,10 @@ public final class Listener: Sendable {
         do { try socket.passCredentials() } catch { throw UnixSocket.error(error) }
         do { try socket.bind(to: address) } catch {
             if abstract && error.code == .addressInUse {
-                throw KeychainError(.param, "the abstract socket \(path) is already taken (another keychaind, or another program holds the name)")
+                throw KeychainError(
+                    .param,
+                    "the abstract socket \(path) is already taken (another keychaind, or another program holds the name)"
+                )
             }
             throw KeychainError(.io, "bind \(path)", error)
         }
@@ -99,7 +106,8 @@ public final class Listener: Sendable {
                 throw KeychainError(.param, "socket directory \(path) belongs to uid \(st.uid), not to this user")
             }
             guard st.permissions & 0o022 == 0 || st.isSticky else {
-                throw KeychainError(.param, "socket directory \(path) is writable by other users; use a private directory (0700)")
+                throw KeychainError(
+                    .param, "socket directory \(path) is writable by other users; use a private directory (0700)")
             }
             return
         }

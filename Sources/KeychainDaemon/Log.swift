@@ -6,7 +6,11 @@ import KeychainSystem
 /// never a secret and never an attribute value.
 public enum Log {
     public enum Level: Int32, Sendable, Comparable {
-        case error = 3, warning = 4, notice = 5, info = 6, debug = 7
+        case error = 3
+        case warning = 4
+        case notice = 5
+        case info = 6
+        case debug = 7
         public static func < (a: Level, b: Level) -> Bool { a.rawValue < b.rawValue }
 
         public init?(name: String) {

@@ -4,8 +4,9 @@ import KeychainSystem
 public enum ServiceNotifier {
     public static func send(_ message: String) {
         guard let path = CurrentProcess.environment("NOTIFY_SOCKET"),
-              let address = try? SocketAddress(path: path),
-              let socket = try? Socket.datagram() else { return }
+            let address = try? SocketAddress(path: path),
+            let socket = try? Socket.datagram()
+        else { return }
         try? socket.send(Array(message.utf8), to: address)
     }
 }

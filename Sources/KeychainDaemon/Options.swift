@@ -16,54 +16,54 @@ public struct Options: Sendable {
     public var replaceBusName = false
 
     public static let help = """
-    keychaind — Apple's Keychain Services for Linux: the per-user daemon that owns the encrypted item
-    database and serves SecItemAdd / CopyMatching / Update / Delete on a Unix socket.
+        keychaind — Apple's Keychain Services for Linux: the per-user daemon that owns the encrypted item
+        database and serves SecItemAdd / CopyMatching / Update / Delete on a Unix socket.
 
-    Usage: keychaind [--socket PATH] [--data-dir DIR] [--config FILE] [--log-level LEVEL]
-                     [--system-apps-dir DIR]… [--secret-service [--replace]]
-                     [--check-config | --accept-database]
+        Usage: keychaind [--socket PATH] [--data-dir DIR] [--config FILE] [--log-level LEVEL]
+                         [--system-apps-dir DIR]… [--secret-service [--replace]]
+                         [--check-config | --accept-database]
 
-      --socket PATH      socket to serve (default $XDG_RUNTIME_DIR/keychaind/keychaind.sock; directory
-                         0700, socket 0600). Ignored when systemd passes a socket (LISTEN_FDS).
-      --data-dir DIR     database and key files (default $XDG_DATA_HOME/keychaind, i.e.
-                         ~/.local/share/keychaind; directory 0700, files 0600)
-      --config FILE      settings (default $XDG_CONFIG_HOME/keychaind/keychaind.json); registered apps are
-                         read from apps.d/*.json beside it. A missing or empty file means defaults.
-      --log-level LEVEL  error, warning, notice, info (default) or debug; logs go to stderr with
-                         journald priority prefixes and never contain secrets or attribute values
-      --system-apps-dir DIR
-                         read root-owned registrations from DIR instead of /etc/keychaind/apps.d and
-                         /usr/share/keychaind/apps.d (repeatable; first wins). A file there counts only
-                         when it and every directory above it belong to root and others cannot write them
-      --secret-service   also serve the freedesktop Secret Service (org.freedesktop.secrets) on the
-                         session bus of $DBUS_SESSION_BUS_ADDRESS, so secret-tool, libsecret, Python
-                         secretstorage/keyring and the apps built on them use keychaind; each caller
-                         is identified and kept to its own groups as on the socket (see
-                         secretServiceUnregistered). Refuses to start while another provider holds the
-                         name, saying which
-      --replace          with --secret-service: take the name from the provider holding it; one that
-                         does not allow replacement (gnome-keyring) is sent SIGTERM through a pidfd
-      --check-config     validate the configuration and apps.d, print the apps, and exit
-      --accept-database  trust the database's rows as they are now and exit. keychaind refuses to start
-                         when rows were removed, added, swapped or restored from an older copy of
-                         keychain.db (it keeps a sealed record of every row's version); if you did that
-                         yourself, stop the daemon, run this once, then start it again
-      --version          print the version and exit
-      -h, --help         this text
+          --socket PATH      socket to serve (default $XDG_RUNTIME_DIR/keychaind/keychaind.sock; directory
+                             0700, socket 0600). Ignored when systemd passes a socket (LISTEN_FDS).
+          --data-dir DIR     database and key files (default $XDG_DATA_HOME/keychaind, i.e.
+                             ~/.local/share/keychaind; directory 0700, files 0600)
+          --config FILE      settings (default $XDG_CONFIG_HOME/keychaind/keychaind.json); registered apps are
+                             read from apps.d/*.json beside it. A missing or empty file means defaults.
+          --log-level LEVEL  error, warning, notice, info (default) or debug; logs go to stderr with
+                             journald priority prefixes and never contain secrets or attribute values
+          --system-apps-dir DIR
+                             read root-owned registrations from DIR instead of /etc/keychaind/apps.d and
+                             /usr/share/keychaind/apps.d (repeatable; first wins). A file there counts only
+                             when it and every directory above it belong to root and others cannot write them
+          --secret-service   also serve the freedesktop Secret Service (org.freedesktop.secrets) on the
+                             session bus of $DBUS_SESSION_BUS_ADDRESS, so secret-tool, libsecret, Python
+                             secretstorage/keyring and the apps built on them use keychaind; each caller
+                             is identified and kept to its own groups as on the socket (see
+                             secretServiceUnregistered). Refuses to start while another provider holds the
+                             name, saying which
+          --replace          with --secret-service: take the name from the provider holding it; one that
+                             does not allow replacement (gnome-keyring) is sent SIGTERM through a pidfd
+          --check-config     validate the configuration and apps.d, print the apps, and exit
+          --accept-database  trust the database's rows as they are now and exit. keychaind refuses to start
+                             when rows were removed, added, swapped or restored from an older copy of
+                             keychain.db (it keeps a sealed record of every row's version); if you did that
+                             yourself, stop the daemon, run this once, then start it again
+          --version          print the version and exit
+          -h, --help         this text
 
-    Settings in keychaind.json: socket, dataDirectory, maxFrameBytes (1048576), maxConnections (4096),
-    idleTimeoutSeconds (900; 0 = never), autoLockSeconds (0 = never), kdfProfile (moderate|interactive),
-    lookupCacheEntries (4096; 0 = off), maxBufferedBytes (67108864), logLevel, secretService (false),
-    secretServiceUnregistered (shared: processes that are not registered apps share one collection, the
-    access group secret-service, as on every desktop today; refuse: only registered apps are served).
+        Settings in keychaind.json: socket, dataDirectory, maxFrameBytes (1048576), maxConnections (4096),
+        idleTimeoutSeconds (900; 0 = never), autoLockSeconds (0 = never), kdfProfile (moderate|interactive),
+        lookupCacheEntries (4096; 0 = off), maxBufferedBytes (67108864), logLevel, secretService (false),
+        secretServiceUnregistered (shared: processes that are not registered apps share one collection, the
+        access group secret-service, as on every desktop today; refuse: only registered apps are served).
 
-    Apps: registrations in the system directories count when root-owned; those in apps.d beside the
-    config file count as they are while no passphrase is set, and afterwards only when approved with
-    it (keychainctl approve / register). See keychainctl status for what counts now.
+        Apps: registrations in the system directories count when root-owned; those in apps.d beside the
+        config file count as they are while no passphrase is set, and afterwards only when approved with
+        it (keychainctl approve / register). See keychainctl status for what counts now.
 
-    Signals: SIGTERM/SIGINT stop accepting, finish in-flight requests and exit 0; SIGHUP re-reads apps.d.
-    With NOTIFY_SOCKET set it sends READY=1, STATUS=… and STOPPING=1 (systemd Type=notify).
-    """
+        Signals: SIGTERM/SIGINT stop accepting, finish in-flight requests and exit 0; SIGHUP re-reads apps.d.
+        With NOTIFY_SOCKET set it sends READY=1, STATUS=… and STOPPING=1 (systemd Type=notify).
+        """
 
     public enum Parsed: Sendable {
         case run(Options)

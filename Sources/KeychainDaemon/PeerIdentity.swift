@@ -53,8 +53,10 @@ public struct PeerIdentity: Sendable {
     /// The pinned process (nil when it could not be pinned): frames are checked against it.
     public let process: PeerProcess?
 
-    public init(pid: Int32, uid: UInt32, executable: String?, executableFile: FileIdentity?,
-                problem: String?, process: PeerProcess? = nil) {
+    public init(
+        pid: Int32, uid: UInt32, executable: String?, executableFile: FileIdentity?,
+        problem: String?, process: PeerProcess? = nil
+    ) {
         self.pid = pid
         self.uid = uid
         self.executable = executable
@@ -74,14 +76,15 @@ public struct PeerIdentity: Sendable {
         let cred: PeerCredentials
         do { cred = try socket.peerCredentials() } catch { throw KeychainError(.io, error) }
         func unidentified(_ problem: String, _ process: PeerProcess? = nil) -> PeerIdentity {
-            PeerIdentity(pid: cred.pid, uid: cred.uid, executable: nil, executableFile: nil, problem: problem, process: process)
+            PeerIdentity(
+                pid: cred.pid, uid: cred.uid, executable: nil, executableFile: nil, problem: problem, process: process)
         }
         // Kernels before 6.5 lack SO_PEERPIDFD (ENOPROTOOPT): pidfd_open right after accept, the best
         // they allow. Any other failure means the peer is gone (6.5–6.15 refuse a pidfd for a reaped
         // peer): pidfd_open(pid) then could pin whatever process now has that recycled pid.
         let handle: ProcessHandle
         do throws(Errno) {
-            do { handle = try socket.peerProcess() } catch where error.code == .noProtocolOption {
+            do { handle = try socket.peerProcess() } catch  where error.code == .noProtocolOption {
                 handle = try ProcessHandle.open(pid: cred.pid)
             }
         } catch {
@@ -112,7 +115,9 @@ public struct PeerIdentity: Sendable {
             return unidentified("the executable of pid \(pid) was deleted or replaced after it started", process)
         }
         guard let namespace, namespace == ownMountNamespace else {
-            return unidentified("pid \(pid) runs in another mount namespace than keychaind, where \(exe) may be another file; run it in keychaind's mount namespace", process)
+            return unidentified(
+                "pid \(pid) runs in another mount namespace than keychaind, where \(exe) may be another file; run it in keychaind's mount namespace",
+                process)
         }
         return PeerIdentity(pid: pid, uid: uid, executable: exe, executableFile: file, problem: nil, process: process)
     }

@@ -1,7 +1,7 @@
-import Synchronization
-import KeychainSystem
 import KeychainCore
 import KeychainItems
+import KeychainSystem
+import Synchronization
 
 /// Keeps the app registry current: loads it at start, and again on SIGHUP and whenever something
 /// that decides which registrations count changes (an unlock makes approvals readable, a passphrase
@@ -16,13 +16,16 @@ final class Registrar: Sendable {
     /// The generation of `state`, readable without the lock (stored after the registry it counts).
     private let latestGeneration = Atomic<Int>(1)
 
-    init(systemDirectories: [String], userDirectory: String, bundledCLI: String?, items: ItemService) throws(ConfigurationError) {
+    init(systemDirectories: [String], userDirectory: String, bundledCLI: String?, items: ItemService)
+        throws(ConfigurationError)
+    {
         self.systemDirectories = systemDirectories
         self.userDirectory = userDirectory
         self.bundledCLI = bundledCLI
         self.items = items
-        let registry = try Self.load(systemDirectories: systemDirectories, userDirectory: userDirectory,
-                                     bundledCLI: bundledCLI, items: items)
+        let registry = try Self.load(
+            systemDirectories: systemDirectories, userDirectory: userDirectory,
+            bundledCLI: bundledCLI, items: items)
         state = Locked((registry, 1))
         Self.logUntrusted(registry)
     }
@@ -51,48 +54,63 @@ final class Registrar: Sendable {
     func reload(_ why: String) -> Bool {
         guard !userDirectory.isEmpty else { return true }
         do {
-            let registry = try Self.load(systemDirectories: systemDirectories, userDirectory: userDirectory,
-                                         bundledCLI: bundledCLI, items: items)
+            let registry = try Self.load(
+                systemDirectories: systemDirectories, userDirectory: userDirectory,
+                bundledCLI: bundledCLI, items: items)
             state.withLock {
                 $0 = (registry, $0.generation + 1)
                 latestGeneration.store($0.generation, ordering: .releasing)
             }
-            Log.info("apps reloaded", [("why", why), ("apps", String(registry.registrations.count)),
-                                       ("untrusted", String(registry.untrusted.count))])
+            Log.info(
+                "apps reloaded",
+                [
+                    ("why", why), ("apps", String(registry.registrations.count)),
+                    ("untrusted", String(registry.untrusted.count)),
+                ])
             Self.logUntrusted(registry)
             return true
         } catch {
-            Log.error("apps not reloaded; keeping the previous ones", [("why", why), ("reason", String(describing: error))])
+            Log.error(
+                "apps not reloaded; keeping the previous ones", [("why", why), ("reason", String(describing: error))])
             return false
         }
     }
 
     /// The user registrations that count now (what setting the first passphrase approves).
     func trustedUserRegistrations() -> [ApprovedRegistration] {
-        current.registry.registrations.filter { $0.source == .user && $0.untrusted == nil }.map { Self.approval($0.entry) }
+        current.registry.registrations.filter { $0.source == .user && $0.untrusted == nil }.map {
+            Self.approval($0.entry)
+        }
     }
 
     static func approval(_ entry: AppEntry) -> ApprovedRegistration {
-        ApprovedRegistration(applicationIdentifier: entry.applicationIdentifier, accessGroups: entry.accessGroups,
-                             executables: entry.executables, admin: entry.admin)
+        ApprovedRegistration(
+            applicationIdentifier: entry.applicationIdentifier, accessGroups: entry.accessGroups,
+            executables: entry.executables, admin: entry.admin)
     }
 
-    private static func load(systemDirectories: [String], userDirectory: String, bundledCLI: String?,
-                             items: ItemService) throws(ConfigurationError) -> AppRegistry {
+    private static func load(
+        systemDirectories: [String], userDirectory: String, bundledCLI: String?,
+        items: ItemService
+    ) throws(ConfigurationError) -> AppRegistry {
         let approvals: [AppEntry]?
         do {
             approvals = try items.approvedRegistrations()?.map {
-                AppEntry(applicationIdentifier: $0.applicationIdentifier, accessGroups: $0.accessGroups,
-                         executables: $0.executables, admin: $0.admin, file: "(approved)")
+                AppEntry(
+                    applicationIdentifier: $0.applicationIdentifier, accessGroups: $0.accessGroups,
+                    executables: $0.executables, admin: $0.admin, file: "(approved)")
             }
         } catch {
             // A damaged approvals record must not make every user app an unknown: it makes them untrusted.
-            Log.error("approved registrations cannot be read; user registrations do not count", [("reason", error.message)])
+            Log.error(
+                "approved registrations cannot be read; user registrations do not count", [("reason", error.message)])
             approvals = []
         }
-        return try AppRegistry.load(RegistryContext(systemDirectories: systemDirectories, userDirectory: userDirectory,
-                                                    bundledCLI: bundledCLI, passphraseSet: items.hasPassphrase,
-                                                    approvals: approvals))
+        return try AppRegistry.load(
+            RegistryContext(
+                systemDirectories: systemDirectories, userDirectory: userDirectory,
+                bundledCLI: bundledCLI, passphraseSet: items.hasPassphrase,
+                approvals: approvals))
     }
 
     private static func logUntrusted(_ registry: AppRegistry) {
@@ -101,7 +119,8 @@ final class Registrar: Sendable {
                 Log.warning("registration ignored", [("file", r.entry.file), ("reason", reason)])
             }
             for (exe, reason) in r.refusedExecutables.sorted(by: { $0.key < $1.key }) {
-                Log.warning("registered executable refused", [("file", r.entry.file), ("executable", exe), ("reason", reason)])
+                Log.warning(
+                    "registered executable refused", [("file", r.entry.file), ("executable", exe), ("reason", reason)])
             }
         }
     }

@@ -1,9 +1,9 @@
-import Synchronization
 import KeychainCore
 import KeychainCrypto
 public import KeychainItems
 import KeychainSystem
 public import KeychainWire
+import Synchronization
 
 /// Turns one frame body into one response: decodes the request, finds who is calling, asks the
 /// access policy (KeychainItems/AccessPolicy.swift), and calls the item service. Knows no sockets.
@@ -26,8 +26,10 @@ public final class RequestHandler: Sendable {
     /// isolation note that goes with it; nil when it is not served.
     let secretServiceStatus = Locked<(fields: [String: Value], note: String)?>(nil)
 
-    init(items: ItemService, registrar: Registrar, maxFrameBytes: Int = Frame.defaultMaxBytes,
-         maxBufferedBytes: Int = 64 << 20) {
+    init(
+        items: ItemService, registrar: Registrar, maxFrameBytes: Int = Frame.defaultMaxBytes,
+        maxBufferedBytes: Int = 64 << 20
+    ) {
         self.items = items
         self.registrar = registrar
         self.maxFrameBytes = maxFrameBytes
@@ -76,8 +78,9 @@ public final class RequestHandler: Sendable {
         }
         let value: Value
         do { value = try CBOR.decode(body, secretKeys: secretRequestKeys) } catch {
-            return Outcome(response: Response(id: 0, error: KeychainError(.param, "request is not valid CBOR: \(error.message)")),
-                           closeAfter: true)
+            return Outcome(
+                response: Response(id: 0, error: KeychainError(.param, "request is not valid CBOR: \(error.message)")),
+                closeAfter: true)
         }
         guard case .map = value else {
             return Outcome(response: Response(id: 0, error: .param("request is not a CBOR map")), closeAfter: true)
@@ -112,9 +115,11 @@ public final class RequestHandler: Sendable {
         }
     }
 
-    private func serve(_ request: Request, peer: ConnectionPeer, slot: MemoSlot? = nil) throws(KeychainError) -> Value? {
+    private func serve(_ request: Request, peer: ConnectionPeer, slot: MemoSlot? = nil) throws(KeychainError) -> Value?
+    {
         guard let action = Operation(rawValue: request.op) else {
-            throw .param("unknown op \"\(request.op)\" (known: \(Operation.allCases.map(\.rawValue).joined(separator: ", ")))")
+            throw .param(
+                "unknown op \"\(request.op)\" (known: \(Operation.allCases.map(\.rawValue).joined(separator: ", ")))")
         }
         // Secrets in the request's arguments are copied into guarded memory when used and the
         // decoded request's copies wiped, whatever happens (wrong type, unknown key, refusal).
@@ -122,7 +127,9 @@ public final class RequestHandler: Sendable {
         defer { args.wipe() }
         let identified = peer.app(in: registrar)
         let app = try? identified.get()
-        var caller = app.map { Caller(applicationIdentifier: $0.applicationIdentifier, accessGroups: $0.accessGroups, isAdmin: $0.admin) }
+        var caller = app.map {
+            Caller(applicationIdentifier: $0.applicationIdentifier, accessGroups: $0.accessGroups, isAdmin: $0.admin)
+        }
         let unidentified: String
         switch identified {
         case .failure(let e): unidentified = e.message
@@ -152,7 +159,8 @@ public final class RequestHandler: Sendable {
             let token = CopyMemo.Token(registryGeneration: peer.generation, passphraseSet: passphraseSet)
             return try item(action, request, caller: caller!) { compiled in
                 slot.body.withUnsafeBytes { raw in
-                    slot.memo.store(UnsafeRawBufferPointer(rebasing: raw[slot.queryStart...]), token: token, compiled: compiled)
+                    slot.memo.store(
+                        UnsafeRawBufferPointer(rebasing: raw[slot.queryStart...]), token: token, compiled: compiled)
                 }
             }
         case .add, .update, .delete:
@@ -172,7 +180,8 @@ public final class RequestHandler: Sendable {
     /// An admin item request that carries the keychain passphrase proves presence (checked here,
     /// counted like an unlock attempt); without one it acts on its own groups only. Nothing to prove
     /// without a passphrase set.
-    private func withPresence(_ caller: Caller, _ args: Arguments, passphraseSet: Bool) throws(KeychainError) -> Caller {
+    private func withPresence(_ caller: Caller, _ args: Arguments, passphraseSet: Bool) throws(KeychainError) -> Caller
+    {
         var c = caller
         let offered = try args.secret(Arguments.presenceKey, required: false)
         if offered != nil && !caller.isAdmin {
@@ -189,15 +198,19 @@ public final class RequestHandler: Sendable {
 
     private func requiredPresence(_ args: Arguments, _ action: Operation) throws(KeychainError) -> SecureBytes {
         guard let p = try args.secret(Arguments.presenceKey, required: false) else {
-            throw KeychainError.passphraseNeeded("op \"\(action.rawValue)\" needs the keychain passphrase (\"\(Arguments.presenceKey)\"): an administrator proves the user's presence while a passphrase is set")
+            throw KeychainError.passphraseNeeded(
+                "op \"\(action.rawValue)\" needs the keychain passphrase (\"\(Arguments.presenceKey)\"): an administrator proves the user's presence while a passphrase is set"
+            )
         }
         return p
     }
 
     // MARK: SecItem calls
 
-    private func item(_ action: Operation, _ request: Request, caller: Caller,
-                      compiled remember: ((ItemService.CompiledCopy) -> Void)? = nil) throws(KeychainError) -> Value? {
+    private func item(
+        _ action: Operation, _ request: Request, caller: Caller,
+        compiled remember: ((ItemService.CompiledCopy) -> Void)? = nil
+    ) throws(KeychainError) -> Value? {
         let op = action.rawValue
         for key in request.arguments.keys where key != Arguments.presenceKey {
             throw .param("unknown request key \"\(Arguments.printable(key))\" for op \"\(op)\"")
@@ -205,7 +218,9 @@ public final class RequestHandler: Sendable {
         guard let query = request.query else { throw .param("op \"\(op)\" needs a \"query\" map") }
         switch action {
         case .add:
-            guard request.attributes == nil else { throw .param("op \"add\" takes no \"attributes\"; put them in \"query\"") }
+            guard request.attributes == nil else {
+                throw .param("op \"add\" takes no \"attributes\"; put them in \"query\"")
+            }
             return try items.add(query, caller: caller)
         case .copy:
             guard request.attributes == nil else { throw .param("op \"copy\" takes no \"attributes\"") }
@@ -265,7 +280,9 @@ public final class RequestHandler: Sendable {
             }
             registrar.reload("passwd")
             if new == nil {
-                if hadPassphrase { Log.write(.notice, "passphrase removed: akpu items destroyed", [("items", String(removed))]) }
+                if hadPassphrase {
+                    Log.write(.notice, "passphrase removed: akpu items destroyed", [("items", String(removed))])
+                }
                 return nil
             }
             Log.write(.notice, hadPassphrase ? "passphrase changed" : "passphrase set")
@@ -279,7 +296,10 @@ public final class RequestHandler: Sendable {
             let file = try items.backup(passphrase: passphrase)
             // A backup that no restore request could carry would look like a backup and be useless.
             guard file.count + 1024 <= maxFrameBytes else {
-                throw KeychainError(.allocate, "the backup would be \(file.count) bytes, more than a restore request may carry (maxFrameBytes \(maxFrameBytes)); raise maxFrameBytes in keychaind.json (up to 67108864) here and where you restore")
+                throw KeychainError(
+                    .allocate,
+                    "the backup would be \(file.count) bytes, more than a restore request may carry (maxFrameBytes \(maxFrameBytes)); raise maxFrameBytes in keychaind.json (up to 67108864) here and where you restore"
+                )
             }
             Log.info("backup made", [("bytes", String(file.count)), ("by", caller.applicationIdentifier)])
             return .bytes(file)
@@ -297,8 +317,10 @@ public final class RequestHandler: Sendable {
         case .approve:
             try args.expect(["file", Arguments.presenceKey])
             guard case .text(let name)? = args.values["file"], !name.isEmpty, !name.contains("/"),
-                  name.hasSuffix(".json"), !name.hasPrefix(".") else {
-                throw .param("op \"approve\" needs \"file\": the name of a *.json file in \(registrar.userAppsDirectory)")
+                name.hasSuffix(".json"), !name.hasPrefix(".")
+            else {
+                throw .param(
+                    "op \"approve\" needs \"file\": the name of a *.json file in \(registrar.userAppsDirectory)")
             }
             let entry: AppEntry
             do { entry = try AppFiles.parse(file: registrar.userAppsDirectory + "/" + name) } catch {
@@ -308,7 +330,10 @@ public final class RequestHandler: Sendable {
             if principal.uid != 0 {
                 for exe in entry.executables {
                     if let problem = TrustedPaths.modifiableProblem(exe, by: principal) {
-                        throw KeychainError(.param, "cannot approve \(name): executable \(exe) can be modified by this user (\(problem)); install it root-owned (for example under /usr/local/bin) and register that path")
+                        throw KeychainError(
+                            .param,
+                            "cannot approve \(name): executable \(exe) can be modified by this user (\(problem)); install it root-owned (for example under /usr/local/bin) and register that path"
+                        )
                     }
                 }
             }
@@ -318,8 +343,12 @@ public final class RequestHandler: Sendable {
             list.append(Registrar.approval(entry))
             try items.setApprovedRegistrations(list, passphrase: presence)
             registrar.reload("approve")
-            Log.write(.notice, "registration approved", [("file", entry.file), ("app", entry.applicationIdentifier),
-                                                         ("admin", String(entry.admin)), ("by", caller.applicationIdentifier)])
+            Log.write(
+                .notice, "registration approved",
+                [
+                    ("file", entry.file), ("app", entry.applicationIdentifier),
+                    ("admin", String(entry.admin)), ("by", caller.applicationIdentifier),
+                ])
             return .map(["approved": .text(entry.applicationIdentifier), "file": .text(entry.file)])
         case .revoke:
             try args.expect(["application-identifier", Arguments.presenceKey])
@@ -330,7 +359,9 @@ public final class RequestHandler: Sendable {
             var list = try approvals()
             let before = list.count
             list.removeAll { $0.applicationIdentifier.utf8.elementsEqual(id.utf8) }
-            guard list.count < before else { throw KeychainError(.itemNotFound, "no approved registration has that application-identifier") }
+            guard list.count < before else {
+                throw KeychainError(.itemNotFound, "no approved registration has that application-identifier")
+            }
             try items.setApprovedRegistrations(list, passphrase: presence)
             registrar.reload("revoke")
             Log.write(.notice, "approval revoked", [("app", id), ("by", caller.applicationIdentifier)])
@@ -342,7 +373,8 @@ public final class RequestHandler: Sendable {
 
     private func approvals() throws(KeychainError) -> [ApprovedRegistration] {
         guard let list = try items.approvedRegistrations() else {
-            throw KeychainError(.interactionNotAllowed, "the keychain has not been unlocked since keychaind started: unlock it first")
+            throw KeychainError(
+                .interactionNotAllowed, "the keychain has not been unlocked since keychaind started: unlock it first")
         }
         return list
     }
@@ -357,7 +389,9 @@ public final class RequestHandler: Sendable {
 
         func expect(_ known: [String]) throws(KeychainError) {
             for key in values.keys where !known.contains(key) {
-                throw .param("unknown request key \"\(Self.printable(key))\" for this op (known: \(known.isEmpty ? "none" : known.joined(separator: ", ")))")
+                throw .param(
+                    "unknown request key \"\(Self.printable(key))\" for this op (known: \(known.isEmpty ? "none" : known.joined(separator: ", ")))"
+                )
             }
         }
 
@@ -384,18 +418,24 @@ public final class RequestHandler: Sendable {
         }
 
         static func printable(_ key: String) -> String {
-            String(key.unicodeScalars.prefix(32).map { $0.isASCII && $0.value >= 0x20 && $0.value < 0x7F ? Character($0) : "?" })
+            String(
+                key.unicodeScalars.prefix(32).map {
+                    $0.isASCII && $0.value >= 0x20 && $0.value < 0x7F ? Character($0) : "?"
+                })
         }
     }
 
     // MARK: status
 
-    private func status(app: AppEntry?, identified: Result<AppEntry, KeychainIdentityError>) throws(KeychainError) -> Value {
+    private func status(app: AppEntry?, identified: Result<AppEntry, KeychainIdentityError>) throws(KeychainError)
+        -> Value
+    {
         // Only what the caller may see: all items for an admin, its groups' items for an app, and no
         // count at all for an unregistered executable.
-        let count = try app.map { (a) throws(KeychainError) in
-            try items.itemCount(visibleTo: Caller(accessGroups: a.accessGroups, isAdmin: a.admin))
-        } ?? 0
+        let count =
+            try app.map { (a) throws(KeychainError) in
+                try items.itemCount(visibleTo: Caller(accessGroups: a.accessGroups, isAdmin: a.admin))
+            } ?? 0
         let protection = items.protectionStatus
         let bus = secretServiceStatus.withLock { $0 }
         var result: [String: Value] = [
@@ -414,10 +454,11 @@ public final class RequestHandler: Sendable {
             "caller": app.map { .text($0.applicationIdentifier) } ?? .null,
             "admin": .bool(app?.admin ?? false),
             "groups": app.map { .array($0.accessGroups.map(Value.text)) } ?? .null,
-            "isolation": Isolation.report(registry: registrar.current.registry, passphraseSet: protection.passphraseSet,
-                                          approvalsReadable: (try? items.approvedRegistrations()) != nil,
-                                          withRegistrations: app != nil, userAppsDirectory: registrar.userAppsDirectory,
-                                          extraNotes: bus.map { [$0.note] } ?? []),
+            "isolation": Isolation.report(
+                registry: registrar.current.registry, passphraseSet: protection.passphraseSet,
+                approvalsReadable: (try? items.approvedRegistrations()) != nil,
+                withRegistrations: app != nil, userAppsDirectory: registrar.userAppsDirectory,
+                extraNotes: bus.map { [$0.note] } ?? []),
         ]
         if let bus { result["secretService"] = .map(bus.fields) }
         if case .failure(let why) = identified { result["unidentified"] = .text(why.message) }

@@ -21,7 +21,9 @@ public enum TrustedPaths {
     /// others (a sticky root directory such as /tmp is accepted); else why not, naming the culprit.
     public static func rootOwnedProblem(_ path: String) -> String? {
         for (component, isLast) in chain(of: path) {
-            guard let st = try? FileSystem.status(component, followLinks: false) else { return "\(component) cannot be read" }
+            guard let st = try? FileSystem.status(component, followLinks: false) else {
+                return "\(component) cannot be read"
+            }
             if st.uid != 0 { return "\(component) is owned by uid \(st.uid), not by root" }
             let sticky = st.kind == .directory && st.isSticky
             if st.permissions & 0o022 != 0 && !(sticky && !isLast) {
@@ -41,10 +43,13 @@ public enum TrustedPaths {
             for (component, isLast) in chain(of: p) {
                 // The written path's own last component may be a symlink: its directory decides.
                 let follow = !(isLast && p == path && paths.count > 1)
-                guard let st = try? FileSystem.status(component, followLinks: follow) else { return "\(component) cannot be read" }
+                guard let st = try? FileSystem.status(component, followLinks: follow) else {
+                    return "\(component) cannot be read"
+                }
                 if st.kind == .symbolicLink { continue }
                 if st.uid == principal.uid { return "\(component) belongs to uid \(principal.uid)" }
-                let writable = st.permissions & 0o002 != 0 || (st.permissions & 0o020 != 0 && principal.groups.contains(st.gid))
+                let writable =
+                    st.permissions & 0o002 != 0 || (st.permissions & 0o020 != 0 && principal.groups.contains(st.gid))
                 let sticky = st.kind == .directory && st.isSticky
                 if writable && !(sticky && !isLast) { return "\(component) is writable by uid \(principal.uid)" }
             }

@@ -20,8 +20,10 @@ extension AccessPolicy {
     /// administrator too: the bus carries no passphrase, so no reach beyond them); an unregistered
     /// peer the shared collection or a refusal. `app` is nil for a peer that is not a registered app
     /// (`unidentified` says why).
-    public static func secretServiceCaller(app: Caller?, unidentified: String,
-                                           unregistered: UnregisteredBusCallers) -> Result<Caller, KeychainError> {
+    public static func secretServiceCaller(
+        app: Caller?, unidentified: String,
+        unregistered: UnregisteredBusCallers
+    ) -> Result<Caller, KeychainError> {
         if var app {
             guard !app.accessGroups.isEmpty else { return .failure(noGroups) }
             app.isAdmin = false
@@ -32,7 +34,11 @@ extension AccessPolicy {
         case .shared:
             return .success(Caller(applicationIdentifier: "", accessGroups: [secretServiceSharedGroup]))
         case .refuse:
-            return .failure(KeychainError(.missingEntitlement, "keychaind serves the Secret Service to registered apps only (secretServiceUnregistered is \"refuse\"): \(unidentified)"))
+            return .failure(
+                KeychainError(
+                    .missingEntitlement,
+                    "keychaind serves the Secret Service to registered apps only (secretServiceUnregistered is \"refuse\"): \(unidentified)"
+                ))
         }
     }
 
@@ -44,7 +50,8 @@ extension AccessPolicy {
         case .add, .copy, .update, .delete, .lock:
             return decide(action, caller: caller, unidentified: "", passphraseSet: false)
         default:
-            return .deny(KeychainError(.missingEntitlement, "op \"\(action.rawValue)\" is not offered on the session bus"))
+            return .deny(
+                KeychainError(.missingEntitlement, "op \"\(action.rawValue)\" is not offered on the session bus"))
         }
     }
 }

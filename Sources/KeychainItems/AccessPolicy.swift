@@ -14,7 +14,9 @@ public struct Caller: Sendable, Hashable {
     /// nothing to prove then: docs/security.md §2, "What each caller may do").
     public var hasPresence: Bool
 
-    public init(applicationIdentifier: String = "", accessGroups: [String], isAdmin: Bool = false, hasPresence: Bool = true) {
+    public init(
+        applicationIdentifier: String = "", accessGroups: [String], isAdmin: Bool = false, hasPresence: Bool = true
+    ) {
         self.applicationIdentifier = applicationIdentifier
         self.accessGroups = accessGroups
         self.isAdmin = isAdmin
@@ -48,7 +50,8 @@ public enum AccessPolicy {
     /// Only the daemon's own user is served (SO_PEERCRED).
     public static func admit(peerUID: UInt32, daemonUID: UInt32) -> KeychainError? {
         guard peerUID == daemonUID else {
-            return KeychainError(.missingEntitlement, "keychaind serves only uid \(daemonUID); caller is uid \(peerUID)")
+            return KeychainError(
+                .missingEntitlement, "keychaind serves only uid \(daemonUID); caller is uid \(peerUID)")
         }
         return nil
     }
@@ -56,19 +59,28 @@ public enum AccessPolicy {
     /// Every frame must come from the process identified at accept (SCM_CREDENTIALS of each read):
     /// a frame written by another process through an inherited or passed socket is refused and the
     /// connection closed. `writerPID` 0 means the kernel attached no credentials.
-    public static func checkWriter(writerPID: Int32, identifiedPID: Int32, identifiedIsRunning: Bool) -> KeychainError? {
+    public static func checkWriter(writerPID: Int32, identifiedPID: Int32, identifiedIsRunning: Bool) -> KeychainError?
+    {
         if writerPID == 0 {
-            return KeychainError(.missingEntitlement, "this connection's data carries no sender credentials (the listening socket was created without SO_PASSCRED; systemd: PassCredentials=yes); connect again")
+            return KeychainError(
+                .missingEntitlement,
+                "this connection's data carries no sender credentials (the listening socket was created without SO_PASSCRED; systemd: PassCredentials=yes); connect again"
+            )
         }
         guard writerPID == identifiedPID, identifiedIsRunning else {
-            return KeychainError(.missingEntitlement, "a frame on this connection was written by pid \(writerPID), not by pid \(identifiedPID), the process that connected; each process must open its own connection")
+            return KeychainError(
+                .missingEntitlement,
+                "a frame on this connection was written by pid \(writerPID), not by pid \(identifiedPID), the process that connected; each process must open its own connection"
+            )
         }
         return nil
     }
 
     /// Who may ask for what. `caller` is nil for a peer that could not be identified as a registered
     /// app (`unidentified` says why, and how to register). `passphraseSet`: whether the keychain has one.
-    public static func decide(_ action: Operation, caller: Caller?, unidentified: String, passphraseSet: Bool) -> Decision {
+    public static func decide(_ action: Operation, caller: Caller?, unidentified: String, passphraseSet: Bool)
+        -> Decision
+    {
         if action == .status { return .allow }
         guard let caller else { return .deny(KeychainError(.missingEntitlement, unidentified)) }
         switch action {
@@ -87,12 +99,16 @@ public enum AccessPolicy {
     }
 
     private static func adminOnly(_ action: Operation, _ caller: Caller) -> KeychainError {
-        KeychainError(.missingEntitlement, "op \"\(action.rawValue)\" is for admin apps (a trusted registration with \"admin\": true); \(caller.applicationIdentifier.isEmpty ? "this caller" : caller.applicationIdentifier) is not one")
+        KeychainError(
+            .missingEntitlement,
+            "op \"\(action.rawValue)\" is for admin apps (a trusted registration with \"admin\": true); \(caller.applicationIdentifier.isEmpty ? "this caller" : caller.applicationIdentifier) is not one"
+        )
     }
 
     // MARK: Item-level rules
 
-    static let noGroups = KeychainError(.missingEntitlement,
+    static let noGroups = KeychainError(
+        .missingEntitlement,
         "the caller has no keychain access groups; register the application with keychain-access-groups")
 
     /// The groups a query may see: the one it names (if the caller may name it), else all of the
@@ -130,10 +146,14 @@ public enum AccessPolicy {
     /// Called with the groups of the items a request is about to return (with secrets) or change:
     /// an administrator without presence may touch only its own groups (errSecAuthFailed with
     /// `needsPassphrase`, so the client can ask for the passphrase and try again).
-    public static func checkAdminReach(_ groups: some Sequence<String>, _ reach: Reach, _ caller: Caller) throws(KeychainError) {
+    public static func checkAdminReach(_ groups: some Sequence<String>, _ reach: Reach, _ caller: Caller)
+        throws(KeychainError)
+    {
         guard caller.isAdmin, !caller.hasPresence else { return }
         for group in groups where !caller.owns(group) {
-            throw KeychainError.passphraseNeeded("\(reach.verb) access group \(printable(group)) needs the keychain passphrase (keychainPassphrase): an administrator proves the user's presence outside its own groups")
+            throw KeychainError.passphraseNeeded(
+                "\(reach.verb) access group \(printable(group)) needs the keychain passphrase (keychainPassphrase): an administrator proves the user's presence outside its own groups"
+            )
         }
     }
 
@@ -144,6 +164,7 @@ public enum AccessPolicy {
 
     /// A group name for a message: printable ASCII, at most 64 characters.
     static func printable(_ s: String) -> String {
-        String(s.unicodeScalars.prefix(64).map { $0.isASCII && $0.value >= 0x20 && $0.value < 0x7F ? Character($0) : "?" })
+        String(
+            s.unicodeScalars.prefix(64).map { $0.isASCII && $0.value >= 0x20 && $0.value < 0x7F ? Character($0) : "?" })
     }
 }

@@ -132,6 +132,8 @@ enum Attribute: String, CaseIterable, Sendable {
 
 /// A key as it may appear in an error message: printable ASCII, bounded length.
 func printableKey(_ key: String) -> String {
-    let clean = key.unicodeScalars.prefix(32).map { $0.isASCII && $0.value >= 0x20 && $0.value < 0x7F ? Character($0) : "?" }
+    let clean = key.unicodeScalars.prefix(32).map {
+        $0.isASCII && $0.value >= 0x20 && $0.value < 0x7F ? Character($0) : "?"
+    }
     return String(clean) + (key.unicodeScalars.count > 32 ? "…" : "")
 }

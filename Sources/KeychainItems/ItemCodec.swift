@@ -1,7 +1,7 @@
 import KeychainCore
-import KeychainSystem
 import KeychainCrypto
 import KeychainStore
+import KeychainSystem
 
 /// An item after opening its row: the decrypted attributes (and the secret when it was asked for).
 struct OpenedItem {
@@ -23,13 +23,19 @@ struct OpenedItem {
 struct ItemCodec: Sendable {
     let vault: Vault
 
-    enum Part: UInt8 { case itemKey = 0x4B, attributes = 0x41, secret = 0x53 }   // 'K' 'A' 'S'
+    enum Part: UInt8 {
+        case itemKey = 0x4B
+        case attributes = 0x41
+        case secret = 0x53
+    }  // 'K' 'A' 'S'
 
     /// The associated data of one part of a row. The item key's also covers the uniqueness digest
     /// (`key_ix`), so unwrapping it proves the row's (agrp, svce, acct, sync) digest is the one sealed:
     /// point lookups that ask for no attributes can then skip opening them.
-    static func associatedData(ref: [UInt8], protection: ProtectionClass, part: Part, uniqueIndex: [UInt8] = []) -> [UInt8] {
-        var ad: [UInt8] = [0x6B, 0x63, 0x31]        // "kc1": format version
+    static func associatedData(ref: [UInt8], protection: ProtectionClass, part: Part, uniqueIndex: [UInt8] = [])
+        -> [UInt8]
+    {
+        var ad: [UInt8] = [0x6B, 0x63, 0x31]  // "kc1": format version
         ad.reserveCapacity(3 + ref.count + 2 + uniqueIndex.count)
         ad.append(contentsOf: ref)
         ad.append(protection.rawValue)
@@ -40,17 +46,25 @@ struct ItemCodec: Sendable {
 
     /// `associatedData` built on the stack for `body` (the same bytes, no heap allocation): the
     /// read path opens two boxes per item.
-    static func withAssociatedData<R>(ref: [UInt8], protection: ProtectionClass, part: Part, uniqueIndex: [UInt8] = [],
-                                      _ body: (UnsafeRawBufferPointer) throws(KeychainError) -> R) throws(KeychainError) -> R {
+    static func withAssociatedData<R>(
+        ref: [UInt8], protection: ProtectionClass, part: Part, uniqueIndex: [UInt8] = [],
+        _ body: (UnsafeRawBufferPointer) throws(KeychainError) -> R
+    ) throws(KeychainError) -> R {
         let tail = part == .itemKey ? uniqueIndex.count : 0
         let size = 3 + ref.count + 2 + tail
         return try withUnsafeTemporaryAllocation(byteCount: size, alignment: 1) { (buffer) throws(KeychainError) -> R in
-            buffer[0] = 0x6B; buffer[1] = 0x63; buffer[2] = 0x31    // "kc1": format version
-            ref.withUnsafeBytes { UnsafeMutableRawBufferPointer(rebasing: buffer[3..<3 + ref.count]).copyMemory(from: $0) }
+            buffer[0] = 0x6B
+            buffer[1] = 0x63
+            buffer[2] = 0x31  // "kc1": format version
+            ref.withUnsafeBytes {
+                UnsafeMutableRawBufferPointer(rebasing: buffer[3..<3 + ref.count]).copyMemory(from: $0)
+            }
             buffer[3 + ref.count] = protection.rawValue
             buffer[4 + ref.count] = part.rawValue
             if tail > 0 {
-                uniqueIndex.withUnsafeBytes { UnsafeMutableRawBufferPointer(rebasing: buffer[(5 + ref.count)...]).copyMemory(from: $0) }
+                uniqueIndex.withUnsafeBytes {
+                    UnsafeMutableRawBufferPointer(rebasing: buffer[(5 + ref.count)...]).copyMemory(from: $0)
+                }
             }
             return try body(UnsafeRawBufferPointer(buffer))
         }
@@ -61,18 +75,23 @@ struct ItemCodec: Sendable {
     /// Opens a row: the attributes always, the secret when `withSecret`. A locked class is
     /// errSecInteractionNotAllowed; anything damaged or moved is errSecDecode.
     func open(_ row: StoredItem, withSecret: Bool, withAttributes: Bool = true) throws(KeychainError) -> OpenedItem {
-        guard let protection = ProtectionClass(rawValue: row.protectionClass), row.ref.count == PersistentRef.idLength else {
+        guard let protection = ProtectionClass(rawValue: row.protectionClass), row.ref.count == PersistentRef.idLength
+        else {
             throw KeychainError(.decode, "an item in the database is damaged (unknown class or id)")
         }
         let classKey = try vault.classKey(protection)
         var secret: SecretBytes?
         let attributes = try classKey.withUnsafeBytes { (ck) throws(KeychainError) -> [String: Value] in
-            return try Self.withAssociatedData(ref: row.ref, protection: protection, part: .itemKey,
-                                               uniqueIndex: row.uniqueIndex) { (kad) throws(KeychainError) -> [String: Value] in
-                try AEAD.withOpenedKey(row.wrappedKey, key: ck, ad: kad, what: "item key") { (ik) throws(KeychainError) -> [String: Value] in
+            return try Self.withAssociatedData(
+                ref: row.ref, protection: protection, part: .itemKey,
+                uniqueIndex: row.uniqueIndex
+            ) { (kad) throws(KeychainError) -> [String: Value] in
+                try AEAD.withOpenedKey(row.wrappedKey, key: ck, ad: kad, what: "item key") {
+                    (ik) throws(KeychainError) -> [String: Value] in
                     let attributes = withAttributes ? try openAttributes(row, protection: protection, itemKey: ik) : [:]
                     if withSecret {
-                        secret = try Self.withAssociatedData(ref: row.ref, protection: protection, part: .secret) { (sad) throws(KeychainError) in
+                        secret = try Self.withAssociatedData(ref: row.ref, protection: protection, part: .secret) {
+                            (sad) throws(KeychainError) in
                             try AEAD.openSecret(row.secret, key: ik, ad: sad, what: "item secret")
                         }
                     }
@@ -83,9 +102,12 @@ struct ItemCodec: Sendable {
         return OpenedItem(row: row, protection: protection, attributes: attributes, secret: secret)
     }
 
-    private func openAttributes(_ row: StoredItem, protection: ProtectionClass,
-                                itemKey: UnsafeRawBufferPointer) throws(KeychainError) -> [String: Value] {
-        var plain = try withBytes(Self.associatedData(ref: row.ref, protection: protection, part: .attributes)) { (aad) throws(KeychainError) in
+    private func openAttributes(
+        _ row: StoredItem, protection: ProtectionClass,
+        itemKey: UnsafeRawBufferPointer
+    ) throws(KeychainError) -> [String: Value] {
+        var plain = try withBytes(Self.associatedData(ref: row.ref, protection: protection, part: .attributes)) {
+            (aad) throws(KeychainError) in
             try AEAD.open(row.attributes, key: itemKey, ad: aad, what: "item attributes")
         }
         defer { Sodium.zero(&plain) }
@@ -94,8 +116,8 @@ struct ItemCodec: Sendable {
             throw KeychainError(.decode, "an item's attributes are damaged")
         }
         guard case .map(let map) = decoded, map["pdmn"] == .text(protection.code),
-              case .text = map["agrp"], case .bool = map["sync"], case .date = map["cdat"], case .date = map["mdat"],
-              map["svce"].flatMap(Attribute.bytes(of:)) != nil, map["acct"].flatMap(Attribute.bytes(of:)) != nil
+            case .text = map["agrp"], case .bool = map["sync"], case .date = map["cdat"], case .date = map["mdat"],
+            map["svce"].flatMap(Attribute.bytes(of:)) != nil, map["acct"].flatMap(Attribute.bytes(of:)) != nil
         else {
             throw KeychainError(.decode, "an item's attributes are damaged (required attributes missing)")
         }
@@ -108,8 +130,10 @@ struct ItemCodec: Sendable {
     /// for every write, updates included, so a row written after a passphrase change shares no key
     /// with any older version of itself. `classKey` is the key of `protection` to wrap it with
     /// (nil: the vault's current one).
-    func seal(ref: [UInt8], protection: ProtectionClass, attributes: [String: Value], secret: SecretBytes,
-              rowid: Int64 = 0, classKey given: SecureBytes? = nil) throws(KeychainError) -> StoredItem {
+    func seal(
+        ref: [UInt8], protection: ProtectionClass, attributes: [String: Value], secret: SecretBytes,
+        rowid: Int64 = 0, classKey given: SecureBytes? = nil
+    ) throws(KeychainError) -> StoredItem {
         let classKey: SecureBytes
         if let given { classKey = given } else { classKey = try vault.classKey(protection) }
         var plain = CBOR.encode(.map(attributes))
@@ -123,28 +147,35 @@ struct ItemCodec: Sendable {
                 Self.associatedData(ref: ref, protection: protection, part: .itemKey, uniqueIndex: index.unique)
                     .withUnsafeBytes { AEAD.seal(ik, key: ck, ad: $0) }
             }
-            let sealedAttributes = Self.associatedData(ref: ref, protection: protection, part: .attributes).withUnsafeBytes {
-                AEAD.seal(plain, key: ik, ad: $0)
-            }
-            let sealedSecret = Self.associatedData(ref: ref, protection: protection, part: .secret).withUnsafeBytes { ad in
+            let sealedAttributes = Self.associatedData(ref: ref, protection: protection, part: .attributes)
+                .withUnsafeBytes {
+                    AEAD.seal(plain, key: ik, ad: $0)
+                }
+            let sealedSecret = Self.associatedData(ref: ref, protection: protection, part: .secret).withUnsafeBytes {
+                ad in
                 secret.withUnsafeBytes { AEAD.seal($0, key: ik, ad: ad) }
             }
             return (wrapped: wrapped, attributes: sealedAttributes, secret: sealedSecret)
         }
-        return StoredItem(rowid: rowid, ref: ref, protectionClass: protection.rawValue,
-                          accessGroupIndex: index.group, serviceIndex: index.service, accountIndex: index.account,
-                          uniqueIndex: index.unique, wrappedKey: parts.wrapped, attributes: parts.attributes,
-                          secret: parts.secret, attributeIndexes: SecretServiceFields.indexes(for: attributes, vault.blindIndex))
+        return StoredItem(
+            rowid: rowid, ref: ref, protectionClass: protection.rawValue,
+            accessGroupIndex: index.group, serviceIndex: index.service, accountIndex: index.account,
+            uniqueIndex: index.unique, wrappedKey: parts.wrapped, attributes: parts.attributes,
+            secret: parts.secret, attributeIndexes: SecretServiceFields.indexes(for: attributes, vault.blindIndex))
     }
 
     /// The blind-index columns of an item.
-    func indexes(for attributes: [String: Value]) -> (group: [UInt8], service: [UInt8], account: [UInt8], unique: [UInt8]) {
+    func indexes(for attributes: [String: Value]) -> (
+        group: [UInt8], service: [UInt8], account: [UInt8], unique: [UInt8]
+    ) {
         let group = attributes["agrp"].flatMap(Attribute.bytes(of:)) ?? []
         let service = attributes["svce"].flatMap(Attribute.bytes(of:)) ?? []
         let account = attributes["acct"].flatMap(Attribute.bytes(of:)) ?? []
         let sync = attributes["sync"]?.bool ?? false
         let b = vault.blindIndex
-        return (b.column(.accessGroup, group), b.column(.service, service), b.column(.account, account),
-                b.uniqueKey(accessGroup: group, service: service, account: account, synchronizable: sync))
+        return (
+            b.column(.accessGroup, group), b.column(.service, service), b.column(.account, account),
+            b.uniqueKey(accessGroup: group, service: service, account: account, synchronizable: sync)
+        )
     }
 }

@@ -22,17 +22,21 @@ extension ItemService {
         let filter = RowFilter(classes: Self.backedUpClasses.map(\.rawValue), includeSecret: true)
         try store.read { (r) throws(KeychainError) in
             try r.forEach(filter) { (row) throws(KeychainError) -> Bool in
-                do throws(KeychainError) { items.append(try codec.open(row, withSecret: true)) } catch where error.status == .decode {
+                do throws(KeychainError) { items.append(try codec.open(row, withSecret: true)) } catch
+                    where error.status == .decode
+                {
                     damaged += 1
                 }
                 return true
             }
         }
-        let writer = try BackupFile.Writer(passphrase: passphrase, parameters: .fresh(kdfProfile), metadata: [
-            "format": .text("keychaind-backup"), "created": .date(wallClock()),
-            "items": .int(Int64(items.count)), "damaged": .int(Int64(damaged)),
-            "classes": .array(Self.backedUpClasses.map { .text($0.code) }),
-        ])
+        let writer = try BackupFile.Writer(
+            passphrase: passphrase, parameters: .fresh(kdfProfile),
+            metadata: [
+                "format": .text("keychaind-backup"), "created": .date(wallClock()),
+                "items": .int(Int64(items.count)), "damaged": .int(Int64(damaged)),
+                "classes": .array(Self.backedUpClasses.map { .text($0.code) }),
+            ])
         for item in items {
             writer.append(ref: item.row.ref, attributes: item.attributes, secret: item.secret ?? SecretBytes())
         }
@@ -57,18 +61,23 @@ extension ItemService {
             }
         }
         return try store.write { (w) throws(KeychainError) -> (restored: Int, skipped: Int) in
-            var restored = 0, skipped = 0
+            var restored = 0
+            var skipped = 0
             for item in contents.items {
                 let protection = ProtectionClass(code: item.attributes["pdmn"]!.text!)!
                 var ref = item.ref
                 var taken = false
-                try w.reader.forEach(RowFilter(ref: ref)) { (_) throws(KeychainError) -> Bool in taken = true; return false }
+                try w.reader.forEach(RowFilter(ref: ref)) { (_) throws(KeychainError) -> Bool in
+                    taken = true
+                    return false
+                }
                 if taken { ref = Sodium.randomBytes(PersistentRef.idLength) }
-                let row = try codec.seal(ref: ref, protection: protection, attributes: item.attributes, secret: SecretBytes(item.secret))
+                let row = try codec.seal(
+                    ref: ref, protection: protection, attributes: item.attributes, secret: SecretBytes(item.secret))
                 do throws(KeychainError) {
                     try w.insert(row)
                     restored += 1
-                } catch where error.status == .duplicateItem {
+                } catch  where error.status == .duplicateItem {
                     skipped += 1
                 }
             }
@@ -78,17 +87,20 @@ extension ItemService {
 
     /// A backup's attribute map must look exactly like what this daemon stores: known attributes in
     /// their stored form, the required ones present, and a class that backups may carry.
-    static func validatedBackupAttributes(_ attributes: [String: Value], index: Int) throws(KeychainError) -> [String: Value] {
+    static func validatedBackupAttributes(_ attributes: [String: Value], index: Int) throws(KeychainError) -> [String:
+        Value]
+    {
         let bad = KeychainError(.decode, "backup item \(index + 1) has malformed attributes")
         for (key, value) in attributes {
             guard let attribute = Attribute(rawValue: key) else { throw bad }
             guard let normalized = try? attribute.normalize(value), normalized == value else { throw bad }
         }
         guard case .text(let group)? = attributes["agrp"], !group.isEmpty,
-              case .text(let code)? = attributes["pdmn"], let protection = ProtectionClass(code: code),
-              backedUpClasses.contains(protection),
-              case .bool? = attributes["sync"], case .date? = attributes["cdat"], case .date? = attributes["mdat"],
-              attributes["svce"].flatMap(Attribute.bytes(of:)) != nil, attributes["acct"].flatMap(Attribute.bytes(of:)) != nil
+            case .text(let code)? = attributes["pdmn"], let protection = ProtectionClass(code: code),
+            backedUpClasses.contains(protection),
+            case .bool? = attributes["sync"], case .date? = attributes["cdat"], case .date? = attributes["mdat"],
+            attributes["svce"].flatMap(Attribute.bytes(of:)) != nil,
+            attributes["acct"].flatMap(Attribute.bytes(of:)) != nil
         else { throw bad }
         return attributes
     }

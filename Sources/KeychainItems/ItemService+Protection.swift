@@ -33,8 +33,9 @@ extension ItemService {
         var classes: [String: Bool] = [:]
         for c in ProtectionClass.allCases { classes[c.code] = vault.isAvailable(c) }
         let failures = (try? loadFailures()) ?? Failures(count: 0, last: 0)
-        return ProtectionStatus(locked: vault.isLocked, passphraseSet: vault.hasPassphrase, classes: classes,
-                                failedUnlocks: failures.count, unlockDelay: failures.remaining(now: wallClock()))
+        return ProtectionStatus(
+            locked: vault.isLocked, passphraseSet: vault.hasPassphrase, classes: classes,
+            failedUnlocks: failures.count, unlockDelay: failures.remaining(now: wallClock()))
     }
 
     public var isLocked: Bool { vault.isLocked }
@@ -47,7 +48,8 @@ extension ItemService {
     /// errSecParam, nothing changes.
     public func lock() throws(KeychainError) {
         guard vault.lockWhenUnlockedClasses() else {
-            throw KeychainError(.param, "no passphrase is set, so the keychain cannot be locked; set one with `keychainctl passwd`")
+            throw KeychainError(
+                .param, "no passphrase is set, so the keychain cannot be locked; set one with `keychainctl passwd`")
         }
     }
 
@@ -68,7 +70,7 @@ extension ItemService {
             try checkNoDelay()
             do throws(KeychainError) {
                 try vault.unlock(passphrase: passphrase)
-            } catch where error.status == .authFailed {
+            } catch  where error.status == .authFailed {
                 throw try recordFailure()
             }
             try clearFailures()
@@ -96,13 +98,16 @@ extension ItemService {
     /// `akpu` items went. The lock state is kept (removing the passphrase unlocks, since nothing could
     /// unlock later).
     @discardableResult
-    public func changePassphrase(old: SecureBytes?, new: SecureBytes?,
-                                 approving: [ApprovedRegistration]? = nil) throws(KeychainError) -> Int {
+    public func changePassphrase(
+        old: SecureBytes?, new: SecureBytes?,
+        approving: [ApprovedRegistration]? = nil
+    ) throws(KeychainError) -> Int {
         try protectionLock.withLock { (_) throws(KeychainError) -> Int in
             let hadPassphrase = vault.hasPassphrase
             if hadPassphrase {
                 guard old != nil else {
-                    throw KeychainError(.authFailed, "a passphrase is set: the current one (\"old\") is needed to change it")
+                    throw KeychainError(
+                        .authFailed, "a passphrase is set: the current one (\"old\") is needed to change it")
                 }
                 try checkNoDelay()
             }
@@ -111,45 +116,54 @@ extension ItemService {
             let pending: Vault.PendingChange
             do throws(KeychainError) {
                 pending = try vault.preparePassphraseChange(old: old, new: new, profile: kdfProfile)
-            } catch where error.status == .authFailed && hadPassphrase {
+            } catch  where error.status == .authFailed && hadPassphrase {
                 throw try recordFailure()
             }
             let afterRow = testHooks.withLock { $0.afterRewrappedRow }
             if pending.removesPassphrase { vault.setRemovingPassphrase(true) }
             let removed: Int
             do throws(KeychainError) {
-                removed = try store.writeAlone({ (w) throws(KeychainError) -> Int in
-                    try w.setMeta("keyring", pending.keyring)
-                    try w.deleteMeta(Self.failuresMeta)
-                    let removed = pending.removesPassphrase
-                        ? try w.deleteItems(protectionClass: ProtectionClass.whenPasscodeSetThisDeviceOnly.rawValue) : 0
-                    var rewrapped = 0
-                    try w.rewrapItemKeys(classes: pending.rotatedClasses.map(\.rawValue)) { (row) throws(KeychainError) -> [UInt8]? in
-                        guard let protection = ProtectionClass(rawValue: row.protectionClass) else { return nil }
-                        let ad = ItemCodec.associatedData(ref: row.ref, protection: protection, part: .itemKey,
-                                                          uniqueIndex: row.uniqueIndex)
-                        let replacement: [UInt8]
-                        do throws(KeychainError) {
-                            replacement = try pending.rewrapItemKey(row.sealed, protection: protection, associatedData: ad)
-                        } catch where error.status == .decode {
-                            return nil     // damaged: it did not open before the change and will not after
+                removed = try store.writeAlone(
+                    { (w) throws(KeychainError) -> Int in
+                        try w.setMeta("keyring", pending.keyring)
+                        try w.deleteMeta(Self.failuresMeta)
+                        let removed =
+                            pending.removesPassphrase
+                            ? try w.deleteItems(protectionClass: ProtectionClass.whenPasscodeSetThisDeviceOnly.rawValue)
+                            : 0
+                        var rewrapped = 0
+                        try w.rewrapItemKeys(classes: pending.rotatedClasses.map(\.rawValue)) {
+                            (row) throws(KeychainError) -> [UInt8]? in
+                            guard let protection = ProtectionClass(rawValue: row.protectionClass) else { return nil }
+                            let ad = ItemCodec.associatedData(
+                                ref: row.ref, protection: protection, part: .itemKey,
+                                uniqueIndex: row.uniqueIndex)
+                            let replacement: [UInt8]
+                            do throws(KeychainError) {
+                                replacement = try pending.rewrapItemKey(
+                                    row.sealed, protection: protection, associatedData: ad)
+                            } catch  where error.status == .decode {
+                                return nil  // damaged: it did not open before the change and will not after
+                            }
+                            rewrapped += 1
+                            try afterRow?(rewrapped)
+                            return replacement
                         }
-                        rewrapped += 1
-                        try afterRow?(rewrapped)
-                        return replacement
-                    }
-                    let list: [UInt8]?
-                    if let approved {
-                        list = approved
-                    } else if let stored = try w.reader.meta(Self.registrationsMeta) {
-                        list = pending.previousRegistryKey.flatMap { try? Vault.openRegistry(stored, key: $0) }
-                            ?? ApprovedRegistration.encode([])
-                    } else {
-                        list = nil
-                    }
-                    if let list { try w.setMeta(Self.registrationsMeta, Vault.sealRegistry(list, key: pending.registryKey)) }
-                    return removed
-                }, committed: { vault.adopt(pending) })
+                        let list: [UInt8]?
+                        if let approved {
+                            list = approved
+                        } else if let stored = try w.reader.meta(Self.registrationsMeta) {
+                            list =
+                                pending.previousRegistryKey.flatMap { try? Vault.openRegistry(stored, key: $0) }
+                                ?? ApprovedRegistration.encode([])
+                        } else {
+                            list = nil
+                        }
+                        if let list {
+                            try w.setMeta(Self.registrationsMeta, Vault.sealRegistry(list, key: pending.registryKey))
+                        }
+                        return removed
+                    }, committed: { vault.adopt(pending) })
             } catch {
                 vault.setRemovingPassphrase(false)
                 throw error
@@ -195,7 +209,8 @@ extension ItemService {
 
     func loadFailures() throws(KeychainError) -> Failures {
         guard let bytes = try store.meta(Self.failuresMeta),
-              let map = (try? CBOR.decode(bytes))?.map, let count = map["count"]?.int else {
+            let map = (try? CBOR.decode(bytes))?.map, let count = map["count"]?.int
+        else {
             return Failures(count: 0, last: 0)
         }
         let last: Double
@@ -211,7 +226,8 @@ extension ItemService {
     func checkNoDelay() throws(KeychainError) {
         let remaining = try loadFailures().remaining(now: wallClock())
         if remaining > 0 {
-            throw KeychainError(.authFailed,
+            throw KeychainError(
+                .authFailed,
                 "too many wrong passphrases: try again in \(Self.seconds(remaining)) (the passphrase was not checked)")
         }
     }
@@ -225,9 +241,11 @@ extension ItemService {
         try store.write { (w) throws(KeychainError) in try w.setMeta(Self.failuresMeta, encoded) }
         let delay = Self.unlockDelay(afterFailures: failures.count)
         let plural = failures.count == 1 ? "" : "s"
-        return KeychainError(.authFailed, delay > 0
-            ? "wrong passphrase (\(failures.count) failed attempt\(plural) in a row); the next attempt is accepted in \(Self.seconds(delay))"
-            : "wrong passphrase (\(failures.count) failed attempt\(plural) in a row)")
+        return KeychainError(
+            .authFailed,
+            delay > 0
+                ? "wrong passphrase (\(failures.count) failed attempt\(plural) in a row); the next attempt is accepted in \(Self.seconds(delay))"
+                : "wrong passphrase (\(failures.count) failed attempt\(plural) in a row)")
     }
 
     func clearFailures() throws(KeychainError) {

@@ -60,25 +60,36 @@ public struct ApprovedRegistration: Sendable, Hashable, CustomStringConvertible 
     /// `{"v": 1, "apps": [{"id": text, "groups": [text], "exe": [text], "admin": bool}, …]}` (CBOR;
     /// sealed under the registry key before it is stored).
     static func encode(_ list: [ApprovedRegistration]) -> [UInt8] {
-        CBOR.encode(.map(["v": .int(formatVersion), "apps": .array(list.map { r in
-            .map(["id": .text(r.applicationIdentifier), "groups": .array(r.accessGroups.map(Value.text)),
-                  "exe": .array(r.executables.map(Value.text)), "admin": .bool(r.admin)])
-        })]))
+        CBOR.encode(
+            .map([
+                "v": .int(formatVersion),
+                "apps": .array(
+                    list.map { r in
+                        .map([
+                            "id": .text(r.applicationIdentifier), "groups": .array(r.accessGroups.map(Value.text)),
+                            "exe": .array(r.executables.map(Value.text)), "admin": .bool(r.admin),
+                        ])
+                    }),
+            ]))
     }
 
     static func decode(_ bytes: [UInt8]) throws(KeychainError) -> [ApprovedRegistration] {
         let damaged = KeychainError(.decode, "the approved registrations in the database are damaged")
         guard let decoded = try? CBOR.decode(bytes), let map = decoded.map, map["v"]?.int == formatVersion,
-              let apps = map["apps"]?.array else { throw damaged }
+            let apps = map["apps"]?.array
+        else { throw damaged }
         var list: [ApprovedRegistration] = []
         list.reserveCapacity(apps.count)
         for app in apps {
             guard let m = app.map, let id = m["id"]?.text, let groups = m["groups"]?.array, let exes = m["exe"]?.array,
-                  let admin = m["admin"]?.bool else { throw damaged }
+                let admin = m["admin"]?.bool
+            else { throw damaged }
             let groupNames = groups.compactMap(\.text)
             let paths = exes.compactMap(\.text)
             guard groupNames.count == groups.count, paths.count == exes.count else { throw damaged }
-            list.append(ApprovedRegistration(applicationIdentifier: id, accessGroups: groupNames, executables: paths, admin: admin))
+            list.append(
+                ApprovedRegistration(
+                    applicationIdentifier: id, accessGroups: groupNames, executables: paths, admin: admin))
         }
         return list
     }
@@ -105,8 +116,10 @@ extension ItemService {
             case .available(let k): key = k
             }
             guard let sealed = try r.meta(Self.registrationsMeta) else { return [] }
-            let damaged = KeychainError(.decode,
-                "the approved registrations in the database are damaged or were tampered with; approve the registrations again with the passphrase")
+            let damaged = KeychainError(
+                .decode,
+                "the approved registrations in the database are damaged or were tampered with; approve the registrations again with the passphrase"
+            )
             guard let key else { throw damaged }
             let plain: [UInt8]
             do { plain = try Vault.openRegistry(sealed, key: key) } catch { throw damaged }
@@ -119,7 +132,8 @@ extension ItemService {
     /// wrong-passphrase delays apply, as for `unlock` and `changePassphrase`; a right one clears the
     /// count); it is ignored when none is set. Each call draws a fresh registry key, so an older list
     /// cannot be put back on its own. The list is readable afterwards, locked or not.
-    public func setApprovedRegistrations(_ list: [ApprovedRegistration], passphrase: SecureBytes?) throws(KeychainError) {
+    public func setApprovedRegistrations(_ list: [ApprovedRegistration], passphrase: SecureBytes?) throws(KeychainError)
+    {
         try protectionLock.withLock { (_) throws(KeychainError) in
             let protected = vault.hasPassphrase
             if protected {
@@ -132,14 +146,15 @@ extension ItemService {
             let pending: Vault.PendingRegistry
             do throws(KeychainError) {
                 pending = try vault.prepareRegistryChange(passphrase: protected ? passphrase : nil)
-            } catch where error.status == .authFailed && protected {
+            } catch  where error.status == .authFailed && protected {
                 throw try recordFailure()
             }
-            try store.writeAlone({ (w) throws(KeychainError) in
-                try w.setMeta("keyring", pending.keyring)
-                try w.setMeta(Self.registrationsMeta, Vault.sealRegistry(plain, key: pending.registryKey))
-                if protected { try w.deleteMeta(Self.failuresMeta) }
-            }, committed: { vault.adopt(pending) })
+            try store.writeAlone(
+                { (w) throws(KeychainError) in
+                    try w.setMeta("keyring", pending.keyring)
+                    try w.setMeta(Self.registrationsMeta, Vault.sealRegistry(plain, key: pending.registryKey))
+                    if protected { try w.deleteMeta(Self.failuresMeta) }
+                }, committed: { vault.adopt(pending) })
             // As after a passphrase change: the previous keyring does not stay behind in the WAL.
             store.truncateLog()
         }
@@ -158,7 +173,7 @@ extension ItemService {
             try checkNoDelay()
             do throws(KeychainError) {
                 try vault.verify(passphrase: passphrase)
-            } catch where error.status == .authFailed {
+            } catch  where error.status == .authFailed {
                 throw try recordFailure()
             }
             try clearFailures()

@@ -1,7 +1,7 @@
 public import KeychainCore
-public import KeychainSystem
 import KeychainCrypto
 import KeychainStore
+public import KeychainSystem
 
 /// A keychain item as the Secret Service shows it (docs/secret-service.md).
 public struct SecretServiceItem: Sendable {
@@ -42,7 +42,9 @@ extension ItemService {
     /// Whether the items the Secret Service creates can be read now.
     public var secretServiceUnlocked: Bool { vault.isAvailable(Self.secretServiceProtection) }
 
-    private func groupDigests(_ groups: [String], _ caller: Caller) throws(KeychainError) -> [(group: String, digest: [UInt8])] {
+    private func groupDigests(_ groups: [String], _ caller: Caller) throws(KeychainError) -> [(
+        group: String, digest: [UInt8]
+    )] {
         var out: [(group: String, digest: [UInt8])] = []
         for g in groups {
             try AccessPolicy.checkEntitlement(g, caller)
@@ -65,19 +67,25 @@ extension ItemService {
         let digits = Array("0123456789abcdef".utf8)
         var out: [UInt8] = []
         out.reserveCapacity(id.count * 2)
-        for b in id { out.append(digits[Int(b >> 4)]); out.append(digits[Int(b & 15)]) }
+        for b in id {
+            out.append(digits[Int(b >> 4)])
+            out.append(digits[Int(b & 15)])
+        }
         return String(decoding: out, as: UTF8.self)
     }
 
     /// The view of one row, or nil when it is not in one of `digests`' groups (also after decrypting:
     /// a forged group column buys nothing).
-    private func view(_ row: StoredItem, _ digests: [(group: String, digest: [UInt8])]) throws(KeychainError) -> SecretServiceItem? {
+    private func view(_ row: StoredItem, _ digests: [(group: String, digest: [UInt8])]) throws(KeychainError)
+        -> SecretServiceItem?
+    {
         guard let group = digests.first(where: { $0.digest == row.accessGroupIndex })?.group else { return nil }
         let created = Self.creationTime(id: row.ref)
         guard let protection = ProtectionClass(rawValue: row.protectionClass), vault.isAvailable(protection) else {
-            return SecretServiceItem(id: row.ref, group: group, locked: true, label: "", attributes: SecretServiceAttributes(),
-                                     contentType: SecretServiceFields.defaultContentType, created: created, modified: created,
-                                     ownAttributes: false)
+            return SecretServiceItem(
+                id: row.ref, group: group, locked: true, label: "", attributes: SecretServiceAttributes(),
+                contentType: SecretServiceFields.defaultContentType, created: created, modified: created,
+                ownAttributes: false)
         }
         let item = try codec.open(row, withSecret: false)
         return view(item, group: group)
@@ -86,30 +94,40 @@ extension ItemService {
     private func view(_ item: OpenedItem, group: String) -> SecretServiceItem? {
         guard let agrp = item.attributes["agrp"]?.text, AccessPolicy.sameGroup(agrp, group) else { return nil }
         let fields = SecretServiceFields.view(of: item.attributes)
-        let label = item.attributes["labl"].flatMap(Attribute.bytes(of:)).map { String(decoding: $0, as: UTF8.self) } ?? ""
-        return SecretServiceItem(id: item.row.ref, group: group, locked: false, label: label, attributes: fields.attributes,
-                                 contentType: fields.contentType, created: item.attributes["cdat"]?.date ?? 0,
-                                 modified: item.attributes["mdat"]?.date ?? 0, ownAttributes: fields.own)
+        let label =
+            item.attributes["labl"].flatMap(Attribute.bytes(of:)).map { String(decoding: $0, as: UTF8.self) } ?? ""
+        return SecretServiceItem(
+            id: item.row.ref, group: group, locked: false, label: label, attributes: fields.attributes,
+            contentType: fields.contentType, created: item.attributes["cdat"]?.date ?? 0,
+            modified: item.attributes["mdat"]?.date ?? 0, ownAttributes: fields.own)
     }
 
     /// The rows a search must look at: items with their own attributes through the attribute index,
     /// and — when the search names only `service` and `account` — the other items through their
     /// service and account columns. Every item of the groups when the search is empty.
-    private func searchFilters(_ query: SecretServiceAttributes, groupIndexes: [[UInt8]], withSecret: Bool = false) -> [RowFilter] {
+    private func searchFilters(_ query: SecretServiceAttributes, groupIndexes: [[UInt8]], withSecret: Bool = false)
+        -> [RowFilter]
+    {
         let index = vault.blindIndex
         guard !query.isEmpty else { return [RowFilter(accessGroupIndexes: groupIndexes, includeSecret: withSecret)] }
         // The first digest drives the query: not one of the names that many items share.
         let common: Set<[UInt8]> = [Array("xdg:schema".utf8), Array("application".utf8)]
         let ordered = query.sorted.sorted { !common.contains($0.name) && common.contains($1.name) }
-        var filters = [RowFilter(accessGroupIndexes: groupIndexes,
-                                 requiredAttributeIndexes: ordered.map { index.secretServiceAttribute(name: $0.name, value: $0.value) },
-                                 includeSecret: withSecret)]
-        let service = query[SecretServiceFields.serviceName], account = query[SecretServiceFields.accountName]
+        var filters = [
+            RowFilter(
+                accessGroupIndexes: groupIndexes,
+                requiredAttributeIndexes: ordered.map { index.secretServiceAttribute(name: $0.name, value: $0.value) },
+                includeSecret: withSecret)
+        ]
+        let service = query[SecretServiceFields.serviceName]
+        let account = query[SecretServiceFields.accountName]
         if query.count == (service == nil ? 0 : 1) + (account == nil ? 0 : 1) {
-            filters.append(RowFilter(serviceIndex: service.map { index.column(.service, $0) },
-                                     accountIndex: account.map { index.column(.account, $0) },
-                                     accessGroupIndexes: groupIndexes, excludedAttributeIndex: index.secretServiceItemMark,
-                                     includeSecret: withSecret))
+            filters.append(
+                RowFilter(
+                    serviceIndex: service.map { index.column(.service, $0) },
+                    accountIndex: account.map { index.column(.account, $0) },
+                    accessGroupIndexes: groupIndexes, excludedAttributeIndex: index.secretServiceItemMark,
+                    includeSecret: withSecret))
         }
         return filters
     }
@@ -130,12 +148,15 @@ extension ItemService {
     }
 
     /// One item of `groups`, or nil when none of them holds it.
-    public func secretServiceItem(id: [UInt8], groups: [String], caller: Caller) throws(KeychainError) -> SecretServiceItem? {
+    public func secretServiceItem(id: [UInt8], groups: [String], caller: Caller) throws(KeychainError)
+        -> SecretServiceItem?
+    {
         let digests = try groupDigests(groups, caller)
         guard !digests.isEmpty, id.count == PersistentRef.idLength else { return nil }
         var found: SecretServiceItem?
         try store.read { (r) throws(KeychainError) in
-            try r.forEach(RowFilter(ref: id, accessGroupIndexes: digests.map(\.digest))) { (row) throws(KeychainError) -> Bool in
+            try r.forEach(RowFilter(ref: id, accessGroupIndexes: digests.map(\.digest))) {
+                (row) throws(KeychainError) -> Bool in
                 found = try view(row, digests)
                 return false
             }
@@ -149,16 +170,21 @@ extension ItemService {
     /// all of the query's digests; any other item shows `service` and `account` exactly as its index
     /// columns hold them. Nothing is decrypted — a search returns paths only, and reading an item
     /// (its secret or attributes) opens and re-checks it, group included, like every SecItem call.
-    public func secretServiceSearch(_ query: SecretServiceAttributes, groups: [String],
-                                    caller: Caller) throws(KeychainError) -> (unlocked: [SecretServiceMatch], locked: [SecretServiceMatch]) {
+    public func secretServiceSearch(
+        _ query: SecretServiceAttributes, groups: [String],
+        caller: Caller
+    ) throws(KeychainError) -> (unlocked: [SecretServiceMatch], locked: [SecretServiceMatch]) {
         if let problem = query.problem { throw .param(problem) }
         let digests = try groupDigests(groups, caller)
         guard !digests.isEmpty else { return ([], []) }
-        var unlocked: [SecretServiceMatch] = [], locked: [SecretServiceMatch] = []
+        var unlocked: [SecretServiceMatch] = []
+        var locked: [SecretServiceMatch] = []
         try store.read { (r) throws(KeychainError) in
             for filter in searchFilters(query, groupIndexes: digests.map(\.digest)) {
                 try r.forEach(filter) { (row) throws(KeychainError) -> Bool in
-                    guard let group = digests.first(where: { $0.digest == row.accessGroupIndex })?.group else { return true }
+                    guard let group = digests.first(where: { $0.digest == row.accessGroupIndex })?.group else {
+                        return true
+                    }
                     let match = SecretServiceMatch(id: row.ref, group: group)
                     if let protection = ProtectionClass(rawValue: row.protectionClass), vault.isAvailable(protection) {
                         unlocked.append(match)
@@ -175,15 +201,20 @@ extension ItemService {
 
     /// The secret of one item and its content type; nil when `groups` hold no such item. A locked
     /// item is errSecInteractionNotAllowed.
-    public func secretServiceSecret(id: [UInt8], groups: [String], caller: Caller) throws(KeychainError) -> (secret: SecretBytes, contentType: String)? {
+    public func secretServiceSecret(id: [UInt8], groups: [String], caller: Caller) throws(KeychainError) -> (
+        secret: SecretBytes, contentType: String
+    )? {
         let digests = try groupDigests(groups, caller)
         guard !digests.isEmpty, id.count == PersistentRef.idLength else { return nil }
         var result: (secret: SecretBytes, contentType: String)?
         try store.read { (r) throws(KeychainError) in
-            try r.forEach(RowFilter(ref: id, accessGroupIndexes: digests.map(\.digest), includeSecret: true)) { (row) throws(KeychainError) -> Bool in
-                guard let group = digests.first(where: { $0.digest == row.accessGroupIndex })?.group else { return false }
+            try r.forEach(RowFilter(ref: id, accessGroupIndexes: digests.map(\.digest), includeSecret: true)) {
+                (row) throws(KeychainError) -> Bool in
+                guard let group = digests.first(where: { $0.digest == row.accessGroupIndex })?.group else {
+                    return false
+                }
                 let item = try codec.open(row, withSecret: true)
-                guard let view = view(item, group: group) else { return false }   // the secret wipes itself
+                guard let view = view(item, group: group) else { return false }  // the secret wipes itself
                 result = (item.secret ?? SecretBytes(), view.contentType)
                 return false
             }
@@ -193,13 +224,18 @@ extension ItemService {
 
     /// Created: the oldest item's creation time; modified: the newest modification (creation times
     /// only while locked). Zero for an empty group.
-    public func secretServiceGroupDates(group: String, caller: Caller) throws(KeychainError) -> (created: Double, modified: Double) {
+    public func secretServiceGroupDates(group: String, caller: Caller) throws(KeychainError) -> (
+        created: Double, modified: Double
+    ) {
         let digests = try groupDigests([group], caller)
-        var created = Double.infinity, modified = 0.0
+        var created = Double.infinity
+        var modified = 0.0
         try store.read { (r) throws(KeychainError) in
             try r.forEach(RowFilter(accessGroupIndexes: digests.map(\.digest))) { (row) throws(KeychainError) -> Bool in
                 let item: SecretServiceItem?
-                do throws(KeychainError) { item = try view(row, digests) } catch where error.status == .decode { return true }
+                do throws(KeychainError) { item = try view(row, digests) } catch  where error.status == .decode {
+                    return true
+                }
                 guard let item else { return true }
                 created = min(created, item.created)
                 modified = max(modified, item.modified)
@@ -216,8 +252,10 @@ extension ItemService {
     /// `service` and an `account` make a plain keychain item with that service and account (the item
     /// SecItem finds by them), unless that one exists already; any other attributes are kept as the
     /// item's own. Returns the item's id and whether it replaced one.
-    public func secretServiceCreate(group: String, label: String, attributes: SecretServiceAttributes, secret: SecretBytes,
-                                    contentType: String, replace: Bool, caller: Caller) throws(KeychainError) -> (id: [UInt8], replaced: Bool) {
+    public func secretServiceCreate(
+        group: String, label: String, attributes: SecretServiceAttributes, secret: SecretBytes,
+        contentType: String, replace: Bool, caller: Caller
+    ) throws(KeychainError) -> (id: [UInt8], replaced: Bool) {
         if let problem = attributes.problem { throw .param(problem) }
         let digests = try groupDigests([group], caller)
         let protection = Self.secretServiceProtection
@@ -244,8 +282,10 @@ extension ItemService {
             }
             let now = clock.next()
             let ref = PersistentRef.newID(createdAt: now)
-            var stored: [String: Value] = ["agrp": .text(group), "pdmn": .text(protection.code), "sync": .bool(false),
-                                           "cdat": .date(now), "mdat": .date(now), "labl": .text(label)]
+            var stored: [String: Value] = [
+                "agrp": .text(group), "pdmn": .text(protection.code), "sync": .bool(false),
+                "cdat": .date(now), "mdat": .date(now), "labl": .text(label),
+            ]
             func text(_ name: String) -> Value { .text(String(decoding: attributes[name] ?? [], as: UTF8.self)) }
             if SecretServiceFields.isServiceAndAccount(attributes) && type == SecretServiceFields.defaultContentType {
                 stored["svce"] = text(SecretServiceFields.serviceName)
@@ -254,7 +294,7 @@ extension ItemService {
                 do throws(KeychainError) {
                     try w.insert(row)
                     return (ref, false)
-                } catch where error.status == .duplicateItem {
+                } catch  where error.status == .duplicateItem {
                     // Taken (a second item with the same attributes): it keeps them as its own.
                 }
             }
@@ -268,16 +308,21 @@ extension ItemService {
     }
 
     /// `Item.SetSecret`: a new secret and content type.
-    public func secretServiceSetSecret(id: [UInt8], groups: [String], secret: SecretBytes, contentType: String,
-                                       caller: Caller) throws(KeychainError) -> Bool {
+    public func secretServiceSetSecret(
+        id: [UInt8], groups: [String], secret: SecretBytes, contentType: String,
+        caller: Caller
+    ) throws(KeychainError) -> Bool {
         let type = contentType.isEmpty ? SecretServiceFields.defaultContentType : contentType
-        return try modify(id: id, groups: groups, caller: caller, secret: secret) { (stored, view) throws(KeychainError) in
+        return try modify(id: id, groups: groups, caller: caller, secret: secret) {
+            (stored, view) throws(KeychainError) in
             try Self.setContentType(type, attributes: view.attributes, in: &stored)
         }
     }
 
     /// `Item.Label` set.
-    public func secretServiceSetLabel(id: [UInt8], groups: [String], label: String, caller: Caller) throws(KeychainError) -> Bool {
+    public func secretServiceSetLabel(id: [UInt8], groups: [String], label: String, caller: Caller)
+        throws(KeychainError) -> Bool
+    {
         try modify(id: id, groups: groups, caller: caller, secret: nil) { (stored, _) throws(KeychainError) in
             stored["labl"] = .text(label)
         }
@@ -286,8 +331,10 @@ extension ItemService {
     /// `Item.Attributes` set. An item with attributes of its own gets the new ones (its service and
     /// account stay). An item made through the keychain API takes a new `service` and `account` as its
     /// service and account; other attributes become its own, unless its `gena` holds the app's data.
-    public func secretServiceSetAttributes(id: [UInt8], groups: [String], attributes: SecretServiceAttributes,
-                                           caller: Caller) throws(KeychainError) -> Bool {
+    public func secretServiceSetAttributes(
+        id: [UInt8], groups: [String], attributes: SecretServiceAttributes,
+        caller: Caller
+    ) throws(KeychainError) -> Bool {
         if let problem = attributes.problem { throw .param(problem) }
         return try modify(id: id, groups: groups, caller: caller, secret: nil) { (stored, view) throws(KeychainError) in
             if !view.ownAttributes && SecretServiceFields.isServiceAndAccount(attributes) {
@@ -296,7 +343,10 @@ extension ItemService {
                 return
             }
             if !view.ownAttributes, stored["gena"] != nil {
-                throw KeychainError(.param, "this item was made through the keychain API and keeps its app's data in kSecAttrGeneric; its Secret Service attributes are its service and account only")
+                throw KeychainError(
+                    .param,
+                    "this item was made through the keychain API and keeps its app's data in kSecAttrGeneric; its Secret Service attributes are its service and account only"
+                )
             }
             stored["gena"] = .bytes(SecretServiceFields.encode(attributes, contentType: view.contentType))
         }
@@ -308,7 +358,8 @@ extension ItemService {
         guard !digests.isEmpty, id.count == PersistentRef.idLength else { return false }
         return try store.write { (w) throws(KeychainError) -> Bool in
             var rowid: Int64?
-            try w.reader.forEach(RowFilter(ref: id, accessGroupIndexes: digests.map(\.digest))) { (row) throws(KeychainError) -> Bool in
+            try w.reader.forEach(RowFilter(ref: id, accessGroupIndexes: digests.map(\.digest))) {
+                (row) throws(KeychainError) -> Bool in
                 rowid = row.rowid
                 return false
             }
@@ -323,7 +374,8 @@ extension ItemService {
         let digests = try groupDigests([group], caller)
         return try store.write { (w) throws(KeychainError) -> [[UInt8]] in
             var rows: [(Int64, [UInt8])] = []
-            try w.reader.forEach(RowFilter(accessGroupIndexes: digests.map(\.digest))) { (row) throws(KeychainError) -> Bool in
+            try w.reader.forEach(RowFilter(accessGroupIndexes: digests.map(\.digest))) {
+                (row) throws(KeychainError) -> Bool in
                 rows.append((row.rowid, row.ref))
                 return true
             }
@@ -332,12 +384,15 @@ extension ItemService {
         }
     }
 
-    static let lockedError = KeychainError(.interactionNotAllowed, "the keychain is locked: unlock it (keychainctl unlock)")
+    static let lockedError = KeychainError(
+        .interactionNotAllowed, "the keychain is locked: unlock it (keychainctl unlock)")
 
     /// Changes one item in place (`change` edits its stored attributes; `secret`, when given, replaces
     /// its secret). Returns false when `groups` hold no such item.
-    private func modify(id: [UInt8], groups: [String], caller: Caller, secret: SecretBytes?,
-                        _ change: (inout [String: Value], SecretServiceItem) throws(KeychainError) -> Void) throws(KeychainError) -> Bool {
+    private func modify(
+        id: [UInt8], groups: [String], caller: Caller, secret: SecretBytes?,
+        _ change: (inout [String: Value], SecretServiceItem) throws(KeychainError) -> Void
+    ) throws(KeychainError) -> Bool {
         let digests = try groupDigests(groups, caller)
         guard !digests.isEmpty, id.count == PersistentRef.idLength else { return false }
         return try store.write { (w) throws(KeychainError) -> Bool in
@@ -346,7 +401,9 @@ extension ItemService {
             var filter = RowFilter(ref: id, accessGroupIndexes: digests.map(\.digest))
             filter.includeSecret = true
             try w.reader.forEach(filter) { (row) throws(KeychainError) -> Bool in
-                guard let group = digests.first(where: { $0.digest == row.accessGroupIndex })?.group else { return false }
+                guard let group = digests.first(where: { $0.digest == row.accessGroupIndex })?.group else {
+                    return false
+                }
                 let item = try codec.open(row, withSecret: false)
                 if let v = view(item, group: group) { found = (item, v) }
                 return false
@@ -360,28 +417,34 @@ extension ItemService {
     /// Re-seals `item` with its attributes changed by `change`, a new modification date, and the new
     /// secret when given. A collision of the changed
     /// service and account with another item is errSecDuplicateItem.
-    private func rewrite(_ item: OpenedItem, in w: StoreWriter, secret: SecretBytes?,
-                         _ change: (inout [String: Value]) throws(KeychainError) -> Void) throws(KeychainError) {
+    private func rewrite(
+        _ item: OpenedItem, in w: StoreWriter, secret: SecretBytes?,
+        _ change: (inout [String: Value]) throws(KeychainError) -> Void
+    ) throws(KeychainError) {
         var stored = item.attributes
         try change(&stored)
         stored["mdat"] = .date(clock.next(after: item.attributes["mdat"]?.date))
         // A fresh item key, as every update (ItemService.update): the unchanged secret is opened to be
         // sealed again.
         let kept = secret == nil ? try codec.open(item.row, withSecret: true, withAttributes: false).secret : nil
-        let row = try codec.seal(ref: item.row.ref, protection: item.protection, attributes: stored,
-                                 secret: secret ?? kept ?? SecretBytes(), rowid: item.row.rowid)
+        let row = try codec.seal(
+            ref: item.row.ref, protection: item.protection, attributes: stored,
+            secret: secret ?? kept ?? SecretBytes(), rowid: item.row.rowid)
         do throws(KeychainError) {
             try w.update(row)
-        } catch where error.status == .duplicateItem {
+        } catch  where error.status == .duplicateItem {
             throw KeychainError(.duplicateItem, "another item of this collection already has this service and account")
         }
     }
 
     /// Keeps a content type: in the item's own Secret Service fields; an item made through the keychain
     /// API gets fields of its own only when the type is not the default and its `gena` is free.
-    static func setContentType(_ type: String, attributes: SecretServiceAttributes, in stored: inout [String: Value]) throws(KeychainError) {
+    static func setContentType(_ type: String, attributes: SecretServiceAttributes, in stored: inout [String: Value])
+        throws(KeychainError)
+    {
         if SecretServiceFields.decode(stored["gena"]) != nil {
-            stored["gena"] = .bytes(SecretServiceFields.encode(SecretServiceFields.decode(stored["gena"])!.attributes, contentType: type))
+            stored["gena"] = .bytes(
+                SecretServiceFields.encode(SecretServiceFields.decode(stored["gena"])!.attributes, contentType: type))
         } else if type != SecretServiceFields.defaultContentType && stored["gena"] == nil {
             stored["gena"] = .bytes(SecretServiceFields.encode(attributes, contentType: type))
         }

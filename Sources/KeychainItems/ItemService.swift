@@ -36,10 +36,12 @@ public final class ItemService: Sendable {
     /// The rows are checked against the database's row-state record (KeychainStore/RowState.swift): a
     /// row removed, added, swapped or replayed from an older copy is `errSecDecode` here, unless
     /// `acceptCurrentRows` (the user's `keychaind --accept-database`) reseals the record for them.
-    public init(directory: String, kdfProfile: KDFProfile = .moderate,
-                lookupCacheEntries: Int = PointLookupCache.defaultCapacity,
-                acceptCurrentRows: Bool = false,
-                wallClock: @escaping @Sendable () -> Double = ItemService.systemTime) throws(KeychainError) {
+    public init(
+        directory: String, kdfProfile: KDFProfile = .moderate,
+        lookupCacheEntries: Int = PointLookupCache.defaultCapacity,
+        acceptCurrentRows: Bool = false,
+        wallClock: @escaping @Sendable () -> Double = ItemService.systemTime
+    ) throws(KeychainError) {
         self.kdfProfile = kdfProfile
         self.wallClock = wallClock
         try Self.makeDirectory(directory)
@@ -48,14 +50,17 @@ public final class ItemService: Sendable {
         do throws(KeychainError) {
             if let keyring = try store.meta("keyring") {
                 guard let deviceKey = try DeviceKeyFile.load(path: keyPath) else {
-                    throw KeychainError(.notAvailable, """
+                    throw KeychainError(
+                        .notAvailable,
+                        """
                         the device key file \(keyPath) is missing but the database \(store.path) holds a keychain; \
                         refusing to create a new key, which would make every item unreadable. Restore \(Self.deviceKeyName) \
                         from a backup, or move the database away to start an empty keychain
                         """)
                 }
                 vault = try Vault.open(deviceKey: deviceKey, keyring: keyring)
-                rowCheck = try store.attachRowState(key: vault.rowStateKey, policy: acceptCurrentRows ? .accept : .verify)
+                rowCheck = try store.attachRowState(
+                    key: vault.rowStateKey, policy: acceptCurrentRows ? .accept : .verify)
             } else {
                 guard try store.itemCount() == 0 else {
                     throw KeychainError(.decode, "the database \(store.path) holds items but no keyring; it is damaged")
@@ -64,7 +69,8 @@ public final class ItemService: Sendable {
                 if deviceKey == nil { deviceKey = try DeviceKeyFile.create(path: keyPath) }
                 let created = Vault.create(deviceKey: deviceKey!)
                 // The keyring and the row-state record are written together: never one without the other.
-                rowCheck = try store.attachRowState(key: created.vault.rowStateKey, policy: .create) { (w) throws(KeychainError) in
+                rowCheck = try store.attachRowState(key: created.vault.rowStateKey, policy: .create) {
+                    (w) throws(KeychainError) in
                     try w.insertMeta("keyring", created.keyring)
                 }
                 vault = created.vault
@@ -113,7 +119,7 @@ public final class ItemService: Sendable {
         stored["agrp"] = .text(group)
         stored["pdmn"] = .text(protection.code)
         stored["sync"] = .bool(query.sync == .yes)
-        stored["cdat"] = .date(now)       // caller-provided dates are overwritten, as Apple does
+        stored["cdat"] = .date(now)  // caller-provided dates are overwritten, as Apple does
         stored["mdat"] = .date(now)
         let secret = query.secret ?? SecretBytes()
         let ref = PersistentRef.newID(createdAt: now)
@@ -126,12 +132,15 @@ public final class ItemService: Sendable {
                 // Checked again inside the transaction: a passphrase removal deletes akpu rows in its
                 // own transaction and refuses akpu writes from before it starts.
                 if protection == .whenPasscodeSetThisDeviceOnly { try checkPasscodeItemsAccepted() }
-                let row = vault.rotationEpoch == epoch
+                let row =
+                    vault.rotationEpoch == epoch
                     ? sealed : try codec.seal(ref: ref, protection: protection, attributes: stored, secret: secret)
                 _ = try w.insert(row)
             }
-        } catch where error.status == .duplicateItem {
-            throw KeychainError(.duplicateItem, "an item with this service, account, access group and synchronizable value already exists")
+        } catch  where error.status == .duplicateItem {
+            throw KeychainError(
+                .duplicateItem,
+                "an item with this service, account, access group and synchronizable value already exists")
         }
         guard query.returns.any else { return nil }
         return ResultShape.value(attributes: stored, secret: secret, ref: ref, returns: query.returns)
@@ -177,7 +186,8 @@ public final class ItemService: Sendable {
         // but the key and the class needs no attribute re-check: the item key's associated data
         // authenticates the row's digest, and the digest was computed from the query and the caller's
         // groups. That skips opening and decoding the attributes on the hot path.
-        let keyOnly = filter.uniqueIndexes != nil && !parsed.returns.attributes
+        let keyOnly =
+            filter.uniqueIndexes != nil && !parsed.returns.attributes
             && parsed.attributes.keys.allSatisfy { $0.isKey || $0 == .accessible }
         return CompiledCopy(parsed: parsed, scope: scope, filter: filter, keyOnly: keyOnly, caller: caller)
     }
@@ -185,7 +195,9 @@ public final class ItemService: Sendable {
     /// Runs a compiled `copy`: reads and opens the matching rows now (the store, the lookup cache and
     /// the class keys decide, as for any copy) and shapes the result.
     public func copy(_ compiled: CompiledCopy) throws(KeychainError) -> Value? {
-        let parsed = compiled.parsed, scope = compiled.scope, keyOnly = compiled.keyOnly
+        let parsed = compiled.parsed
+        let scope = compiled.scope
+        let keyOnly = compiled.keyOnly
         let maximum = parsed.limit.maximum
         var found: [OpenedItem] = []
         try store.read { (reader) throws(KeychainError) in
@@ -199,11 +211,14 @@ public final class ItemService: Sendable {
         let caller = compiled.caller
         if parsed.returns.data && caller.isAdmin && !caller.hasPresence {
             // The group of a key-only match is the one the query's digest was computed for.
-            try AccessPolicy.checkAdminReach(found.map { $0.attributes["agrp"]?.text ?? scope?.first ?? "" }, .readSecrets, caller)
+            try AccessPolicy.checkAdminReach(
+                found.map { $0.attributes["agrp"]?.text ?? scope?.first ?? "" }, .readSecrets, caller)
         }
         guard parsed.returns.any else { return nil }
         func shaped(_ item: OpenedItem) -> Value {
-            ResultShape.value(attributes: item.attributes, secret: item.secret ?? SecretBytes(), ref: item.row.ref, returns: parsed.returns)
+            ResultShape.value(
+                attributes: item.attributes, secret: item.secret ?? SecretBytes(), ref: item.row.ref,
+                returns: parsed.returns)
         }
         return parsed.limit.returnsArray ? .array(found.map(shaped)) : shaped(found[0])
     }
@@ -218,7 +233,9 @@ public final class ItemService: Sendable {
             try AccessPolicy.checkEntitlement(newGroup, caller)
             try AccessPolicy.checkAdminReach([newGroup], .write, caller)
         }
-        let newProtection = try changes.attributes[.accessible].map { (v) throws(KeychainError) in try protectionForWrite(v.text) }
+        let newProtection = try changes.attributes[.accessible].map { (v) throws(KeychainError) in
+            try protectionForWrite(v.text)
+        }
         let filter = rowFilter(parsed, scope: scope, withSecret: true)
         do {
             try store.write { (w) throws(KeychainError) in
@@ -243,15 +260,20 @@ public final class ItemService: Sendable {
                     // be opened with an item key from an older copy of the database.
                     var opened = SecretBytes()
                     if changes.secret == nil {
-                        opened = try codec.open(item.row, withSecret: true, withAttributes: false).secret ?? SecretBytes()
+                        opened =
+                            try codec.open(item.row, withSecret: true, withAttributes: false).secret ?? SecretBytes()
                     }
-                    let row = try codec.seal(ref: item.row.ref, protection: protection, attributes: merged,
-                                             secret: changes.secret ?? opened, rowid: item.row.rowid)
+                    let row = try codec.seal(
+                        ref: item.row.ref, protection: protection, attributes: merged,
+                        secret: changes.secret ?? opened, rowid: item.row.rowid)
                     try w.update(row)
                 }
             }
-        } catch where error.status == .duplicateItem {
-            throw KeychainError(.duplicateItem, "the update would make an item collide with another of the same service, account, access group and synchronizable value; nothing was changed")
+        } catch  where error.status == .duplicateItem {
+            throw KeychainError(
+                .duplicateItem,
+                "the update would make an item collide with another of the same service, account, access group and synchronizable value; nothing was changed"
+            )
         }
     }
 
@@ -291,7 +313,8 @@ public final class ItemService: Sendable {
 
     func checkPasscodeItemsAccepted() throws(KeychainError) {
         guard vault.acceptsPasscodeItems else {
-            throw KeychainError(.authFailed,
+            throw KeychainError(
+                .authFailed,
                 "akpu (WhenPasscodeSetThisDeviceOnly) items need a keychain passphrase; none is set")
         }
     }
@@ -309,7 +332,10 @@ public final class ItemService: Sendable {
             if let service, let account, let scope {
                 let syncValues: [Bool] = query.sync == .any ? [false, true] : [query.sync == .yes]
                 filter.uniqueIndexes = scope.flatMap { group in
-                    syncValues.map { index.uniqueKey(accessGroup: Array(group.utf8), service: service, account: account, synchronizable: $0) }
+                    syncValues.map {
+                        index.uniqueKey(
+                            accessGroup: Array(group.utf8), service: service, account: account, synchronizable: $0)
+                    }
                 }
             } else {
                 filter.serviceIndex = service.map { index.column(.service, $0) }
@@ -329,7 +355,8 @@ public final class ItemService: Sendable {
         if let scope, !scope.contains(where: { AccessPolicy.sameGroup($0, group) }) { return false }
         if let ref = query.persistentRef, ref != item.row.ref { return false }
         guard query.sync.accepts(item.attributes["sync"]?.bool ?? false) else { return false }
-        for (attribute, value) in query.attributes where !attribute.matches(stored: item.attributes[attribute.rawValue], query: value) {
+        for (attribute, value) in query.attributes
+        where !attribute.matches(stored: item.attributes[attribute.rawValue], query: value) {
             return false
         }
         return true
@@ -345,7 +372,9 @@ public final class ItemService: Sendable {
         for component in path.split(separator: "/") {
             current += "/" + component
             do { try FileSystem.makeDirectory(current, permissions: 0o700) } catch {
-                if error.code != .exists { throw KeychainError(.notAvailable, "cannot create directory \(current)", error) }
+                if error.code != .exists {
+                    throw KeychainError(.notAvailable, "cannot create directory \(current)", error)
+                }
             }
         }
     }

@@ -1,4 +1,5 @@
 import KeychainCrypto
+
 /// Persistent references, Apple's current format: the class (`genp`, 4 ASCII bytes) followed by the
 /// item's 16-byte id (see `newID`). Valid for the item's whole life, across restarts.
 enum PersistentRef {

@@ -64,9 +64,13 @@ struct ParsedQuery {
         for (key, value) in dictionary {
             switch key {
             case "class":
-                guard case .text(let name) = value else { throw .param("class must be a string, not \(value.kindName)") }
+                guard case .text(let name) = value else {
+                    throw .param("class must be a string, not \(value.kindName)")
+                }
                 guard name == "genp" else {
-                    throw KeychainError(.noSuchClass, "class must be genp (kSecClassGenericPassword); other item classes are not supported")
+                    throw KeychainError(
+                        .noSuchClass,
+                        "class must be genp (kSecClassGenericPassword); other item classes are not supported")
                 }
                 classGiven = true
             case "v_Data":
@@ -74,8 +78,12 @@ struct ParsedQuery {
                 secret = b
             case "v_PersistentRef":
                 guard operation != .add else { throw .param("v_PersistentRef is not allowed in \(operation.callName)") }
-                guard case .bytes(let b) = value else { throw .param("v_PersistentRef must be data, not \(value.kindName)") }
-                guard let id = PersistentRef.id(from: b) else { throw .param("v_PersistentRef is not a persistent reference of a generic password") }
+                guard case .bytes(let b) = value else {
+                    throw .param("v_PersistentRef must be data, not \(value.kindName)")
+                }
+                guard let id = PersistentRef.id(from: b) else {
+                    throw .param("v_PersistentRef is not a persistent reference of a generic password")
+                }
                 persistentRef = id
             case "m_Limit":
                 try rejectMatchKey(key, operation)
@@ -83,7 +91,9 @@ struct ParsedQuery {
             case "m_CaseInsensitive":
                 try rejectMatchKey(key, operation)
                 // Accepted; matching stays byte-exact, as in Apple's data-protection keychain.
-                guard case .bool = value else { throw .param("m_CaseInsensitive must be a boolean, not \(value.kindName)") }
+                guard case .bool = value else {
+                    throw .param("m_CaseInsensitive must be a boolean, not \(value.kindName)")
+                }
             case "r_Data", "r_Attributes", "r_PersistentRef":
                 if operation == .update || operation == .delete {
                     throw .param("\(key) (a kSecReturn key) is not allowed in \(operation.callName)")
@@ -99,7 +109,9 @@ struct ParsedQuery {
                 break
             case "sync":
                 if case .text("syna") = value {
-                    guard operation != .add else { throw .param("sync = syna (kSecAttrSynchronizableAny) is only allowed in queries") }
+                    guard operation != .add else {
+                        throw .param("sync = syna (kSecAttrSynchronizableAny) is only allowed in queries")
+                    }
                     sync = .any
                 } else {
                     sync = try Attribute.synchronizable.normalize(value).bool! ? .yes : .no
@@ -123,7 +135,7 @@ struct ParsedQuery {
             guard attributes.isEmpty && !syncGiven else {
                 throw .param("v_PersistentRef cannot be combined with attribute filters")
             }
-            sync = .any        // a persistent ref names one item, synchronizable or not
+            sync = .any  // a persistent ref names one item, synchronizable or not
         } else if !classGiven {
             throw .param("class (kSecClass) is missing")
         }
@@ -164,7 +176,8 @@ struct ParsedChanges {
                 sync = try Attribute.synchronizable.normalize(value).bool!
             default:
                 guard let attribute = Attribute(rawValue: key) else {
-                    throw KeychainError(.noSuchAttr, "\(printableKey(key)) cannot be updated: only attributes and v_Data can")
+                    throw KeychainError(
+                        .noSuchAttr, "\(printableKey(key)) cannot be updated: only attributes and v_Data can")
                 }
                 attributes[attribute] = try attribute.normalize(value)
             }

@@ -47,7 +47,9 @@ public struct SecretServiceAttributes: Sendable, Hashable {
             }
             total += n.count + v.count
         }
-        if total > Self.maxTotalBytes { return "the attributes take \(total) bytes; at most \(Self.maxTotalBytes) are allowed" }
+        if total > Self.maxTotalBytes {
+            return "the attributes take \(total) bytes; at most \(Self.maxTotalBytes) are allowed"
+        }
         return nil
     }
 }
@@ -58,7 +60,7 @@ public struct SecretServiceAttributes: Sendable, Hashable {
 /// An item whose `gena` is anything else shows the Secret Service the attributes derived from its
 /// service and account (docs/secret-service.md).
 public enum SecretServiceFields {
-    static let magic: [UInt8] = [0x6B, 0x63, 0x73, 0x73, 0x01]      // "kcss", version 1
+    static let magic: [UInt8] = [0x6B, 0x63, 0x73, 0x73, 0x01]  // "kcss", version 1
     public static let defaultContentType = "text/plain"
     /// The attribute names of an item created through the keychain API.
     public static let serviceName = "service"
@@ -75,11 +77,14 @@ public enum SecretServiceFields {
     /// The Secret Service fields an item's `gena` holds, or nil when it holds none.
     static func decode(_ gena: Value?) -> (attributes: SecretServiceAttributes, contentType: String)? {
         guard case .bytes(let b)? = gena, b.count > magic.count, b.starts(with: magic),
-              case .map(let m)? = try? CBOR.decode(Array(b[magic.count...])),
-              case .array(let list)? = m["a"], case .text(let type)? = m["t"] else { return nil }
+            case .map(let m)? = try? CBOR.decode(Array(b[magic.count...])),
+            case .array(let list)? = m["a"], case .text(let type)? = m["t"]
+        else { return nil }
         var pairs: [[UInt8]: [UInt8]] = [:]
         for entry in list {
-            guard case .array(let p) = entry, p.count == 2, case .text(let n) = p[0], case .text(let v) = p[1] else { return nil }
+            guard case .array(let p) = entry, p.count == 2, case .text(let n) = p[0], case .text(let v) = p[1] else {
+                return nil
+            }
             pairs[Array(n.utf8)] = Array(v.utf8)
         }
         return (SecretServiceAttributes(pairs), type)
@@ -88,7 +93,9 @@ public enum SecretServiceFields {
     /// The attributes an item shows the Secret Service: its own, or `service` and `account` from its
     /// service and account (text, or bytes that are UTF-8; left out when they are neither, so what a
     /// search finds through the index columns and what the item shows always agree).
-    static func view(of attributes: [String: Value]) -> (attributes: SecretServiceAttributes, contentType: String, own: Bool) {
+    static func view(of attributes: [String: Value]) -> (
+        attributes: SecretServiceAttributes, contentType: String, own: Bool
+    ) {
         if let own = decode(attributes["gena"]) { return (own.attributes, own.contentType, true) }
         var derived: [[UInt8]: [UInt8]] = [:]
         for (name, key) in [(serviceName, "svce"), (accountName, "acct")] {
@@ -104,7 +111,8 @@ public enum SecretServiceFields {
     /// are searched through their own columns).
     static func indexes(for attributes: [String: Value], _ index: BlindIndexer) -> [[UInt8]] {
         guard let own = decode(attributes["gena"]) else { return [] }
-        return [index.secretServiceItemMark] + own.attributes.sorted.map { index.secretServiceAttribute(name: $0.name, value: $0.value) }
+        return [index.secretServiceItemMark]
+            + own.attributes.sorted.map { index.secretServiceAttribute(name: $0.name, value: $0.value) }
     }
 
     /// Whether `attributes` are exactly the shape of an item made through the keychain API — a

@@ -1,5 +1,5 @@
-import KeychainSystem
 import CSystemd
+import KeychainSystem
 
 /// A D-Bus error reply: the error name and a one-line message (never a secret or an attribute value).
 struct BusError: Error, Sendable {
@@ -30,7 +30,10 @@ struct BusError: Error, Sendable {
 /// Object paths: printable for messages.
 enum BusPath {
     static func printable(_ path: String) -> String {
-        String(path.unicodeScalars.prefix(120).map { $0.isASCII && $0.value >= 0x20 && $0.value < 0x7F ? Character($0) : "?" })
+        String(
+            path.unicodeScalars.prefix(120).map {
+                $0.isASCII && $0.value >= 0x20 && $0.value < 0x7F ? Character($0) : "?"
+            })
     }
 }
 
@@ -201,7 +204,10 @@ final class BusMessage {
     }
 
     func append(bytes: [UInt8]) throws(BusError) {
-        let r = bytes.withUnsafeBytes { sd_bus_message_append_array(raw, Self.code("y"), $0.baseAddress ?? UnsafeRawPointer(bitPattern: 1)!, $0.count) }
+        let r = bytes.withUnsafeBytes {
+            sd_bus_message_append_array(
+                raw, Self.code("y"), $0.baseAddress ?? UnsafeRawPointer(bitPattern: 1)!, $0.count)
+        }
         if r < 0 { throw .failed("cannot build the reply (error \(-r))") }
     }
 
@@ -242,7 +248,9 @@ final class BusConnection {
         var bus: OpaquePointer?
         let r = sd_bus_open_user(&bus)
         guard r >= 0, let bus else {
-            throw .failed("cannot connect to the session bus (\(BusConnection.describe(r))); is DBUS_SESSION_BUS_ADDRESS set? (dbus-user-session on a desktop, dbus-run-session elsewhere)")
+            throw .failed(
+                "cannot connect to the session bus (\(BusConnection.describe(r))); is DBUS_SESSION_BUS_ADDRESS set? (dbus-user-session on a desktop, dbus-run-session elsewhere)"
+            )
         }
         raw = bus
     }
@@ -320,12 +328,15 @@ final class BusConnection {
     }
 
     /// Runs `handler` for every message to `prefix` and the paths below it.
-    func addFallback(_ prefix: String, handler: sd_bus_message_handler_t, userdata: UnsafeMutableRawPointer) throws(BusError) {
+    func addFallback(_ prefix: String, handler: sd_bus_message_handler_t, userdata: UnsafeMutableRawPointer)
+        throws(BusError)
+    {
         let r = sd_bus_add_fallback(raw, nil, prefix, handler, userdata)
         if r < 0 { throw .failed("cannot serve \(prefix) (\(Self.describe(r)))") }
     }
 
-    func addMatch(_ rule: String, handler: sd_bus_message_handler_t, userdata: UnsafeMutableRawPointer) throws(BusError) {
+    func addMatch(_ rule: String, handler: sd_bus_message_handler_t, userdata: UnsafeMutableRawPointer) throws(BusError)
+    {
         let r = sd_bus_add_match(raw, nil, rule, handler, userdata)
         if r < 0 { throw .failed("cannot subscribe to \(rule) (\(Self.describe(r)))") }
     }

@@ -1,7 +1,7 @@
-import KeychainSystem
 import KeychainCore
-import KeychainItems
 import KeychainDaemon
+import KeychainItems
+import KeychainSystem
 
 /// One connection on the bus (a unique name such as `:1.42`) as the daemon knows it: the process
 /// that opened it, pinned by a pidfd at the first call, and what `AccessPolicy` decided for it
@@ -19,7 +19,9 @@ final class BusCaller {
     /// alias), the others after their group.
     private(set) var collections: [Collection]
 
-    init(name: String, identity: PeerIdentity, generation: Int, decision: Result<Caller, KeychainError>, registered: Bool) {
+    init(
+        name: String, identity: PeerIdentity, generation: Int, decision: Result<Caller, KeychainError>, registered: Bool
+    ) {
         self.name = name
         self.identity = identity
         self.generation = generation
@@ -30,7 +32,9 @@ final class BusCaller {
 
     private static func collections(of decision: Result<Caller, KeychainError>) -> [Collection] {
         guard case .success(let caller) = decision else { return [] }
-        return caller.accessGroups.enumerated().map { Collection(group: $0.element, element: Collection.element(for: $0.element, first: $0.offset == 0)) }
+        return caller.accessGroups.enumerated().map {
+            Collection(group: $0.element, element: Collection.element(for: $0.element, first: $0.offset == 0))
+        }
     }
 }
 
@@ -72,7 +76,8 @@ extension SecretService {
             known = cached
         } else {
             guard callers.count < Self.maxCallers else {
-                throw .limitsExceeded("too many connections use the Secret Service (\(Self.maxCallers)); try again later")
+                throw .limitsExceeded(
+                    "too many connections use the Secret Service (\(Self.maxCallers)); try again later")
             }
             known = try identifyConnection(sender)
             callers[sender] = known
@@ -80,7 +85,9 @@ extension SecretService {
         // D-Bus messages carry no sender credentials: the connection's own process must still run,
         // so a process that inherited the connection cannot go on after it (docs/security.md).
         guard known.identity.process?.isRunning == true else {
-            throw .accessDenied("the process that opened this bus connection (pid \(known.identity.pid)) has exited; a process that inherited the connection cannot use it — connect again")
+            throw .accessDenied(
+                "the process that opened this bus connection (pid \(known.identity.pid)) has exited; a process that inherited the connection cannot use it — connect again"
+            )
         }
         if known.generation != generation {
             let (decision, registered) = decide(known.identity, generation: generation)
@@ -112,7 +119,8 @@ extension SecretService {
             handle = given
         } else {
             do throws(Errno) { handle = try ProcessHandle.open(pid: first.pid) } catch {
-                throw .accessDenied("the calling process (pid \(first.pid)) could not be pinned with a pidfd (\(error.message))")
+                throw .accessDenied(
+                    "the calling process (pid \(first.pid)) could not be pinned with a pidfd (\(error.message))")
             }
         }
         let again: BusCredentials
@@ -127,20 +135,27 @@ extension SecretService {
         let (decision, registered) = decide(identity, generation: generation)
         switch decision {
         case .success(let c):
-            Log.info("secret service: caller identified", [("pid", String(identity.pid)),
-                                                          ("app", registered ? c.applicationIdentifier : "(unregistered, shared collection)")])
+            Log.info(
+                "secret service: caller identified",
+                [
+                    ("pid", String(identity.pid)),
+                    ("app", registered ? c.applicationIdentifier : "(unregistered, shared collection)"),
+                ])
         case .failure:
             Log.info("secret service: caller refused", [("pid", String(identity.pid))])
         }
-        return BusCaller(name: sender, identity: identity, generation: generation, decision: decision, registered: registered)
+        return BusCaller(
+            name: sender, identity: identity, generation: generation, decision: decision, registered: registered)
     }
 
     /// The registry's answer for a pinned peer, then the access policy's for the bus.
-    private func decide(_ identity: PeerIdentity, generation: Int) -> (Result<Caller, KeychainError>, registered: Bool) {
+    private func decide(_ identity: PeerIdentity, generation: Int) -> (Result<Caller, KeychainError>, registered: Bool)
+    {
         let (result, _) = daemon.identify(identity)
         switch result {
         case .success(let app):
-            let caller = Caller(applicationIdentifier: app.applicationIdentifier, accessGroups: app.accessGroups, isAdmin: app.admin)
+            let caller = Caller(
+                applicationIdentifier: app.applicationIdentifier, accessGroups: app.accessGroups, isAdmin: app.admin)
             return (AccessPolicy.secretServiceCaller(app: caller, unidentified: "", unregistered: mode), true)
         case .failure(let why):
             return (AccessPolicy.secretServiceCaller(app: nil, unidentified: why.message, unregistered: mode), false)
@@ -156,21 +171,28 @@ extension SecretService {
 
     /// `org.freedesktop.DBus.GetConnectionCredentials(name)`.
     private func credentials(_ name: String) throws(BusError) -> BusCredentials {
-        let call = try bus.newCall(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
-                                   interface: "org.freedesktop.DBus", member: "GetConnectionCredentials")
+        let call = try bus.newCall(
+            destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
+            interface: "org.freedesktop.DBus", member: "GetConnectionCredentials")
         try call.append(string: name)
         let reply = try bus.call(call)
         try reply.expect("a{sv}")
-        var uid: UInt32?, pid: UInt32?, process: ProcessHandle?
+        var uid: UInt32?
+        var pid: UInt32?
+        var process: ProcessHandle?
         _ = try reply.enter("a", "{sv}")
         while try reply.enter("e", "sv") {
             let key = try reply.readString()
             guard let (_, contents) = try reply.peek() else { throw .failed("malformed credentials") }
             switch (key, contents) {
             case ("UnixUserID", "u"?):
-                _ = try reply.enter("v", "u"); uid = try reply.readUInt32(); try reply.exit()
+                _ = try reply.enter("v", "u")
+                uid = try reply.readUInt32()
+                try reply.exit()
             case ("ProcessID", "u"?):
-                _ = try reply.enter("v", "u"); pid = try reply.readUInt32(); try reply.exit()
+                _ = try reply.enter("v", "u")
+                pid = try reply.readUInt32()
+                try reply.exit()
             case ("ProcessFD", "h"?):
                 _ = try reply.enter("v", "h")
                 let fd = try reply.readFD()

@@ -1,8 +1,8 @@
-import KeychainSystem
 import KeychainCore
 import KeychainCrypto
-import KeychainItems
 import KeychainDaemon
+import KeychainItems
+import KeychainSystem
 
 /// The objects of the Secret Service API as one caller sees them, and their methods and properties.
 extension SecretService {
@@ -40,7 +40,8 @@ extension SecretService {
     func resolve(_ path: String, _ known: BusCaller) throws(BusError) -> Object {
         if path == Self.root { return .service }
         guard path.hasPrefix(Self.root + "/") else { throw .unknownObject(path) }
-        let parts = path.dropFirst(Self.root.count + 1).split(separator: "/", omittingEmptySubsequences: false).map(String.init)
+        let parts = path.dropFirst(Self.root.count + 1).split(separator: "/", omittingEmptySubsequences: false).map(
+            String.init)
         let collections = known.collections
         func collection(_ kind: String, _ name: String) -> Collection? {
             switch kind {
@@ -63,7 +64,9 @@ extension SecretService {
                 return .collection(c)
             }
         case 3:
-            guard let c = collection(parts[0], parts[1]), let id = Self.itemID(parts[2]) else { throw .unknownObject(path) }
+            guard let c = collection(parts[0], parts[1]), let id = Self.itemID(parts[2]) else {
+                throw .unknownObject(path)
+            }
             return .item(c, id: id)
         default:
             throw .unknownObject(path)
@@ -119,7 +122,8 @@ extension SecretService {
     // MARK: Serving one call
 
     func serve(_ m: BusMessage) throws(BusError) -> BusMessage? {
-        let path = m.path ?? "", member = m.member ?? ""
+        let path = m.path ?? ""
+        let member = m.member ?? ""
         var interface = m.interface ?? ""
         if interface == Self.introspectableInterface {
             guard member == "Introspect" else { throw .unknownMethod(interface, member) }
@@ -133,7 +137,9 @@ extension SecretService {
         if interface.isEmpty { interface = object.interface }
         if interface == Self.propertiesInterface { return try properties(m, member, object, known, caller) }
         guard interface == object.interface else {
-            throw BusError("org.freedesktop.DBus.Error.UnknownInterface", "\(BusPath.printable(path)) has no interface \(BusPath.printable(interface))")
+            throw BusError(
+                "org.freedesktop.DBus.Error.UnknownInterface",
+                "\(BusPath.printable(path)) has no interface \(BusPath.printable(interface))")
         }
         switch object {
         case .service: return try serviceMethod(m, member, known, caller)
@@ -150,7 +156,9 @@ extension SecretService {
 
     // MARK: Service
 
-    private func serviceMethod(_ m: BusMessage, _ member: String, _ known: BusCaller, _ caller: Caller) throws(BusError) -> BusMessage {
+    private func serviceMethod(_ m: BusMessage, _ member: String, _ known: BusCaller, _ caller: Caller) throws(BusError)
+        -> BusMessage
+    {
         let reply: BusMessage
         switch member {
         case "OpenSession":
@@ -170,7 +178,9 @@ extension SecretService {
                 try reply.append(string: "")
                 try reply.close()
             case TransferCrypto.dh:
-                guard contents == "ay" else { throw .invalidArgs("\(TransferCrypto.dh) takes the client's public key as bytes (ay)") }
+                guard contents == "ay" else {
+                    throw .invalidArgs("\(TransferCrypto.dh) takes the client's public key as bytes (ay)")
+                }
                 _ = try m.enter("v", "ay")
                 let client = try m.readBytes()
                 try m.exit()
@@ -180,7 +190,9 @@ extension SecretService {
                 try reply.append(bytes: ours)
                 try reply.close()
             default:
-                throw .notSupported("transfer algorithm \(BusPath.printable(algorithm)) is not supported; use plain or \(TransferCrypto.dh)")
+                throw .notSupported(
+                    "transfer algorithm \(BusPath.printable(algorithm)) is not supported; use plain or \(TransferCrypto.dh)"
+                )
             }
             let path = Self.root + "/session/s\(nextObject)"
             nextObject += 1
@@ -191,7 +203,9 @@ extension SecretService {
             let query = try readAttributes(m)
             try allow(.copy, known, caller)
             let collections = known.collections
-            let found = try store { () throws(KeychainError) in try items.secretServiceSearch(query, groups: collections.map(\.group), caller: caller) }
+            let found = try store { () throws(KeychainError) in
+                try items.secretServiceSearch(query, groups: collections.map(\.group), caller: caller)
+            }
             reply = try bus.newReturn(to: m)
             try reply.append(objectPaths: found.unlocked.map { paths(collections, $0) })
             try reply.append(objectPaths: found.locked.map { paths(collections, $0) })
@@ -207,15 +221,16 @@ extension SecretService {
                 let found: (secret: SecretBytes, contentType: String)?
                 do throws(KeychainError) {
                     found = try items.secretServiceSecret(id: id, groups: [c.group], caller: caller)
-                } catch where error.status == .interactionNotAllowed || error.status == .decode {
-                    continue        // locked or damaged items are left out, as the spec's clients expect
+                } catch  where error.status == .interactionNotAllowed || error.status == .decode {
+                    continue  // locked or damaged items are left out, as the spec's clients expect
                 } catch {
                     throw Self.busError(error)
                 }
                 guard let secret = found else { continue }
                 try reply.open("e", "o(oayays)")
                 try reply.append(string: path, type: "o")
-                try appendSecret(reply, secret.secret, contentType: secret.contentType, session: session.path, session.session)
+                try appendSecret(
+                    reply, secret.secret, contentType: secret.contentType, session: session.path, session.session)
                 try reply.close()
             }
             try reply.close()
@@ -259,7 +274,9 @@ extension SecretService {
                 throw .notSupported("keychaind keeps the aliases default and login only")
             }
             guard case .collection(let c)? = try? resolve(path, known), c == known.collections.first else {
-                throw .notSupported("the \(name) collection is always the caller's first access group (\(known.collections.first?.path ?? "none"))")
+                throw .notSupported(
+                    "the \(name) collection is always the caller's first access group (\(known.collections.first?.path ?? "none"))"
+                )
             }
             reply = try bus.newReturn(to: m)
         case "CreateCollection":
@@ -267,10 +284,14 @@ extension SecretService {
             let label = try readLabel(m, property: "org.freedesktop.Secret.Collection.Label")
             let alias = try m.readString()
             let collections = known.collections
-            let match = (alias == "default" || alias == "login") ? collections.first
+            let match =
+                (alias == "default" || alias == "login")
+                ? collections.first
                 : collections.first { c in label.map { c.group == $0 || c.element == $0 } ?? false }
             guard let match else {
-                throw .notSupported("keychaind's collections are the caller's access groups (\(collections.map(\.group).joined(separator: ", "))); register another group to get another collection")
+                throw .notSupported(
+                    "keychaind's collections are the caller's access groups (\(collections.map(\.group).joined(separator: ", "))); register another group to get another collection"
+                )
             }
             reply = try bus.newReturn(to: m)
             try reply.append(string: match.path, type: "o")
@@ -287,15 +308,19 @@ extension SecretService {
 
     // MARK: Collection
 
-    private func collectionMethod(_ m: BusMessage, _ member: String, _ c: Collection, _ known: BusCaller,
-                                  _ caller: Caller) throws(BusError) -> BusMessage {
+    private func collectionMethod(
+        _ m: BusMessage, _ member: String, _ c: Collection, _ known: BusCaller,
+        _ caller: Caller
+    ) throws(BusError) -> BusMessage {
         let reply: BusMessage
         switch member {
         case "SearchItems":
             try m.expect("a{ss}")
             let query = try readAttributes(m)
             try allow(.copy, known, caller)
-            let found = try store { () throws(KeychainError) in try items.secretServiceSearch(query, groups: [c.group], caller: caller) }
+            let found = try store { () throws(KeychainError) in
+                try items.secretServiceSearch(query, groups: [c.group], caller: caller)
+            }
             reply = try bus.newReturn(to: m)
             try reply.append(objectPaths: (found.unlocked + found.locked).map { c.itemPath($0.id) })
         case "CreateItem":
@@ -309,10 +334,14 @@ extension SecretService {
                 switch name {
                 case "org.freedesktop.Secret.Item.Label":
                     guard contents == "s" else { throw .invalidArgs("\(name) must be a string") }
-                    _ = try m.enter("v", "s"); label = try m.readString(); try m.exit()
+                    _ = try m.enter("v", "s")
+                    label = try m.readString()
+                    try m.exit()
                 case "org.freedesktop.Secret.Item.Attributes":
                     guard contents == "a{ss}" else { throw .invalidArgs("\(name) must be a{ss}") }
-                    _ = try m.enter("v", "a{ss}"); attributes = try readAttributes(m); try m.exit()
+                    _ = try m.enter("v", "a{ss}")
+                    attributes = try readAttributes(m)
+                    try m.exit()
                 default:
                     try m.skip("v")
                 }
@@ -326,8 +355,9 @@ extension SecretService {
             try allow(.add, known, caller)
             if replace { try allow(.update, known, caller) }
             let made = try store { () throws(KeychainError) in
-                try items.secretServiceCreate(group: c.group, label: label, attributes: attributes, secret: SecretBytes(secret),
-                                              contentType: contentType, replace: replace, caller: caller)
+                try items.secretServiceCreate(
+                    group: c.group, label: label, attributes: attributes, secret: SecretBytes(secret),
+                    contentType: contentType, replace: replace, caller: caller)
             }
             reply = try bus.newReturn(to: m)
             try reply.append(string: c.itemPath(made.id), type: "o")
@@ -336,7 +366,9 @@ extension SecretService {
         case "Delete":
             try m.expect("")
             try allow(.delete, known, caller)
-            let gone = try store { () throws(KeychainError) in try items.secretServiceDeleteAll(group: c.group, caller: caller) }
+            let gone = try store { () throws(KeychainError) in
+                try items.secretServiceDeleteAll(group: c.group, caller: caller)
+            }
             reply = try bus.newReturn(to: m)
             try reply.append(string: Self.noPrompt, type: "o")
             for id in gone { emit("ItemDeleted", group: c.group, id: id) }
@@ -348,8 +380,10 @@ extension SecretService {
 
     // MARK: Item
 
-    private func itemMethod(_ m: BusMessage, _ member: String, _ c: Collection, _ id: [UInt8], _ known: BusCaller,
-                            _ caller: Caller) throws(BusError) -> BusMessage {
+    private func itemMethod(
+        _ m: BusMessage, _ member: String, _ c: Collection, _ id: [UInt8], _ known: BusCaller,
+        _ caller: Caller
+    ) throws(BusError) -> BusMessage {
         let reply: BusMessage
         let path = m.path ?? ""
         switch member {
@@ -357,26 +391,39 @@ extension SecretService {
             try m.expect("o")
             let sessionPath = try m.readString("o")
             try allow(.copy, known, caller)
-            guard let found = try store({ () throws(KeychainError) in try items.secretServiceSecret(id: id, groups: [c.group], caller: caller) }) else {
+            guard
+                let found = try store({ () throws(KeychainError) in
+                    try items.secretServiceSecret(id: id, groups: [c.group], caller: caller)
+                })
+            else {
                 throw .unknownObject(path)
             }
             let session = try transferSession(sessionPath, known)
             reply = try bus.newReturn(to: m)
-            try appendSecret(reply, found.secret, contentType: found.contentType, session: session.path, session.session)
+            try appendSecret(
+                reply, found.secret, contentType: found.contentType, session: session.path, session.session)
         case "SetSecret":
             try m.expect("(oayays)")
             var (secret, contentType) = try readSecret(m, known)
             defer { Sodium.zero(&secret) }
             try allow(.update, known, caller)
-            guard try store({ () throws(KeychainError) in
-                try items.secretServiceSetSecret(id: id, groups: [c.group], secret: SecretBytes(secret), contentType: contentType, caller: caller)
-            }) else { throw .unknownObject(path) }
+            guard
+                try store({ () throws(KeychainError) in
+                    try items.secretServiceSetSecret(
+                        id: id, groups: [c.group], secret: SecretBytes(secret), contentType: contentType, caller: caller
+                    )
+                })
+            else { throw .unknownObject(path) }
             reply = try bus.newReturn(to: m)
             emit("ItemChanged", group: c.group, id: id)
         case "Delete":
             try m.expect("")
             try allow(.delete, known, caller)
-            guard try store({ () throws(KeychainError) in try items.secretServiceDelete(id: id, groups: [c.group], caller: caller) }) else {
+            guard
+                try store({ () throws(KeychainError) in
+                    try items.secretServiceDelete(id: id, groups: [c.group], caller: caller)
+                })
+            else {
                 throw .unknownObject(path)
             }
             reply = try bus.newReturn(to: m)
@@ -400,13 +447,16 @@ extension SecretService {
         return path
     }
 
-    private func promptMethod(_ m: BusMessage, _ member: String, _ path: String, _ known: BusCaller) throws(BusError) -> BusMessage? {
+    private func promptMethod(_ m: BusMessage, _ member: String, _ path: String, _ known: BusCaller) throws(BusError)
+        -> BusMessage?
+    {
         switch member {
         case "Prompt":
             try m.expect("s")
             prompts[path]?.waiting = true
             if !items.secretServiceUnlocked && !waitingLogged {
-                Log.write(.notice, "secret service: a client waits for the keychain to be unlocked (keychainctl unlock)")
+                Log.write(
+                    .notice, "secret service: a client waits for the keychain to be unlocked (keychainctl unlock)")
                 waitingLogged = true
             }
             // The reply goes first, so that Completed (at once when already unlocked) follows it.
@@ -434,7 +484,9 @@ extension SecretService {
     }
 
     private func complete(_ path: String, _ p: PendingPrompt, dismissed: Bool) {
-        guard let signal = try? bus.newSignal(path: path, interface: Self.promptInterface, member: "Completed") else { return }
+        guard let signal = try? bus.newSignal(path: path, interface: Self.promptInterface, member: "Completed") else {
+            return
+        }
         do throws(BusError) {
             try signal.append(bool: dismissed)
             try signal.open("v", "ao")
@@ -452,9 +504,10 @@ extension SecretService {
     func emit(_ member: String, group: String, id: [UInt8]) {
         for known in callers.values {
             guard known.identity.process?.isRunning == true,
-                  let c = known.collections.first(where: { $0.group.utf8.elementsEqual(group.utf8) }),
-                  let signal = try? bus.newSignal(path: c.path, interface: Self.collectionInterface, member: member),
-                  (try? signal.append(string: c.itemPath(id), type: "o")) != nil else { continue }
+                let c = known.collections.first(where: { $0.group.utf8.elementsEqual(group.utf8) }),
+                let signal = try? bus.newSignal(path: c.path, interface: Self.collectionInterface, member: member),
+                (try? signal.append(string: c.itemPath(id), type: "o")) != nil
+            else { continue }
             bus.send(signal, destination: known.name)
         }
     }
@@ -480,7 +533,9 @@ extension SecretService {
             let name = try m.readString()
             guard let (_, contents) = try m.peek() else { throw .invalidArgs("malformed properties") }
             if name == property, contents == "s" {
-                _ = try m.enter("v", "s"); label = try m.readString(); try m.exit()
+                _ = try m.enter("v", "s")
+                label = try m.readString()
+                try m.exit()
             } else {
                 try m.skip("v")
             }
@@ -496,7 +551,9 @@ extension SecretService {
         }
     }
 
-    private func transferSession(_ path: String, _ known: BusCaller) throws(BusError) -> (path: String, session: TransferSession) {
+    private func transferSession(_ path: String, _ known: BusCaller) throws(BusError) -> (
+        path: String, session: TransferSession
+    ) {
         guard let s = sessions[path], s.owner == known.name else {
             throw .noSession("no open session \(BusPath.printable(path)) on this connection; call OpenSession first")
         }
@@ -516,13 +573,17 @@ extension SecretService {
         }
         defer { Sodium.zero(&value) }
         let secret = try session.open(parameters: parameters, value: value)
-        guard secret.count <= maxSecretBytes else { throw .invalidArgs("the secret is larger than \(maxSecretBytes) bytes") }
+        guard secret.count <= maxSecretBytes else {
+            throw .invalidArgs("the secret is larger than \(maxSecretBytes) bytes")
+        }
         guard contentType.utf8.count <= 256 else { throw .invalidArgs("the content type is longer than 256 bytes") }
         return (secret, contentType)
     }
 
-    private func appendSecret(_ reply: BusMessage, _ secret: SecretBytes, contentType: String, session path: String,
-                              _ session: TransferSession) throws(BusError) {
+    private func appendSecret(
+        _ reply: BusMessage, _ secret: SecretBytes, contentType: String, session path: String,
+        _ session: TransferSession
+    ) throws(BusError) {
         var plain = secret.unprotectedArray
         defer { Sodium.zero(&plain) }
         var sealed = try session.seal(plain)

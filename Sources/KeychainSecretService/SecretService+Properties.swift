@@ -1,20 +1,25 @@
-import KeychainSystem
 import KeychainCore
 import KeychainItems
+import KeychainSystem
 
 /// `org.freedesktop.DBus.Properties` on the Secret Service's objects.
 extension SecretService {
-    func properties(_ m: BusMessage, _ member: String, _ object: Object, _ known: BusCaller,
-                    _ caller: Caller) throws(BusError) -> BusMessage {
+    func properties(
+        _ m: BusMessage, _ member: String, _ object: Object, _ known: BusCaller,
+        _ caller: Caller
+    ) throws(BusError) -> BusMessage {
         switch member {
         case "Get":
             try m.expect("ss")
-            let interface = try m.readString(), name = try m.readString()
+            let interface = try m.readString()
+            let name = try m.readString()
             try checkInterface(interface, object)
             let reply = try bus.newReturn(to: m)
             let values = try propertyValues(object, known, caller, only: name)
             guard let value = values.first else {
-                throw BusError("org.freedesktop.DBus.Error.UnknownProperty", "no property \(BusPath.printable(name)) in \(object.interface)")
+                throw BusError(
+                    "org.freedesktop.DBus.Error.UnknownProperty",
+                    "no property \(BusPath.printable(name)) in \(object.interface)")
             }
             try append(value.value, to: reply)
             return reply
@@ -34,7 +39,8 @@ extension SecretService {
             return reply
         case "Set":
             try m.expect("ssv")
-            let interface = try m.readString(), name = try m.readString()
+            let interface = try m.readString()
+            let name = try m.readString()
             try checkInterface(interface, object)
             guard let (_, contents) = try m.peek() else { throw .invalidArgs("missing value") }
             try set(m, name, contents ?? "", object, known, caller)
@@ -46,7 +52,9 @@ extension SecretService {
 
     private func checkInterface(_ interface: String, _ object: Object) throws(BusError) {
         guard interface.isEmpty || interface == object.interface else {
-            throw BusError("org.freedesktop.DBus.Error.UnknownInterface", "this object has no interface \(BusPath.printable(interface))")
+            throw BusError(
+                "org.freedesktop.DBus.Error.UnknownInterface",
+                "this object has no interface \(BusPath.printable(interface))")
         }
     }
 
@@ -60,18 +68,30 @@ extension SecretService {
 
     private func append(_ value: PropertyValue, to reply: BusMessage) throws(BusError) {
         switch value {
-        case .string(let s): try reply.open("v", "s"); try reply.append(string: s)
-        case .bool(let b): try reply.open("v", "b"); try reply.append(bool: b)
-        case .uint64(let t): try reply.open("v", "t"); try reply.append(uint64: t)
-        case .paths(let p): try reply.open("v", "ao"); try reply.append(objectPaths: p)
-        case .attributes(let a): try reply.open("v", "a{ss}"); try reply.append(stringMap: a.sorted)
+        case .string(let s):
+            try reply.open("v", "s")
+            try reply.append(string: s)
+        case .bool(let b):
+            try reply.open("v", "b")
+            try reply.append(bool: b)
+        case .uint64(let t):
+            try reply.open("v", "t")
+            try reply.append(uint64: t)
+        case .paths(let p):
+            try reply.open("v", "ao")
+            try reply.append(objectPaths: p)
+        case .attributes(let a):
+            try reply.open("v", "a{ss}")
+            try reply.append(stringMap: a.sorted)
         }
         try reply.close()
     }
 
     /// The properties of `object` (only `only`, when given), in the spec's order.
-    private func propertyValues(_ object: Object, _ known: BusCaller, _ caller: Caller,
-                                only: String?) throws(BusError) -> [(name: String, value: PropertyValue)] {
+    private func propertyValues(
+        _ object: Object, _ known: BusCaller, _ caller: Caller,
+        only: String?
+    ) throws(BusError) -> [(name: String, value: PropertyValue)] {
         func wanted(_ name: String) -> Bool { only == nil || only == name }
         var out: [(name: String, value: PropertyValue)] = []
         switch object {
@@ -80,19 +100,27 @@ extension SecretService {
         case .collection(let c):
             try allow(.copy, known, caller)
             if wanted("Items") {
-                let ids = try store { () throws(KeychainError) in try items.secretServiceItemIDs(group: c.group, caller: caller) }
+                let ids = try store { () throws(KeychainError) in
+                    try items.secretServiceItemIDs(group: c.group, caller: caller)
+                }
                 out.append(("Items", .paths(ids.map(c.itemPath))))
             }
             if wanted("Label") { out.append(("Label", .string(c.group))) }
             if wanted("Locked") { out.append(("Locked", .bool(!items.secretServiceUnlocked))) }
             if wanted("Created") || wanted("Modified") {
-                let dates = try store { () throws(KeychainError) in try items.secretServiceGroupDates(group: c.group, caller: caller) }
+                let dates = try store { () throws(KeychainError) in
+                    try items.secretServiceGroupDates(group: c.group, caller: caller)
+                }
                 if wanted("Created") { out.append(("Created", .uint64(UInt64(max(0, dates.created))))) }
                 if wanted("Modified") { out.append(("Modified", .uint64(UInt64(max(0, dates.modified))))) }
             }
         case .item(let c, let id):
             try allow(.copy, known, caller)
-            guard let item = try store({ () throws(KeychainError) in try items.secretServiceItem(id: id, groups: [c.group], caller: caller) }) else {
+            guard
+                let item = try store({ () throws(KeychainError) in
+                    try items.secretServiceItem(id: id, groups: [c.group], caller: caller)
+                })
+            else {
                 throw .unknownObject(c.itemPath(id))
             }
             if wanted("Locked") { out.append(("Locked", .bool(item.locked))) }
@@ -106,8 +134,10 @@ extension SecretService {
         return out
     }
 
-    private func set(_ m: BusMessage, _ name: String, _ contents: String, _ object: Object, _ known: BusCaller,
-                     _ caller: Caller) throws(BusError) {
+    private func set(
+        _ m: BusMessage, _ name: String, _ contents: String, _ object: Object, _ known: BusCaller,
+        _ caller: Caller
+    ) throws(BusError) {
         switch (object, name) {
         case (.item(let c, let id), "Label"):
             guard contents == "s" else { throw .invalidArgs("Label must be a string") }
@@ -116,7 +146,11 @@ extension SecretService {
             try m.exit()
             try checkLabel(label)
             try allow(.update, known, caller)
-            guard try store({ () throws(KeychainError) in try items.secretServiceSetLabel(id: id, groups: [c.group], label: label, caller: caller) }) else {
+            guard
+                try store({ () throws(KeychainError) in
+                    try items.secretServiceSetLabel(id: id, groups: [c.group], label: label, caller: caller)
+                })
+            else {
                 throw .unknownObject(c.itemPath(id))
             }
             emit("ItemChanged", group: c.group, id: id)
@@ -128,14 +162,19 @@ extension SecretService {
             var map: [[UInt8]: [UInt8]] = [:]
             for (n, v) in pairs { map[n] = v }
             try allow(.update, known, caller)
-            guard try store({ () throws(KeychainError) in
-                try items.secretServiceSetAttributes(id: id, groups: [c.group], attributes: SecretServiceAttributes(map), caller: caller)
-            }) else { throw .unknownObject(c.itemPath(id)) }
+            guard
+                try store({ () throws(KeychainError) in
+                    try items.secretServiceSetAttributes(
+                        id: id, groups: [c.group], attributes: SecretServiceAttributes(map), caller: caller)
+                })
+            else { throw .unknownObject(c.itemPath(id)) }
             emit("ItemChanged", group: c.group, id: id)
         case (.collection, "Label"):
-            throw BusError("org.freedesktop.DBus.Error.PropertyReadOnly", "a collection's label is its access group's name")
+            throw BusError(
+                "org.freedesktop.DBus.Error.PropertyReadOnly", "a collection's label is its access group's name")
         default:
-            throw BusError("org.freedesktop.DBus.Error.PropertyReadOnly", "property \(BusPath.printable(name)) cannot be set here")
+            throw BusError(
+                "org.freedesktop.DBus.Error.PropertyReadOnly", "property \(BusPath.printable(name)) cannot be set here")
         }
     }
 }

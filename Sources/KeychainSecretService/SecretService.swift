@@ -1,11 +1,11 @@
-import KeychainSystem
-import Foundation
-import Synchronization
 import CSystemd
+import Foundation
 import KeychainCore
 import KeychainCrypto
-import KeychainItems
 public import KeychainDaemon
+import KeychainItems
+import KeychainSystem
+import Synchronization
 
 /// Why the Secret Service cannot start (keychaind then refuses to start, saying so).
 public struct SecretServiceError: Error, CustomStringConvertible {
@@ -72,29 +72,42 @@ public final class SecretService: @unchecked Sendable {
         }
         let me = Unmanaged.passUnretained(self).toOpaque()
         do throws(BusError) {
-            try bus.addFallback(Self.root, handler: { m, userdata, _ in
-                guard let m, let userdata else { return 0 }
-                return Unmanaged<SecretService>.fromOpaque(userdata).takeUnretainedValue().handle(BusMessage(retaining: m))
-            }, userdata: me)
-            try bus.addMatch("type='signal',sender='org.freedesktop.DBus',path='/org/freedesktop/DBus',interface='org.freedesktop.DBus',member='NameOwnerChanged'", handler: { m, userdata, _ in
-                guard let m, let userdata else { return 0 }
-                Unmanaged<SecretService>.fromOpaque(userdata).takeUnretainedValue().nameOwnerChanged(BusMessage(retaining: m))
-                return 0
-            }, userdata: me)
+            try bus.addFallback(
+                Self.root,
+                handler: { m, userdata, _ in
+                    guard let m, let userdata else { return 0 }
+                    return Unmanaged<SecretService>.fromOpaque(userdata).takeUnretainedValue().handle(
+                        BusMessage(retaining: m))
+                }, userdata: me)
+            try bus.addMatch(
+                "type='signal',sender='org.freedesktop.DBus',path='/org/freedesktop/DBus',interface='org.freedesktop.DBus',member='NameOwnerChanged'",
+                handler: { m, userdata, _ in
+                    guard let m, let userdata else { return 0 }
+                    Unmanaged<SecretService>.fromOpaque(userdata).takeUnretainedValue().nameOwnerChanged(
+                        BusMessage(retaining: m))
+                    return 0
+                }, userdata: me)
         } catch {
             throw SecretServiceError(description: error.message)
         }
-        Log.info("secret service: serving on the session bus", [("name", Self.busName), ("unique", bus.uniqueName),
-                                                               ("unregistered", mode.rawValue)])
+        Log.info(
+            "secret service: serving on the session bus",
+            [
+                ("name", Self.busName), ("unique", bus.uniqueName),
+                ("unregistered", mode.rawValue),
+            ])
         daemon.setSecretServiceStatus(statusFields, note: Self.isolationNote(mode))
     }
 
     /// The pid that owns `org.freedesktop.secrets` now, from the bus.
     private func holder() -> Int32? {
-        guard let call = try? bus.newCall(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
-                                          interface: "org.freedesktop.DBus", member: "GetConnectionUnixProcessID"),
-              (try? call.append(string: Self.busName)) != nil,
-              let reply = try? bus.call(call), let pid = try? reply.readUInt32() else { return nil }
+        guard
+            let call = try? bus.newCall(
+                destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
+                interface: "org.freedesktop.DBus", member: "GetConnectionUnixProcessID"),
+            (try? call.append(string: Self.busName)) != nil,
+            let reply = try? bus.call(call), let pid = try? reply.readUInt32()
+        else { return nil }
         return Int32(bitPattern: pid)
     }
 
@@ -105,8 +118,9 @@ public final class SecretService: @unchecked Sendable {
         guard let pid = holder(), SystemCalls.uid(of: pid) == SystemCalls.uid else { return false }
         guard let process = try? ProcessHandle.open(pid: pid) else { return false }
         guard holder() == pid, process.terminate() else { return false }
-        Log.write(.notice, "secret service: --replace: asked the provider holding the name to stop",
-                  [("pid", String(pid)), ("executable", SystemCalls.executable(of: pid) ?? "?")])
+        Log.write(
+            .notice, "secret service: --replace: asked the provider holding the name to stop",
+            [("pid", String(pid)), ("executable", SystemCalls.executable(of: pid) ?? "?")])
         for _ in 0..<150 {
             if holder() == nil { return true }
             SystemCalls.sleep(milliseconds: 100)
@@ -124,23 +138,28 @@ public final class SecretService: @unchecked Sendable {
             holder = "pid \(pid)" + (SystemCalls.executable(of: pid).map { " (\($0))" } ?? "")
         }
         if replace {
-            return "another Secret Service provider holds \(Self.busName) and did not stop when asked (SIGTERM): \(holder). Stop it (for GNOME Keyring: systemctl --user stop gnome-keyring-daemon.service gnome-keyring-daemon.socket), then start keychaind again"
+            return
+                "another Secret Service provider holds \(Self.busName) and did not stop when asked (SIGTERM): \(holder). Stop it (for GNOME Keyring: systemctl --user stop gnome-keyring-daemon.service gnome-keyring-daemon.socket), then start keychaind again"
         }
-        return "another Secret Service provider holds \(Self.busName): \(holder). Stop it first (for GNOME Keyring: systemctl --user stop gnome-keyring-daemon.service gnome-keyring-daemon.socket), or start keychaind with --replace to take the name over"
+        return
+            "another Secret Service provider holds \(Self.busName): \(holder). Stop it first (for GNOME Keyring: systemctl --user stop gnome-keyring-daemon.service gnome-keyring-daemon.socket), or start keychaind with --replace to take the name over"
     }
 
     static func isolationNote(_ mode: AccessPolicy.UnregisteredBusCallers) -> String {
         switch mode {
         case .shared:
-            return "Secret Service: processes that are not registered apps share one collection on the session bus (access group \(AccessPolicy.secretServiceSharedGroup)), as with every other desktop keyring; set \"secretServiceUnregistered\": \"refuse\" in keychaind.json to turn them away"
+            return
+                "Secret Service: processes that are not registered apps share one collection on the session bus (access group \(AccessPolicy.secretServiceSharedGroup)), as with every other desktop keyring; set \"secretServiceUnregistered\": \"refuse\" in keychaind.json to turn them away"
         case .refuse:
             return "Secret Service: only registered apps are served on the session bus; other processes are refused"
         }
     }
 
     private var statusFields: [String: Value] {
-        ["busName": .text(Self.busName), "unregistered": .text(mode.rawValue),
-         "sharedGroup": mode == .shared ? .text(AccessPolicy.secretServiceSharedGroup) : .null]
+        [
+            "busName": .text(Self.busName), "unregistered": .text(mode.rawValue),
+            "sharedGroup": mode == .shared ? .text(AccessPolicy.secretServiceSharedGroup) : .null,
+        ]
     }
 
     // MARK: Thread
@@ -169,14 +188,17 @@ public final class SecretService: @unchecked Sendable {
             var r = bus.process()
             while r > 0 && !stopping.load(ordering: .relaxed) { r = bus.process() }
             if r < 0 {
-                Log.error("secret service: the session bus connection was lost; no longer serving it", [("errno", String(-r))])
+                Log.error(
+                    "secret service: the session bus connection was lost; no longer serving it", [("errno", String(-r))]
+                )
                 daemon.setSecretServiceStatus(nil, note: "")
                 return
             }
             checkPrompts()
             var timeout = bus.timeoutMilliseconds
             if prompts.values.contains(where: { $0.waiting }) { timeout = timeout < 0 ? 250 : min(timeout, 250) }
-            if Poll.wait(bus.fd, events: Int16(truncatingIfNeeded: bus.events), or: wake, timeoutMilliseconds: timeout) {
+            if Poll.wait(bus.fd, events: Int16(truncatingIfNeeded: bus.events), or: wake, timeoutMilliseconds: timeout)
+            {
                 wake.drain()
             }
         }
@@ -203,7 +225,8 @@ public final class SecretService: @unchecked Sendable {
 
     func nameOwnerChanged(_ m: BusMessage) {
         guard (try? m.expect("sss")) != nil, let name = try? m.readString(), name.hasPrefix(":"),
-              (try? m.readString()) != nil, let newOwner = try? m.readString(), newOwner.isEmpty else { return }
+            (try? m.readString()) != nil, let newOwner = try? m.readString(), newOwner.isEmpty
+        else { return }
         // A unique name is never reused: everything tied to it goes.
         callers[name] = nil
         sessions = sessions.filter { $0.value.owner != name }

@@ -1,8 +1,8 @@
-import KeychainSystem
 import CGcrypt
 import CSodium
 import KeychainCore
 import KeychainCrypto
+import KeychainSystem
 
 /// How secrets travel between a client and the Secret Service (the spec's "transfer sessions"):
 /// `plain`, or `dh-ietf1024-sha256-aes128-cbc-pkcs7` — a Diffie-Hellman exchange in the 1024-bit
@@ -17,7 +17,8 @@ enum TransferCrypto {
     static let dh = "dh-ietf1024-sha256-aes128-cbc-pkcs7"
 
     /// RFC 2409 §6.2, the Second Oakley Group: 2^1024 − 2^960 − 1 + 2^64 · (⌊2^894 π⌋ + 129093).
-    static let prime: [UInt8] = hexBytes("""
+    static let prime: [UInt8] = hexBytes(
+        """
         FFFFFFFFFFFFFFFFC90FDAA22168C234C4C6628B80DC1CD129024E088A67CC74020BBEA63B139B22514A08798E3404DD\
         EF9519B3CD3A431B302B0A6DF25F14374FE1356D6D51C245E485B576625E7EC6F44C42E9A637ED6B0BFF5CB6F406B7ED\
         EE386BFB5A899FA5AE9F24117C4B1FE649286651ECE65381FFFFFFFFFFFFFFFF
@@ -39,7 +40,12 @@ enum TransferCrypto {
             case 0x61...0x66: v = c - 0x61 + 10
             default: continue
             }
-            if let h = high { out.append(h << 4 | v); high = nil } else { high = v }
+            if let h = high {
+                out.append(h << 4 | v)
+                high = nil
+            } else {
+                high = v
+            }
         }
         return out
     }
@@ -79,7 +85,8 @@ enum TransferCrypto {
         let serverPublic = try export(ours, padded: false)
         // The shared secret, left-padded to the prime's length (as libsecret and secretstorage do),
         // is the HKDF input; it only ever sits in this zeroed stack buffer.
-        let key = withUnsafeTemporaryAllocation(byteCount: primeBytes, alignment: 8) { (buffer) -> Result<SecureBytes, BusError> in
+        let key = withUnsafeTemporaryAllocation(byteCount: primeBytes, alignment: 8) {
+            (buffer) -> Result<SecureBytes, BusError> in
             defer { Sodium.zero(buffer) }
             do throws(BusError) { try export(shared, into: buffer) } catch { return .failure(error) }
             return .success(hkdfSHA256(UnsafeRawBufferPointer(buffer), length: keyBytes))
@@ -114,8 +121,11 @@ enum TransferCrypto {
         Sodium.zero(buffer)
         let offset = buffer.count - length
         var written = 0
-        guard gcry_mpi_print(GCRYMPI_FMT_USG, buffer.baseAddress!.advanced(by: offset).assumingMemoryBound(to: UInt8.self),
-                             length, &written, a) == 0, written == length else {
+        guard
+            gcry_mpi_print(
+                GCRYMPI_FMT_USG, buffer.baseAddress!.advanced(by: offset).assumingMemoryBound(to: UInt8.self),
+                length, &written, a) == 0, written == length
+        else {
             throw .failed("a DH value could not be written")
         }
     }
@@ -132,7 +142,8 @@ enum TransferCrypto {
             defer { withUnsafeMutableBytes(of: &state) { Sodium.zero($0) } }
             let salt = [UInt8](repeating: 0, count: 32)
             _ = crypto_auth_hmacsha256_init(&state, salt, salt.count)
-            _ = crypto_auth_hmacsha256_update(&state, ikm.baseAddress!.assumingMemoryBound(to: UInt8.self), UInt64(ikm.count))
+            _ = crypto_auth_hmacsha256_update(
+                &state, ikm.baseAddress!.assumingMemoryBound(to: UInt8.self), UInt64(ikm.count))
             _ = crypto_auth_hmacsha256_final(&state, prk)
             var counter: UInt8 = 1
             _ = crypto_auth_hmacsha256_init(&state, prk, 32)
@@ -180,11 +191,16 @@ enum TransferCrypto {
         return plain
     }
 
-    private static func cipher(key: SecureBytes, iv: [UInt8], _ body: (gcry_cipher_hd_t) throws(BusError) -> Void) throws(BusError) {
+    private static func cipher(key: SecureBytes, iv: [UInt8], _ body: (gcry_cipher_hd_t) throws(BusError) -> Void)
+        throws(BusError)
+    {
         guard ready else { throw .failed("libgcrypt could not be initialised") }
         var handle: gcry_cipher_hd_t?
-        guard gcry_cipher_open(&handle, Int32(GCRY_CIPHER_AES.rawValue), Int32(GCRY_CIPHER_MODE_CBC.rawValue),
-                               UInt32(GCRY_CIPHER_SECURE.rawValue)) == 0, let handle else {
+        guard
+            gcry_cipher_open(
+                &handle, Int32(GCRY_CIPHER_AES.rawValue), Int32(GCRY_CIPHER_MODE_CBC.rawValue),
+                UInt32(GCRY_CIPHER_SECURE.rawValue)) == 0, let handle
+        else {
             throw .failed("AES-128-CBC is not available")
         }
         defer { gcry_cipher_close(handle) }

@@ -66,6 +66,7 @@ public let errSecDataNotAvailable: OSStatus = -25316
 public let errSecDecode: OSStatus = -26275
 public let errSecMissingEntitlement: OSStatus = -34018
 
+// swift-format-ignore: AlwaysUseLowerCamelCase
 /// The text for `status`, as Apple's `SecCopyErrorMessageString` gives it.
 ///
 /// keychaind sends a specific one-line message with every error; when the most recent SecItem call
@@ -84,7 +85,8 @@ func genericMessage(_ status: OSStatus) -> String {
     case errSecBadReq: return "Bad parameter or invalid state for operation."
     case errSecInternalComponent: return "An internal component failed."
     case errSecNoSuchKeychain: return "The specified keychain could not be found."
-    case errSecDataTooLarge: return "This item contains information which is too large or in a format that cannot be displayed."
+    case errSecDataTooLarge:
+        return "This item contains information which is too large or in a format that cannot be displayed."
     case errSecReadOnlyAttr: return "The specified attribute could not be modified."
     case errSecInteractionRequired: return "User interaction is required, but is currently not allowed."
     case errSecDataNotAvailable: return "The contents of this item cannot be retrieved."

@@ -1,3 +1,4 @@
+@_exported public import class KeychainClient.KeychainConnection
 // What `import KeychainServices` (and `import Security`) brings, and nothing more: Apple's SecItem API
 // with its `kSec…` constants, `OSStatus` codes and CF type names (declared in this module), the
 // Swift-native `Keychain` and `DeviceIdentifier`, the error they throw (`KeychainError`, whose `status`
@@ -8,4 +9,3 @@
 // app's own.
 @_exported public import struct KeychainCore.KeychainError
 @_exported public import struct KeychainCore.Status
-@_exported public import class KeychainClient.KeychainConnection

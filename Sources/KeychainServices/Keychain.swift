@@ -48,14 +48,19 @@ public struct Keychain: Sendable, Equatable {
     public let label: String?
     public let connection: KeychainConnection
 
-    public init(service: String, accessGroup: String? = nil, accessibility: Accessibility = .whenUnlocked,
-                connection: KeychainConnection = .shared) {
-        self.init(service: service, accessGroup: accessGroup, accessibility: accessibility, label: nil,
-                  connection: connection)
+    public init(
+        service: String, accessGroup: String? = nil, accessibility: Accessibility = .whenUnlocked,
+        connection: KeychainConnection = .shared
+    ) {
+        self.init(
+            service: service, accessGroup: accessGroup, accessibility: accessibility, label: nil,
+            connection: connection)
     }
 
-    private init(service: String, accessGroup: String?, accessibility: Accessibility, label: String?,
-                 connection: KeychainConnection) {
+    private init(
+        service: String, accessGroup: String?, accessibility: Accessibility, label: String?,
+        connection: KeychainConnection
+    ) {
         self.service = service
         self.accessGroup = accessGroup
         self.accessibility = accessibility
@@ -70,17 +75,22 @@ public struct Keychain: Sendable, Equatable {
 
     /// A copy bound to `group` (nil: the app's groups, with the first as default for writes).
     public func accessGroup(_ group: String?) -> Keychain {
-        Keychain(service: service, accessGroup: group, accessibility: accessibility, label: label, connection: connection)
+        Keychain(
+            service: service, accessGroup: group, accessibility: accessibility, label: label, connection: connection)
     }
 
     /// A copy that writes items with `accessibility`.
     public func accessibility(_ accessibility: Accessibility) -> Keychain {
-        Keychain(service: service, accessGroup: accessGroup, accessibility: accessibility, label: label, connection: connection)
+        Keychain(
+            service: service, accessGroup: accessGroup, accessibility: accessibility, label: label,
+            connection: connection)
     }
 
     /// A copy that writes items with this user-visible label.
     public func label(_ label: String?) -> Keychain {
-        Keychain(service: service, accessGroup: accessGroup, accessibility: accessibility, label: label, connection: connection)
+        Keychain(
+            service: service, accessGroup: accessGroup, accessibility: accessibility, label: label,
+            connection: connection)
     }
 
     // MARK: Requests
@@ -175,7 +185,7 @@ public struct Keychain: Sendable, Equatable {
     public func data(forKey key: String) throws(KeychainError) -> Data? {
         do throws(KeychainError) {
             return try Self.data(connection.call(.copy, query: readQuery(key)))
-        } catch where error.status == .itemNotFound {
+        } catch  where error.status == .itemNotFound {
             return nil
         }
     }
@@ -190,7 +200,7 @@ public struct Keychain: Sendable, Equatable {
         do throws(KeychainError) {
             _ = try connection.call(.copy, query: self.key(key))
             return true
-        } catch where error.status == .itemNotFound {
+        } catch  where error.status == .itemNotFound {
             return false
         }
     }
@@ -202,11 +212,12 @@ public struct Keychain: Sendable, Equatable {
             do throws(KeychainError) {
                 _ = try connection.call(.add, query: add)
                 return
-            } catch where error.status == .duplicateItem {}
+            } catch  where error.status == .duplicateItem {}
             do throws(KeychainError) {
-                _ = try connection.call(.update, query: updateQuery(key, defaultGroup: try defaultGroup()), attributes: written(data))
+                _ = try connection.call(
+                    .update, query: updateQuery(key, defaultGroup: try defaultGroup()), attributes: written(data))
                 return
-            } catch where error.status == .itemNotFound {}  // removed in between: add again
+            } catch  where error.status == .itemNotFound {}  // removed in between: add again
         }
         throw KeychainError(.duplicateItem, "the item kept being added and removed concurrently")
     }
@@ -220,14 +231,14 @@ public struct Keychain: Sendable, Equatable {
     public func removeValue(forKey key: String) throws(KeychainError) {
         do throws(KeychainError) {
             _ = try connection.call(.delete, query: self.key(key))
-        } catch where error.status == .itemNotFound {}
+        } catch  where error.status == .itemNotFound {}
     }
 
     /// The keys (accounts) of this service's items, sorted.
     public func allKeys() throws(KeychainError) -> [String] {
         do throws(KeychainError) {
             return Self.accounts(try connection.call(.copy, query: keysQuery()))
-        } catch where error.status == .itemNotFound {
+        } catch  where error.status == .itemNotFound {
             return []
         }
     }
@@ -236,7 +247,7 @@ public struct Keychain: Sendable, Equatable {
     public func removeAll() throws(KeychainError) {
         do throws(KeychainError) {
             _ = try connection.call(.delete, query: base())
-        } catch where error.status == .itemNotFound {}
+        } catch  where error.status == .itemNotFound {}
     }
 
     // MARK: async API (suspends; never blocks a cooperative thread while waiting for the daemon)
@@ -244,7 +255,7 @@ public struct Keychain: Sendable, Equatable {
     public func data(forKey key: String) async throws(KeychainError) -> Data? {
         do throws(KeychainError) {
             return try Self.data(await connection.call(.copy, query: readQuery(key)))
-        } catch where error.status == .itemNotFound {
+        } catch  where error.status == .itemNotFound {
             return nil
         }
     }
@@ -257,7 +268,7 @@ public struct Keychain: Sendable, Equatable {
         do throws(KeychainError) {
             _ = try await connection.call(.copy, query: self.key(key))
             return true
-        } catch where error.status == .itemNotFound {
+        } catch  where error.status == .itemNotFound {
             return false
         }
     }
@@ -268,11 +279,12 @@ public struct Keychain: Sendable, Equatable {
             do throws(KeychainError) {
                 _ = try await connection.call(.add, query: add)
                 return
-            } catch where error.status == .duplicateItem {}
+            } catch  where error.status == .duplicateItem {}
             do throws(KeychainError) {
-                _ = try await connection.call(.update, query: updateQuery(key, defaultGroup: try await defaultGroup()), attributes: written(data))
+                _ = try await connection.call(
+                    .update, query: updateQuery(key, defaultGroup: try await defaultGroup()), attributes: written(data))
                 return
-            } catch where error.status == .itemNotFound {}
+            } catch  where error.status == .itemNotFound {}
         }
         throw KeychainError(.duplicateItem, "the item kept being added and removed concurrently")
     }
@@ -284,13 +296,13 @@ public struct Keychain: Sendable, Equatable {
     public func removeValue(forKey key: String) async throws(KeychainError) {
         do throws(KeychainError) {
             _ = try await connection.call(.delete, query: self.key(key))
-        } catch where error.status == .itemNotFound {}
+        } catch  where error.status == .itemNotFound {}
     }
 
     public func allKeys() async throws(KeychainError) -> [String] {
         do throws(KeychainError) {
             return Self.accounts(try await connection.call(.copy, query: keysQuery()))
-        } catch where error.status == .itemNotFound {
+        } catch  where error.status == .itemNotFound {
             return []
         }
     }
@@ -298,7 +310,7 @@ public struct Keychain: Sendable, Equatable {
     public func removeAll() async throws(KeychainError) {
         do throws(KeychainError) {
             _ = try await connection.call(.delete, query: base())
-        } catch where error.status == .itemNotFound {}
+        } catch  where error.status == .itemNotFound {}
     }
 }
 
@@ -314,12 +326,16 @@ extension Keychain: CustomStringConvertible {
 /// ask at once (the daemon lets exactly one add win; the others read the winner's value).
 public enum DeviceIdentifier {
     /// The UUID of `accessGroup` (nil: the app's default, first, access group).
-    public static func current(accessGroup: String? = nil, connection: KeychainConnection = .shared) throws(KeychainError) -> UUID {
+    public static func current(accessGroup: String? = nil, connection: KeychainConnection = .shared)
+        throws(KeychainError) -> UUID
+    {
         try uuid(DeviceIdentifierConvention.resolve(accessGroup: accessGroup, connection: connection))
     }
 
     /// Same, suspending instead of blocking.
-    public static func current(accessGroup: String? = nil, connection: KeychainConnection = .shared) async throws(KeychainError) -> UUID {
+    public static func current(accessGroup: String? = nil, connection: KeychainConnection = .shared)
+        async throws(KeychainError) -> UUID
+    {
         try uuid(await DeviceIdentifierConvention.resolve(accessGroup: accessGroup, connection: connection))
     }
 

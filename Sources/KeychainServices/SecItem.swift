@@ -7,6 +7,7 @@ internal import KeychainCore
 // reshape the result). Safe from any thread; each call blocks its thread until keychaind answers, as
 // Apple's do. From Swift concurrency, prefer the `async` methods of `Keychain`.
 
+// swift-format-ignore: AlwaysUseLowerCamelCase
 /// Adds an item. With `kSecReturn…` keys, `result` receives the new item in the shape
 /// `SecItemCopyMatching` would return it.
 @discardableResult
@@ -19,6 +20,7 @@ public func SecItemAdd(_ attributes: CFDictionary, _ result: UnsafeMutablePointe
     }
 }
 
+// swift-format-ignore: AlwaysUseLowerCamelCase
 /// Finds items. `result` receives `Data` (kSecReturnData), `[String: Any]` (kSecReturnAttributes or
 /// several return keys), or an array of those for kSecMatchLimitAll; nothing without return keys.
 @discardableResult
@@ -31,6 +33,7 @@ public func SecItemCopyMatching(_ query: CFDictionary, _ result: UnsafeMutablePo
     }
 }
 
+// swift-format-ignore: AlwaysUseLowerCamelCase
 /// Updates every item matching `query` with `attributesToUpdate`.
 @discardableResult
 public func SecItemUpdate(_ query: CFDictionary, _ attributesToUpdate: CFDictionary) -> OSStatus {
@@ -41,6 +44,7 @@ public func SecItemUpdate(_ query: CFDictionary, _ attributesToUpdate: CFDiction
     }
 }
 
+// swift-format-ignore: AlwaysUseLowerCamelCase
 /// Deletes every item matching `query`.
 @discardableResult
 public func SecItemDelete(_ query: CFDictionary) -> OSStatus {

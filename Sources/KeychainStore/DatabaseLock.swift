@@ -18,7 +18,10 @@ final class DatabaseLock: Sendable {
         do { try file.lockExclusiveWithoutWaiting() } catch {
             file.close()
             if error.code == .wouldBlock {
-                throw KeychainError(.notAvailable, "another keychaind is already serving the keychain in \(databasePath) (it holds \(path)); stop it first (systemctl --user stop keychaind.socket keychaind.service)")
+                throw KeychainError(
+                    .notAvailable,
+                    "another keychaind is already serving the keychain in \(databasePath) (it holds \(path)); stop it first (systemctl --user stop keychaind.socket keychaind.service)"
+                )
             }
             throw KeychainError(.notAvailable, "cannot lock \(path)", error)
         }

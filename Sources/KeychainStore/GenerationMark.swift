@@ -39,7 +39,9 @@ final class GenerationMark {
 
     private func tag(_ generation: UInt64) -> [UInt8] {
         key.withUnsafeBytes {
-            KeyedHash.hash(key: $0, domain: 0xE2, parts: [RowState.littleEndian(generation), Array("generation mark".utf8)], length: 32)
+            KeyedHash.hash(
+                key: $0, domain: 0xE2, parts: [RowState.littleEndian(generation), Array("generation mark".utf8)],
+                length: 32)
         }
     }
 
@@ -64,7 +66,8 @@ final class GenerationMark {
         lastWrite = MonotonicClock.now()
         let temporary = path + ".tmp"
         do throws(Errno) {
-            let file = try FileDescriptor.open(temporary, [.writeOnly, .create, .truncate, .noFollow], permissions: 0o600)
+            let file = try FileDescriptor.open(
+                temporary, [.writeOnly, .create, .truncate, .noFollow], permissions: 0o600)
             try file.writeAll(encode(generation))
             try file.sync()
             file.close()

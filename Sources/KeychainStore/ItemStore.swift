@@ -73,8 +73,10 @@ public final class ItemStore: Sendable {
     /// keys commits its rows and puts the new keys in force (`committed`) as one step for every reader
     /// and writer. `body` holds the writer for as long as it runs (other writes wait). Its effects are
     /// kept if it returns and undone if it throws or the commit fails (then `committed` does not run).
-    public func writeAlone<R>(_ body: (StoreWriter) throws(KeychainError) -> R,
-                              committed: () -> Void) throws(KeychainError) -> R {
+    public func writeAlone<R>(
+        _ body: (StoreWriter) throws(KeychainError) -> R,
+        committed: () -> Void
+    ) throws(KeychainError) -> R {
         try writer.runAlone(body, readers: transition, committed: committed)
     }
 
@@ -173,7 +175,8 @@ public struct StoreReader {
     var cache: PointLookupCache? = nil
 
     /// Calls `visit` for each row matching `filter`, in rowid order, until it returns false.
-    public func forEach(_ filter: RowFilter, _ visit: (StoredItem) throws(KeychainError) -> Bool) throws(KeychainError) {
+    public func forEach(_ filter: RowFilter, _ visit: (StoredItem) throws(KeychainError) -> Bool) throws(KeychainError)
+    {
         if let cache, cache.capacity > 0, let keys = filter.pointLookupKeys {
             try cachedPointLookup(filter, keys: keys, cache: cache, visit)
         } else {
@@ -183,8 +186,10 @@ public struct StoreReader {
 
     /// A point lookup through the cache: a hit never touches SQLite; a miss reads every key (at most
     /// one row each) and caches what it found, absent keys included when no class filter hid rows.
-    private func cachedPointLookup(_ filter: RowFilter, keys: [[UInt8]], cache: PointLookupCache,
-                                   _ visit: (StoredItem) throws(KeychainError) -> Bool) throws(KeychainError) {
+    private func cachedPointLookup(
+        _ filter: RowFilter, keys: [[UInt8]], cache: PointLookupCache,
+        _ visit: (StoredItem) throws(KeychainError) -> Bool
+    ) throws(KeychainError) {
         var rows: [StoredItem]
         if let hit = cache.rows(for: keys, needSecret: filter.includeSecret) {
             rows = hit
@@ -193,7 +198,10 @@ public struct StoreReader {
             var unfiltered = filter
             unfiltered.classes = nil
             rows = []
-            try query(unfiltered) { (row) throws(KeychainError) -> Bool in rows.append(row); return true }
+            try query(unfiltered) { (row) throws(KeychainError) -> Bool in
+                rows.append(row)
+                return true
+            }
             var entries: [([UInt8], PointLookupCache.Entry)] = keys.map { ($0, .init(row: nil, hasSecret: true)) }
             for (i, entry) in entries.enumerated() {
                 if let row = rows.first(where: { $0.uniqueIndex == entry.0 }) {
@@ -232,7 +240,8 @@ public struct StoreReader {
     public func itemCount(groupIndexes: [[UInt8]]) throws(KeychainError) -> Int {
         guard !groupIndexes.isEmpty else { return 0 }
         let marks = Array(repeating: "?", count: groupIndexes.count).joined(separator: ",")
-        return try db.withStatement("SELECT count(*) FROM items WHERE agrp_ix IN (\(marks))") { (s) throws(KeychainError) in
+        return try db.withStatement("SELECT count(*) FROM items WHERE agrp_ix IN (\(marks))") {
+            (s) throws(KeychainError) in
             for (i, index) in groupIndexes.enumerated() { try s.bind(Int32(i + 1), index) }
             _ = try s.step()
             return Int(s.int64(0))
@@ -255,7 +264,9 @@ public struct StoreWriter {
 
     /// Item rows may only change while the row state follows them.
     func tracker() throws(KeychainError) -> RowStateTracker {
-        guard let rows else { throw KeychainError(.internal, "item rows cannot change before the row state is checked") }
+        guard let rows else {
+            throw KeychainError(.internal, "item rows cannot change before the row state is checked")
+        }
         return rows
     }
 
@@ -266,10 +277,12 @@ public struct StoreWriter {
     @discardableResult
     public func insert(_ item: StoredItem) throws(KeychainError) -> Int64 {
         let rows = try tracker()
-        let rowid = try db.withStatement("""
+        let rowid = try db.withStatement(
+            """
             INSERT INTO items (ref, class, agrp_ix, svce_ix, acct_ix, key_ix, item_key, attributes, secret)
             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-            """) { (s) throws(KeychainError) in
+            """
+        ) { (s) throws(KeychainError) in
             try s.bind(1, item.ref)
             try s.bind(2, Int64(item.protectionClass))
             try s.bind(3, item.accessGroupIndex)
@@ -298,7 +311,9 @@ public struct StoreWriter {
         guard let before = try reader.fingerprint(rowid: item.rowid) else {
             throw KeychainError(.itemNotFound, "the item was deleted meanwhile")
         }
-        try db.withStatement("UPDATE items SET class=?, agrp_ix=?, svce_ix=?, acct_ix=?, key_ix=?, item_key=?, attributes=?, secret=? WHERE rowid=?") {
+        try db.withStatement(
+            "UPDATE items SET class=?, agrp_ix=?, svce_ix=?, acct_ix=?, key_ix=?, item_key=?, attributes=?, secret=? WHERE rowid=?"
+        ) {
             (s) throws(KeychainError) in
             try s.bind(1, Int64(item.protectionClass))
             try s.bind(2, item.accessGroupIndex)
@@ -312,7 +327,7 @@ public struct StoreWriter {
             try s.run()
         }
         var after = RowFingerprint(item)
-        after.ref = before.ref          // the UPDATE never writes ref
+        after.ref = before.ref  // the UPDATE never writes ref
         rows.removed(before)
         rows.added(after)
         if let indexes = item.attributeIndexes {

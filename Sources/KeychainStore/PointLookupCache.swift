@@ -91,7 +91,8 @@ extension RowFilter {
     /// The digests of a pure point lookup (nothing but `key_ix IN …`, optionally a class), else nil.
     var pointLookupKeys: [[UInt8]]? {
         guard let keys = uniqueIndexes, ref == nil, serviceIndex == nil, accountIndex == nil,
-              accessGroupIndexes == nil, requiredAttributeIndexes == nil, excludedAttributeIndex == nil else { return nil }
+            accessGroupIndexes == nil, requiredAttributeIndexes == nil, excludedAttributeIndex == nil
+        else { return nil }
         return keys
     }
 }

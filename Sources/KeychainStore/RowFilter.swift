@@ -20,10 +20,12 @@ public struct RowFilter: Sendable, Hashable {
     /// Read the sealed secret too.
     public var includeSecret: Bool
 
-    public init(ref: [UInt8]? = nil, uniqueIndexes: [[UInt8]]? = nil, serviceIndex: [UInt8]? = nil,
-                accountIndex: [UInt8]? = nil, accessGroupIndexes: [[UInt8]]? = nil, classes: [UInt8]? = nil,
-                requiredAttributeIndexes: [[UInt8]]? = nil, excludedAttributeIndex: [UInt8]? = nil,
-                includeSecret: Bool = false) {
+    public init(
+        ref: [UInt8]? = nil, uniqueIndexes: [[UInt8]]? = nil, serviceIndex: [UInt8]? = nil,
+        accountIndex: [UInt8]? = nil, accessGroupIndexes: [[UInt8]]? = nil, classes: [UInt8]? = nil,
+        requiredAttributeIndexes: [[UInt8]]? = nil, excludedAttributeIndex: [UInt8]? = nil,
+        includeSecret: Bool = false
+    ) {
         self.ref = ref
         self.uniqueIndexes = uniqueIndexes
         self.serviceIndex = serviceIndex
@@ -38,10 +40,11 @@ public struct RowFilter: Sendable, Hashable {
     /// The SQL for this filter's shape (values are bound, never spliced in). Equal shapes give equal
     /// text, so the connection's statement cache reuses the prepared statement.
     public var sql: String {
-        let shape = Shape(ref: ref != nil, unique: uniqueIndexes?.count, service: serviceIndex != nil,
-                          account: accountIndex != nil, groups: accessGroupIndexes?.count, classes: classes,
-                          required: requiredAttributeIndexes?.count, excluded: excludedAttributeIndex != nil,
-                          secret: includeSecret)
+        let shape = Shape(
+            ref: ref != nil, unique: uniqueIndexes?.count, service: serviceIndex != nil,
+            account: accountIndex != nil, groups: accessGroupIndexes?.count, classes: classes,
+            required: requiredAttributeIndexes?.count, excluded: excludedAttributeIndex != nil,
+            secret: includeSecret)
         if let cached = Self.sqlCache.withLock({ $0[shape] }) { return cached }
         let sql = buildSQL()
         Self.sqlCache.withLock { cache in
@@ -65,7 +68,8 @@ public struct RowFilter: Sendable, Hashable {
         // by that key; no temporary b-tree, no sort.
         let joined = requiredAttributeIndexes.map { !$0.isEmpty } ?? false
         let t = joined ? "items." : ""
-        var s = "SELECT \(t)rowid, \(t)ref, \(t)class, \(t)agrp_ix, \(t)svce_ix, \(t)acct_ix, \(t)key_ix, \(t)item_key, \(t)attributes"
+        var s =
+            "SELECT \(t)rowid, \(t)ref, \(t)class, \(t)agrp_ix, \(t)svce_ix, \(t)acct_ix, \(t)key_ix, \(t)item_key, \(t)attributes"
         s += includeSecret ? ", \(t)secret" : ""
         s += joined ? " FROM item_attributes AS a CROSS JOIN items ON items.ref = a.ref" : " FROM items"
         var conditions: [String] = []
@@ -76,9 +80,13 @@ public struct RowFilter: Sendable, Hashable {
         if let g = accessGroupIndexes { conditions.append("\(t)agrp_ix IN (\(Self.placeholders(g.count)))") }
         if let r = requiredAttributeIndexes, !r.isEmpty {
             conditions.append("a.ix = ?")
-            for _ in r.dropFirst() { conditions.append("EXISTS (SELECT 1 FROM item_attributes WHERE ix = ? AND ref = items.ref)") }
+            for _ in r.dropFirst() {
+                conditions.append("EXISTS (SELECT 1 FROM item_attributes WHERE ix = ? AND ref = items.ref)")
+            }
         }
-        if excludedAttributeIndex != nil { conditions.append("NOT EXISTS (SELECT 1 FROM item_attributes WHERE ix = ? AND ref = items.ref)") }
+        if excludedAttributeIndex != nil {
+            conditions.append("NOT EXISTS (SELECT 1 FROM item_attributes WHERE ix = ? AND ref = items.ref)")
+        }
         if let c = classes { conditions.append("\(t)class IN (\(c.map { String($0) }.joined(separator: ",")))") }
         if !conditions.isEmpty { s += " WHERE " + conditions.joined(separator: " AND ") }
         return joined ? s : s + " ORDER BY rowid"
@@ -90,7 +98,10 @@ public struct RowFilter: Sendable, Hashable {
 
     func bind(_ s: SQLiteStatement) throws(KeychainError) {
         var i: Int32 = 1
-        func next(_ b: [UInt8]) throws(KeychainError) { try s.bind(i, b); i += 1 }
+        func next(_ b: [UInt8]) throws(KeychainError) {
+            try s.bind(i, b)
+            i += 1
+        }
         if let ref { try next(ref) }
         if let u = uniqueIndexes { for b in u { try next(b) } }
         if let serviceIndex { try next(serviceIndex) }

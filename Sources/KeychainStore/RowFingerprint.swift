@@ -15,7 +15,8 @@ struct RowFingerprint {
     var secretNonce: [UInt8]
 
     /// The columns a fingerprint is read from, in this order (blobs cut to their nonce).
-    static let columns = "ref, class, agrp_ix, svce_ix, acct_ix, key_ix, substr(item_key, 1, 24), substr(attributes, 1, 24), substr(secret, 1, 24)"
+    static let columns =
+        "ref, class, agrp_ix, svce_ix, acct_ix, key_ix, substr(item_key, 1, 24), substr(attributes, 1, 24), substr(secret, 1, 24)"
 
     /// Read from `columns`, selected starting at result column `first`.
     init(_ s: SQLiteStatement, first: Int32 = 0) {
@@ -57,12 +58,17 @@ struct RowFingerprint {
     }
 
     func value(key: SecureBytes) -> Sum256 {
-        Sum256(key.withUnsafeBytes {
-            KeyedHash.hash(key: $0, domain: 0xE0,
-                           parts: [ref, RowState.littleEndian(UInt64(bitPattern: protectionClass)), accessGroupIndex, serviceIndex, accountIndex, uniqueIndex,
-                                   itemKeyNonce, attributesNonce, secretNonce],
-                           length: 32)
-        })
+        Sum256(
+            key.withUnsafeBytes {
+                KeyedHash.hash(
+                    key: $0, domain: 0xE0,
+                    parts: [
+                        ref, RowState.littleEndian(UInt64(bitPattern: protectionClass)), accessGroupIndex, serviceIndex,
+                        accountIndex, uniqueIndex,
+                        itemKeyNonce, attributesNonce, secretNonce,
+                    ],
+                    length: 32)
+            })
     }
 }
 
@@ -74,9 +80,10 @@ struct MetaFingerprint {
     var value: [UInt8]
 
     func value(key: SecureBytes) -> Sum256 {
-        Sum256(key.withUnsafeBytes {
-            KeyedHash.hash(key: $0, domain: 0xE3, parts: [Array(name.utf8), value], length: 32)
-        })
+        Sum256(
+            key.withUnsafeBytes {
+                KeyedHash.hash(key: $0, domain: 0xE3, parts: [Array(name.utf8), value], length: 32)
+            })
     }
 }
 
@@ -89,8 +96,9 @@ struct AttributeIndexFingerprint {
     var ref: [UInt8]
 
     func value(key: SecureBytes) -> Sum256 {
-        Sum256(key.withUnsafeBytes {
-            KeyedHash.hash(key: $0, domain: 0xE4, parts: [index, ref], length: 32)
-        })
+        Sum256(
+            key.withUnsafeBytes {
+                KeyedHash.hash(key: $0, domain: 0xE4, parts: [index, ref], length: 32)
+            })
     }
 }

@@ -30,14 +30,16 @@ public struct RowState: Sendable, Equatable {
 
     /// `version ‖ count (8, LE) ‖ generation (8, LE) ‖ tag (32)`.
     func record(key: SecureBytes) -> [UInt8] {
-        [Self.recordVersion] + Self.littleEndian(UInt64(bitPattern: count)) + Self.littleEndian(generation) + tag(key: key)
+        [Self.recordVersion] + Self.littleEndian(UInt64(bitPattern: count)) + Self.littleEndian(generation)
+            + tag(key: key)
     }
 
     func tag(key: SecureBytes) -> [UInt8] {
         key.withUnsafeBytes {
-            KeyedHash.hash(key: $0, domain: 0xE1,
-                           parts: [Self.littleEndian(UInt64(bitPattern: count)), Self.littleEndian(generation), sum.bytes],
-                           length: 32)
+            KeyedHash.hash(
+                key: $0, domain: 0xE1,
+                parts: [Self.littleEndian(UInt64(bitPattern: count)), Self.littleEndian(generation), sum.bytes],
+                length: 32)
         }
     }
 
@@ -49,7 +51,10 @@ public struct RowState: Sendable, Equatable {
 
         init(_ bytes: [UInt8]) throws(KeychainError) {
             guard bytes.count == 49, bytes[0] == RowState.recordVersion else {
-                throw KeychainError(.decode, "the database's row-state record is damaged or of an unknown version; if you trust the database, run keychaind --accept-database once")
+                throw KeychainError(
+                    .decode,
+                    "the database's row-state record is damaged or of an unknown version; if you trust the database, run keychaind --accept-database once"
+                )
             }
             count = Int64(bitPattern: RowState.readLittleEndian(bytes[1..<9]))
             generation = RowState.readLittleEndian(bytes[9..<17])
@@ -74,20 +79,25 @@ struct Sum256: Sendable, Equatable {
 
     init(_ bytes: [UInt8]) {
         precondition(bytes.count == 32)
-        limbs = (RowState.readLittleEndian(bytes[0..<8]), RowState.readLittleEndian(bytes[8..<16]),
-                 RowState.readLittleEndian(bytes[16..<24]), RowState.readLittleEndian(bytes[24..<32]))
+        limbs = (
+            RowState.readLittleEndian(bytes[0..<8]), RowState.readLittleEndian(bytes[8..<16]),
+            RowState.readLittleEndian(bytes[16..<24]), RowState.readLittleEndian(bytes[24..<32])
+        )
     }
 
     init(_ raw: UnsafeRawBufferPointer) {
         precondition(raw.count == 32)
-        limbs = (UInt64(littleEndian: raw.loadUnaligned(fromByteOffset: 0, as: UInt64.self)),
-                 UInt64(littleEndian: raw.loadUnaligned(fromByteOffset: 8, as: UInt64.self)),
-                 UInt64(littleEndian: raw.loadUnaligned(fromByteOffset: 16, as: UInt64.self)),
-                 UInt64(littleEndian: raw.loadUnaligned(fromByteOffset: 24, as: UInt64.self)))
+        limbs = (
+            UInt64(littleEndian: raw.loadUnaligned(fromByteOffset: 0, as: UInt64.self)),
+            UInt64(littleEndian: raw.loadUnaligned(fromByteOffset: 8, as: UInt64.self)),
+            UInt64(littleEndian: raw.loadUnaligned(fromByteOffset: 16, as: UInt64.self)),
+            UInt64(littleEndian: raw.loadUnaligned(fromByteOffset: 24, as: UInt64.self))
+        )
     }
 
     var bytes: [UInt8] {
-        RowState.littleEndian(limbs.0) + RowState.littleEndian(limbs.1) + RowState.littleEndian(limbs.2) + RowState.littleEndian(limbs.3)
+        RowState.littleEndian(limbs.0) + RowState.littleEndian(limbs.1) + RowState.littleEndian(limbs.2)
+            + RowState.littleEndian(limbs.3)
     }
 
     static func + (a: Sum256, b: Sum256) -> Sum256 {

@@ -22,7 +22,6 @@ final class RowStateTracker {
         self.mark = mark
     }
 
-
     func added(_ row: RowFingerprint) {
         body.count += 1
         body.sum = body.sum + row.value(key: key)
@@ -78,8 +77,9 @@ final class RowStateTracker {
     /// The state the group's commit must record, or nil when the group changed no rows.
     var pending: RowState? {
         guard group.touched else { return nil }
-        return RowState(count: committed.count + group.count, generation: committed.generation &+ 1,
-                        sum: committed.sum + group.sum)
+        return RowState(
+            count: committed.count + group.count, generation: committed.generation &+ 1,
+            sum: committed.sum + group.sum)
     }
 
     /// The group committed: `pending` is now the committed state.

@@ -18,7 +18,9 @@ package final class SQLiteConnection: @unchecked Sendable {
 
     /// Opens (creating if `create`) the database at `path` with WAL, synchronous=FULL, a busy timeout
     /// and secure_delete. `readOnly` connections also set `query_only`.
-    package init(path: String, create: Bool = true, readOnly: Bool = false, busyTimeoutMs: Int32 = 5000) throws(KeychainError) {
+    package init(path: String, create: Bool = true, readOnly: Bool = false, busyTimeoutMs: Int32 = 5000)
+        throws(KeychainError)
+    {
         var flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW | SQLITE_OPEN_PRIVATECACHE
         if create { flags |= SQLITE_OPEN_CREATE }
         var handle: OpaquePointer?
@@ -47,7 +49,7 @@ package final class SQLiteConnection: @unchecked Sendable {
 
     /// Finalizes every statement and closes the connection; later use is errSecNotAvailable.
     package func close() {
-        cache.removeAll()            // SQLiteStatement.deinit finalizes
+        cache.removeAll()  // SQLiteStatement.deinit finalizes
         if let db { sqlite3_close_v2(db) }
         db = nil
     }
@@ -66,12 +68,16 @@ package final class SQLiteConnection: @unchecked Sendable {
         let rc = sqlite3_exec(h, sql, nil, nil, &errmsg)
         let message = errmsg.map { String(cString: $0) } ?? ""
         sqlite3_free(errmsg)
-        if rc != SQLITE_OK { throw Self.error(rc, "\(Self.verb(sql)): \(message)", systemErrno: sqlite3_system_errno(h)) }
+        if rc != SQLITE_OK {
+            throw Self.error(rc, "\(Self.verb(sql)): \(message)", systemErrno: sqlite3_system_errno(h))
+        }
     }
 
     /// A cached prepared statement for `sql`; `body` runs with it and it is reset (bindings cleared)
     /// afterwards, whatever happens.
-    package func withStatement<R>(_ sql: String, _ body: (SQLiteStatement) throws(KeychainError) -> R) throws(KeychainError) -> R {
+    package func withStatement<R>(_ sql: String, _ body: (SQLiteStatement) throws(KeychainError) -> R)
+        throws(KeychainError) -> R
+    {
         let statement: SQLiteStatement
         if let cached = cache[sql] {
             statement = cached
@@ -107,7 +113,11 @@ package final class SQLiteConnection: @unchecked Sendable {
     /// errno is ENOSPC/EDQUOT (a WAL append that fails): the caller can free space and retry.
     static func error(_ rc: Int32, _ message: String, systemErrno: Int32 = 0) -> KeychainError {
         let primary = rc & 0xFF
-        if primary == SQLITE_FULL || (primary == SQLITE_IOERR && (Errno.Code(rawValue: systemErrno) == .noSpace || Errno.Code(rawValue: systemErrno) == .quotaExceeded)) {
+        if primary == SQLITE_FULL
+            || (primary == SQLITE_IOERR
+                && (Errno.Code(rawValue: systemErrno) == .noSpace
+                    || Errno.Code(rawValue: systemErrno) == .quotaExceeded))
+        {
             return KeychainError(.io, "the disk is full; free space and retry (\(message))")
         }
         switch primary {
@@ -155,8 +165,9 @@ package final class SQLiteStatement {
     package func bind(_ index: Int32, _ bytes: [UInt8]) throws(KeychainError) {
         let rc = bytes.withUnsafeBytes { b in
             // A non-nil pointer even for empty blobs, so SQLite stores a zero-length blob, not NULL.
-            sqlite3_bind_blob(statement, index, b.baseAddress ?? UnsafeRawPointer(bitPattern: 1), Int32(b.count),
-                              keychaind_sqlite_transient())
+            sqlite3_bind_blob(
+                statement, index, b.baseAddress ?? UnsafeRawPointer(bitPattern: 1), Int32(b.count),
+                keychaind_sqlite_transient())
         }
         try connection.check(rc, "bind")
     }

@@ -81,8 +81,10 @@ enum Schema {
                 return Int(s.int64(0))
             }
             guard version <= currentVersion else {
-                throw KeychainError(.notAvailable,
-                    "database \(path) has schema version \(version), newer than this keychaind understands (\(currentVersion)); upgrade keychaind")
+                throw KeychainError(
+                    .notAvailable,
+                    "database \(path) has schema version \(version), newer than this keychaind understands (\(currentVersion)); upgrade keychaind"
+                )
             }
             for step in version..<currentVersion {
                 for sql in migrations[step] { try db.execute(sql) }

@@ -9,7 +9,9 @@ extension StoreWriter {
     public func setMeta(_ name: String, _ value: [UInt8]) throws(KeychainError) {
         let tracked = name != RowState.metaName ? rows : nil
         let old = tracked == nil ? nil : try reader.meta(name)
-        try db.withStatement("INSERT INTO meta (name, value) VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET value = excluded.value") {
+        try db.withStatement(
+            "INSERT INTO meta (name, value) VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET value = excluded.value"
+        ) {
             (s) throws(KeychainError) in
             try s.bind(1, text: name)
             try s.bind(2, value)
@@ -38,7 +40,8 @@ extension StoreWriter {
     public func deleteItems(protectionClass: UInt8) throws(KeychainError) -> Int {
         let rows = try tracker()
         let going = try reader.fingerprintSum(protectionClass: protectionClass, key: rows.key)
-        let refs = try db.withStatement("SELECT ref FROM items WHERE class = ?") { (s) throws(KeychainError) -> [[UInt8]] in
+        let refs = try db.withStatement("SELECT ref FROM items WHERE class = ?") {
+            (s) throws(KeychainError) -> [[UInt8]] in
             try s.bind(1, Int64(protectionClass))
             var refs: [[UInt8]] = []
             while try s.step() { refs.append(s.blob(0)) }
@@ -63,8 +66,10 @@ extension StoreWriter {
     /// row state follows each rewritten row (its item-key nonce, hence its fingerprint, is new).
     /// Runs inside the caller's transaction. Returns how many rows were rewritten.
     @discardableResult
-    public func rewrapItemKeys(classes: [UInt8], batchSize: Int = StoreWriter.rewrapBatchSize,
-                               _ rewrap: (SealedItemKey) throws(KeychainError) -> [UInt8]?) throws(KeychainError) -> Int {
+    public func rewrapItemKeys(
+        classes: [UInt8], batchSize: Int = StoreWriter.rewrapBatchSize,
+        _ rewrap: (SealedItemKey) throws(KeychainError) -> [UInt8]?
+    ) throws(KeychainError) -> Int {
         let rows = try tracker()
         guard !classes.isEmpty else { return 0 }
         let select = """
@@ -83,8 +88,9 @@ extension StoreWriter {
             }
             guard let last = batch.last else { break }
             for row in batch {
-                let key = SealedItemKey(ref: row.before.ref, protectionClass: UInt8(truncatingIfNeeded: row.before.protectionClass),
-                                        uniqueIndex: row.before.uniqueIndex, sealed: row.sealed)
+                let key = SealedItemKey(
+                    ref: row.before.ref, protectionClass: UInt8(truncatingIfNeeded: row.before.protectionClass),
+                    uniqueIndex: row.before.uniqueIndex, sealed: row.sealed)
                 guard let replacement = try rewrap(key) else { continue }
                 try db.withStatement("UPDATE items SET item_key = ? WHERE rowid = ?") { (s) throws(KeychainError) in
                     try s.bind(1, replacement)

@@ -82,11 +82,15 @@ public struct StoredItem: Sendable {
         set { change { $0.attributeIndexes = newValue } }
     }
 
-    public init(rowid: Int64 = 0, ref: [UInt8], protectionClass: UInt8, accessGroupIndex: [UInt8],
-                serviceIndex: [UInt8], accountIndex: [UInt8], uniqueIndex: [UInt8], wrappedKey: [UInt8],
-                attributes: [UInt8], secret: [UInt8], attributeIndexes: [[UInt8]]? = nil) {
-        box = Box(Columns(rowid: rowid, ref: ref, protectionClass: protectionClass, accessGroupIndex: accessGroupIndex,
-                          serviceIndex: serviceIndex, accountIndex: accountIndex, uniqueIndex: uniqueIndex,
-                          wrappedKey: wrappedKey, attributes: attributes, secret: secret, attributeIndexes: attributeIndexes))
+    public init(
+        rowid: Int64 = 0, ref: [UInt8], protectionClass: UInt8, accessGroupIndex: [UInt8],
+        serviceIndex: [UInt8], accountIndex: [UInt8], uniqueIndex: [UInt8], wrappedKey: [UInt8],
+        attributes: [UInt8], secret: [UInt8], attributeIndexes: [[UInt8]]? = nil
+    ) {
+        box = Box(
+            Columns(
+                rowid: rowid, ref: ref, protectionClass: protectionClass, accessGroupIndex: accessGroupIndex,
+                serviceIndex: serviceIndex, accountIndex: accountIndex, uniqueIndex: uniqueIndex,
+                wrappedKey: wrappedKey, attributes: attributes, secret: secret, attributeIndexes: attributeIndexes))
     }
 }

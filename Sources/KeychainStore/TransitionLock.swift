@@ -1,6 +1,5 @@
 import KeychainSystem
 
-
 /// Keeps reads apart from the moment keys change (`ItemStore.writeAlone`): a read — its rows and the
 /// keys it opens them with — runs under the shared side, and the commit of a key change plus putting
 /// the new keys in force runs under the exclusive side. A read therefore sees old rows with old keys

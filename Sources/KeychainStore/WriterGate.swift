@@ -86,8 +86,10 @@ final class WriterGate: @unchecked Sendable {
         if rollbackFailed || !db.inTransaction {
             var cause = KeychainError(.io, "the transaction ended unexpectedly")
             if case .failure(let e) = outcome { cause = e }
-            finish(db, group: group, commit: false,
-                   failure: KeychainError(cause.status, "rolled back together with the writes grouped with it: \(cause.message)"))
+            finish(
+                db, group: group, commit: false,
+                failure: KeychainError(
+                    cause.status, "rolled back together with the writes grouped with it: \(cause.message)"))
             throw takeFailure(group) ?? cause
         }
 
@@ -107,9 +109,11 @@ final class WriterGate: @unchecked Sendable {
     /// other write starts — where new keys are put in force together with the rows sealed under them.
     /// If `body` throws or the commit fails, everything it did is rolled back and `committed` does not
     /// run.
-    func runAlone<R>(_ body: (StoreWriter) throws(KeychainError) -> R,
-                     readers: TransitionLock,
-                     committed: () -> Void) throws(KeychainError) -> R {
+    func runAlone<R>(
+        _ body: (StoreWriter) throws(KeychainError) -> R,
+        readers: TransitionLock,
+        committed: () -> Void
+    ) throws(KeychainError) -> R {
         queued.add(1, ordering: .sequentiallyConsistent)
         mutex.lock()
         queued.subtract(1, ordering: .sequentiallyConsistent)
@@ -146,8 +150,10 @@ final class WriterGate: @unchecked Sendable {
     }
 
     /// Commits (or rolls back) the open group and wakes its waiting writers. Called with the mutex held.
-    private func finish(_ db: SQLiteConnection, group: UInt64, commit: Bool, failure: KeychainError?,
-                        committed: () -> Void = {}) {
+    private func finish(
+        _ db: SQLiteConnection, group: UInt64, commit: Bool, failure: KeychainError?,
+        committed: () -> Void = {}
+    ) {
         var error = failure
         if commit {
             do throws(KeychainError) {

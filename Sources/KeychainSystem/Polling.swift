@@ -39,7 +39,10 @@ public enum Poll {
     /// Waits until `fd` has the poll `events`, `wake` is readable, or `timeoutMilliseconds` pass (-1:
     /// no limit). Returns whether `wake` fired.
     public static func wait(_ fd: Int32, events: Int16, or wake: WakePipe, timeoutMilliseconds: Int32) -> Bool {
-        var fds = [pollfd(fd: fd, events: events, revents: 0), pollfd(fd: wake.readDescriptor, events: Int16(POLLIN), revents: 0)]
+        var fds = [
+            pollfd(fd: fd, events: events, revents: 0),
+            pollfd(fd: wake.readDescriptor, events: Int16(POLLIN), revents: 0),
+        ]
         let n = poll(&fds, 2, timeoutMilliseconds)
         return n > 0 && fds[1].revents != 0
     }

@@ -84,7 +84,9 @@ public struct FrameBuffer: Sendable {
     /// The next complete frame body, or nil when more bytes are needed.
     public mutating func next() throws(KeychainError) -> SecretBytes? {
         guard storage.count - start >= 4 else { return nil }
-        let n = Int(storage[start]) << 24 | Int(storage[start + 1]) << 16 | Int(storage[start + 2]) << 8 | Int(storage[start + 3])
+        let n =
+            Int(storage[start]) << 24 | Int(storage[start + 1]) << 16 | Int(storage[start + 2]) << 8
+            | Int(storage[start + 3])
         guard n <= maxBytes else {
             throw KeychainError(.param, "frame of \(n) bytes exceeds the limit of \(maxBytes) bytes")
         }
@@ -96,7 +98,10 @@ public struct FrameBuffer: Sendable {
             Zeroing.zero(UnsafeMutableRawBufferPointer(rebasing: raw[consumed]))
         }
         start += 4 + n
-        if start == storage.count { storage.removeAll(keepingCapacity: storage.count <= 64 * 1024); start = 0 }
+        if start == storage.count {
+            storage.removeAll(keepingCapacity: storage.count <= 64 * 1024)
+            start = 0
+        }
         return body
     }
 

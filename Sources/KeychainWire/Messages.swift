@@ -17,8 +17,10 @@ public struct Request: Sendable {
     /// Further keys of admin operations (for example `passphrase`).
     public var arguments: [String: Value]
 
-    public init(id: Int64, op: String, query: [String: Value]? = nil, attributes: [String: Value]? = nil,
-                arguments: [String: Value] = [:]) {
+    public init(
+        id: Int64, op: String, query: [String: Value]? = nil, attributes: [String: Value]? = nil,
+        arguments: [String: Value] = [:]
+    ) {
         self.id = id
         self.op = op
         self.query = query
@@ -50,7 +52,9 @@ public struct Request: Sendable {
         // Lookups only: mutating a copy of the map would copy the whole dictionary on every request.
         guard case .map(let m) = value else { throw .param("request is not a CBOR map") }
         guard case .int(let v)? = m["v"] else { throw .param("request lacks \"v\" (protocol version)") }
-        guard v == protocolVersion else { throw .param("protocol version \(v) is not supported (this daemon speaks \(protocolVersion))") }
+        guard v == protocolVersion else {
+            throw .param("protocol version \(v) is not supported (this daemon speaks \(protocolVersion))")
+        }
         guard case .int(let id)? = m["id"], id >= 0 else { throw .param("request lacks a non-negative integer \"id\"") }
         guard case .text(let op)? = m["op"] else { throw .param("request lacks a text \"op\"") }
         self.id = id
@@ -58,12 +62,16 @@ public struct Request: Sendable {
         var present = 3
         switch m["query"] {
         case nil: query = nil
-        case .map(let q)?: query = q; present += 1
+        case .map(let q)?:
+            query = q
+            present += 1
         case let other?: throw .param("\"query\" must be a map, not \(other.kindName)")
         }
         switch m["attributes"] {
         case nil: attributes = nil
-        case .map(let a)?: attributes = a; present += 1
+        case .map(let a)?:
+            attributes = a
+            present += 1
         case let other?: throw .param("\"attributes\" must be a map, not \(other.kindName)")
         }
         arguments = m.count == present ? [:] : m.filter { !Self.envelopeKeys.contains($0.key) }
@@ -79,8 +87,10 @@ public struct Response: Sendable {
     /// Set on errSecAuthFailed when the request needs the keychain passphrase (`keychainPassphrase`).
     public var needsPassphrase: Bool
 
-    public init(id: Int64, status: Status = .success, message: String? = nil, result: Value? = nil,
-                needsPassphrase: Bool = false) {
+    public init(
+        id: Int64, status: Status = .success, message: String? = nil, result: Value? = nil,
+        needsPassphrase: Bool = false
+    ) {
         self.id = id
         self.status = status
         self.message = message
@@ -96,7 +106,12 @@ public struct Response: Sendable {
     /// message, needsPassphrase): the same bytes as `Frame.encode(value)`, without building a map on
     /// the hot path.
     public func frame() -> [UInt8] {
-        var out = SecretBytes(capacity: 64 + (result.map { if case .bytes(let b) = $0 { return b.count }; return 64 } ?? 0))
+        var out = SecretBytes(
+            capacity: 64
+                + (result.map {
+                    if case .bytes(let b) = $0 { return b.count }
+                    return 64
+                } ?? 0))
         appendFrame(to: &out)
         return out.unprotectedArray
     }
@@ -111,8 +126,8 @@ public struct Response: Sendable {
     }
 
     /// The keys every response has, as CBOR text: appended whole instead of encoded each time.
-    private static let idKey: [UInt8] = [0x62, 0x69, 0x64]                                // "id"
-    private static let resultKey: [UInt8] = [0x66, 0x72, 0x65, 0x73, 0x75, 0x6C, 0x74]   // "result"
+    private static let idKey: [UInt8] = [0x62, 0x69, 0x64]  // "id"
+    private static let resultKey: [UInt8] = [0x66, 0x72, 0x65, 0x73, 0x75, 0x6C, 0x74]  // "result"
     private static let successStatus: [UInt8] = [0x66, 0x73, 0x74, 0x61, 0x74, 0x75, 0x73, 0x00]  // "status": 0
 
     private func write(into out: inout SecretBytes) {

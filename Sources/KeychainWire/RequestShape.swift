@@ -27,7 +27,8 @@ public struct RequestShape: Equatable, Sendable {
         let count = body.count
         // A map of four entries; "v" = 1; the key "id" (A4 61 76 01 62 69 64), then the id's head.
         guard count > 7, body[0] == 0xA4, body[1] == 0x61, body[2] == 0x76, body[3] == 0x01,
-              body[4] == 0x62, body[5] == 0x69, body[6] == 0x64 else { return nil }
+            body[4] == 0x62, body[5] == 0x69, body[6] == 0x64
+        else { return nil }
         var at = 7
         let head = body[at]
         at += 1
@@ -41,7 +42,10 @@ public struct RequestShape: Equatable, Sendable {
             let width = 1 << Int(info - 24)
             guard count - at >= width else { return nil }
             id = 0
-            for _ in 0..<width { id = id << 8 | UInt64(body[at]); at += 1 }
+            for _ in 0..<width {
+                id = id << 8 | UInt64(body[at])
+                at += 1
+            }
         } else {
             return nil
         }
@@ -57,7 +61,8 @@ public struct RequestShape: Equatable, Sendable {
         at += opLength
         // "query" (65 71 75 65 72 79) = a map (its head only: the rest is compared byte for byte by the caller).
         guard count - at >= 7, body[at] == 0x65, body[at + 1] == 0x71, body[at + 2] == 0x75, body[at + 3] == 0x65,
-              body[at + 4] == 0x72, body[at + 5] == 0x79, body[at + 6] >> 5 == 5 else { return nil }
+            body[at + 4] == 0x72, body[at + 5] == 0x79, body[at + 6] >> 5 == 5
+        else { return nil }
         return RequestShape(id: Int64(id), op: Operation.named(opBytes), queryStart: at + 6)
     }
 }
@@ -66,7 +71,9 @@ extension Operation {
     /// The operation whose name is exactly these bytes, without making a String.
     static func named(_ bytes: UnsafeRawBufferPointer) -> Operation? {
         // "copy", the hot one, without walking allCases (an array built per call).
-        if bytes.count == 4 && bytes[0] == 0x63 && bytes[1] == 0x6F && bytes[2] == 0x70 && bytes[3] == 0x79 { return .copy }
+        if bytes.count == 4 && bytes[0] == 0x63 && bytes[1] == 0x6F && bytes[2] == 0x70 && bytes[3] == 0x79 {
+            return .copy
+        }
         for op in Operation.allCases where op.rawValue.utf8.elementsEqual(bytes) { return op }
         return nil
     }

@@ -10,9 +10,17 @@ enum Verb: String, CaseIterable {
 
     var options: Set<Opt> {
         switch self {
-        case .add: return [.service, .account, .group, .secret, .stdin, .accessible, .label, .comment, .description, .updateExisting, .keychainPassphraseFile]
+        case .add:
+            return [
+                .service, .account, .group, .secret, .stdin, .accessible, .label, .comment, .description,
+                .updateExisting, .keychainPassphraseFile,
+            ]
         case .find: return [.service, .account, .group, .printSecret, .all, .keychainPassphraseFile]
-        case .update: return [.service, .account, .group, .secret, .stdin, .accessible, .label, .comment, .description, .keychainPassphraseFile]
+        case .update:
+            return [
+                .service, .account, .group, .secret, .stdin, .accessible, .label, .comment, .description,
+                .keychainPassphraseFile,
+            ]
         case .delete: return [.service, .account, .group, .all, .keychainPassphraseFile]
         case .list, .deviceID: return [.group]
         case .status, .lock, .apps, .help: return []
@@ -43,20 +51,32 @@ enum Verb: String, CaseIterable {
 
     var usage: String {
         switch self {
-        case .add: return "keychainctl add -s SERVICE -a ACCOUNT [-g GROUP] [-w SECRET | --stdin] [--accessible CLASS] [-l LABEL] [-j COMMENT] [-D DESCRIPTION] [-U]"
+        case .add:
+            return
+                "keychainctl add -s SERVICE -a ACCOUNT [-g GROUP] [-w SECRET | --stdin] [--accessible CLASS] [-l LABEL] [-j COMMENT] [-D DESCRIPTION] [-U]"
         case .find: return "keychainctl find [-s SERVICE] [-a ACCOUNT] [-g GROUP] [-w] [--all]"
-        case .update: return "keychainctl update -s SERVICE -a ACCOUNT [-g GROUP] [-w NEW_SECRET | --stdin] [--accessible CLASS] [-l LABEL] [-j COMMENT] [-D DESCRIPTION]"
+        case .update:
+            return
+                "keychainctl update -s SERVICE -a ACCOUNT [-g GROUP] [-w NEW_SECRET | --stdin] [--accessible CLASS] [-l LABEL] [-j COMMENT] [-D DESCRIPTION]"
         case .delete: return "keychainctl delete [-s SERVICE] [-a ACCOUNT] [-g GROUP] [--all]"
         case .list: return "keychainctl list [-g GROUP]"
         case .deviceID: return "keychainctl device-id [-g GROUP]"
         case .status: return "keychainctl status"
         case .lock: return "keychainctl lock"
         case .unlock: return "keychainctl unlock [--passphrase-file FILE | --passphrase-fd N] [--if-locked]"
-        case .passwd: return "keychainctl passwd [--passphrase-file OLD_FILE | --passphrase-fd N] [--new-passphrase-file NEW_FILE | --new-passphrase-fd N] [--if-set]"
-        case .backup: return "keychainctl backup FILE [--passphrase-file FILE | --passphrase-fd N] [--keychain-passphrase-file FILE]"
-        case .restore: return "keychainctl restore FILE [--passphrase-file FILE | --passphrase-fd N] [--keychain-passphrase-file FILE]"
+        case .passwd:
+            return
+                "keychainctl passwd [--passphrase-file OLD_FILE | --passphrase-fd N] [--new-passphrase-file NEW_FILE | --new-passphrase-fd N] [--if-set]"
+        case .backup:
+            return
+                "keychainctl backup FILE [--passphrase-file FILE | --passphrase-fd N] [--keychain-passphrase-file FILE]"
+        case .restore:
+            return
+                "keychainctl restore FILE [--passphrase-file FILE | --passphrase-fd N] [--keychain-passphrase-file FILE]"
         case .apps: return "keychainctl apps"
-        case .register: return "keychainctl register -i APPLICATION-ID -g GROUP [-g GROUP]… -e EXECUTABLE [-e EXECUTABLE]… [--admin] [NAME]"
+        case .register:
+            return
+                "keychainctl register -i APPLICATION-ID -g GROUP [-g GROUP]… -e EXECUTABLE [-e EXECUTABLE]… [--admin] [NAME]"
         case .approve: return "keychainctl approve NAME [--keychain-passphrase-file FILE]"
         case .unregister: return "keychainctl unregister APPLICATION-ID [--keychain-passphrase-file FILE]"
         case .help: return "keychainctl help [VERB]"
@@ -87,73 +107,88 @@ enum Verb: String, CaseIterable {
 
     var details: String {
         switch self {
-        case .add: return """
-            The secret comes from -w SECRET, --stdin (all of standard input, one trailing newline dropped),
-            or is asked for on the terminal without echo. Without -g the item goes to keychainctl's default
-            access group. -U updates the item (secret and given attributes) when it already exists, as
-            macOS `security add-generic-password -U`. CLASS is one of ak (when unlocked, the default),
-            ck (after first unlock), dk (always), akpu, aku, cku, dku (this device only).
-            """
-        case .find: return """
-            Without -w prints the first matching item's attributes; with -w prints only its secret and a
-            newline. --all prints every match. Matching is exact; no filter matches any item. Exit 44 when
-            nothing matches. An admin reading secrets of another app's group needs the keychain passphrase
-            while one is set: it is asked for (or read from --keychain-passphrase-file).
-            """
-        case .update: return """
-            Updates every item matching SERVICE and ACCOUNT (and GROUP). The new secret comes from -w,
-            --stdin, or the terminal when no attribute option is given.
-            """
-        case .delete: return """
-            Without --all, deletes the one matching item and fails (errSecParam) when several match;
-            with --all, deletes every matching item (with no filter: every item keychainctl can see).
-            """
-        case .list: return "Lists every item (synchronizable ones too), or those of GROUP, sorted by group, service and account."
+        case .add:
+            return """
+                The secret comes from -w SECRET, --stdin (all of standard input, one trailing newline dropped),
+                or is asked for on the terminal without echo. Without -g the item goes to keychainctl's default
+                access group. -U updates the item (secret and given attributes) when it already exists, as
+                macOS `security add-generic-password -U`. CLASS is one of ak (when unlocked, the default),
+                ck (after first unlock), dk (always), akpu, aku, cku, dku (this device only).
+                """
+        case .find:
+            return """
+                Without -w prints the first matching item's attributes; with -w prints only its secret and a
+                newline. --all prints every match. Matching is exact; no filter matches any item. Exit 44 when
+                nothing matches. An admin reading secrets of another app's group needs the keychain passphrase
+                while one is set: it is asked for (or read from --keychain-passphrase-file).
+                """
+        case .update:
+            return """
+                Updates every item matching SERVICE and ACCOUNT (and GROUP). The new secret comes from -w,
+                --stdin, or the terminal when no attribute option is given.
+                """
+        case .delete:
+            return """
+                Without --all, deletes the one matching item and fails (errSecParam) when several match;
+                with --all, deletes every matching item (with no filter: every item keychainctl can see).
+                """
+        case .list:
+            return
+                "Lists every item (synchronizable ones too), or those of GROUP, sorted by group, service and account."
         case .deviceID: return "Every app of the group gets the same UUID, also when many start at once."
         case .status: return "Also says plainly when no passphrase is set (keys protected by the device key only)."
         case .lock: return "WhenUnlocked items become unreadable (errSecInteractionNotAllowed) until `unlock`."
-        case .unlock: return """
-            The passphrase is read from the terminal without echo, from --passphrase-file, or from the
-            first line of descriptor N (--passphrase-fd), never from the command line. --if-locked does
-            nothing (exit 0, without trying the passphrase) when the keychain is not locked, so a
-            passphrase that may be wrong is not counted as a failed unlock (used by pam_keychaind).
-            """
-        case .passwd: return """
-            Asks for the current passphrase (when one is set) and the new one twice, or reads them from
-            --passphrase-file / --passphrase-fd and --new-passphrase-file / --new-passphrase-fd. When both
-            descriptors are the same, its first line is the current passphrase and its second the new one.
-            --if-set changes only a passphrase that is already set and does nothing (exit 0) when none
-            is. Once a passphrase is set the daemon starts locked.
-            """
-        case .backup: return """
-            The backup is encrypted under a passphrase (asked twice, or --passphrase-file / --passphrase-fd); FILE is written
-            with mode 0600. ThisDeviceOnly items are not included. Needs an admin caller and, while a
-            passphrase is set, the keychain passphrase (asked, or --keychain-passphrase-file).
-            """
-        case .restore: return """
-            The passphrase is the one the backup was made with. Like backup, needs an admin caller and,
-            while a passphrase is set, the keychain passphrase (asked, or --keychain-passphrase-file).
-            """
-        case .apps: return """
-            Every registration keychaind read: the system ones (/etc/keychaind/apps.d,
-            /usr/share/keychaind/apps.d: root-owned, from packages or the administrator), yours (apps.d
-            beside keychaind.json) and the built-in keychainctl, with whether each counts and why not.
-            Your registrations count as they are while no passphrase is set; afterwards only those made
-            or approved with it (register, approve), and only from the first unlock after keychaind started.
-            """
-        case .register: return """
-            Writes NAME.json (default: the APPLICATION-ID) into your apps.d with the given access groups
-            (the first is where adds without a group go) and executables (absolute paths of files you
-            cannot modify: install them root-owned, e.g. under /usr/local/bin), then approves it, which
-            needs an admin caller and, while a passphrase is set, the keychain passphrase. --admin makes
-            the app an administrator (every group; secrets of other groups need the passphrase).
-            """
-        case .approve: return """
-            Approves apps.d/NAME(.json) as it is now, so it counts while a passphrase is set. Needs an
-            admin caller and the keychain passphrase. Changing the file afterwards makes it stop counting
-            until it is approved again.
-            """
-        case .unregister: return "Revokes the approval of APPLICATION-ID (admin, keychain passphrase) and deletes the files in your apps.d that register it."
+        case .unlock:
+            return """
+                The passphrase is read from the terminal without echo, from --passphrase-file, or from the
+                first line of descriptor N (--passphrase-fd), never from the command line. --if-locked does
+                nothing (exit 0, without trying the passphrase) when the keychain is not locked, so a
+                passphrase that may be wrong is not counted as a failed unlock (used by pam_keychaind).
+                """
+        case .passwd:
+            return """
+                Asks for the current passphrase (when one is set) and the new one twice, or reads them from
+                --passphrase-file / --passphrase-fd and --new-passphrase-file / --new-passphrase-fd. When both
+                descriptors are the same, its first line is the current passphrase and its second the new one.
+                --if-set changes only a passphrase that is already set and does nothing (exit 0) when none
+                is. Once a passphrase is set the daemon starts locked.
+                """
+        case .backup:
+            return """
+                The backup is encrypted under a passphrase (asked twice, or --passphrase-file / --passphrase-fd); FILE is written
+                with mode 0600. ThisDeviceOnly items are not included. Needs an admin caller and, while a
+                passphrase is set, the keychain passphrase (asked, or --keychain-passphrase-file).
+                """
+        case .restore:
+            return """
+                The passphrase is the one the backup was made with. Like backup, needs an admin caller and,
+                while a passphrase is set, the keychain passphrase (asked, or --keychain-passphrase-file).
+                """
+        case .apps:
+            return """
+                Every registration keychaind read: the system ones (/etc/keychaind/apps.d,
+                /usr/share/keychaind/apps.d: root-owned, from packages or the administrator), yours (apps.d
+                beside keychaind.json) and the built-in keychainctl, with whether each counts and why not.
+                Your registrations count as they are while no passphrase is set; afterwards only those made
+                or approved with it (register, approve), and only from the first unlock after keychaind started.
+                """
+        case .register:
+            return """
+                Writes NAME.json (default: the APPLICATION-ID) into your apps.d with the given access groups
+                (the first is where adds without a group go) and executables (absolute paths of files you
+                cannot modify: install them root-owned, e.g. under /usr/local/bin), then approves it, which
+                needs an admin caller and, while a passphrase is set, the keychain passphrase. --admin makes
+                the app an administrator (every group; secrets of other groups need the passphrase).
+                """
+        case .approve:
+            return """
+                Approves apps.d/NAME(.json) as it is now, so it counts while a passphrase is set. Needs an
+                admin caller and the keychain passphrase. Changing the file afterwards makes it stop counting
+                until it is approved again.
+                """
+        case .unregister:
+            return
+                "Revokes the approval of APPLICATION-ID (admin, keychain passphrase) and deletes the files in your apps.d that register it."
         case .help: return ""
         }
     }
@@ -166,7 +201,9 @@ enum Verb: String, CaseIterable {
             s += "\noptions:\n"
             for o in opts { s += "  " + o.helpLine(for: self) + "\n" }
             s += "  " + pad("--json") + "machine-readable output (secrets base64 under \"v_Data\")\n"
-            s += "  " + pad("--socket PATH") + "the daemon's socket (default: $KEYCHAIND_SOCKET, else $XDG_RUNTIME_DIR/keychaind/keychaind.sock)\n"
+            s +=
+                "  " + pad("--socket PATH")
+                + "the daemon's socket (default: $KEYCHAIND_SOCKET, else $XDG_RUNTIME_DIR/keychaind/keychaind.sock)\n"
             s += "  " + pad("-h, --help") + "this help\n"
         }
         return s
@@ -218,8 +255,15 @@ enum Opt: CaseIterable {
         switch self {
         case .service: return pad(names + " SERVICE") + "the item's service (kSecAttrService)"
         case .account: return pad(names + " ACCOUNT") + "the item's account (kSecAttrAccount)"
-        case .group: return pad(names + " GROUP") + (verb == .register ? "an access group of the app (repeatable; the first is its default)" : "the access group (kSecAttrAccessGroup)")
-        case .secret: return pad(names + " SECRET") + (verb == .update ? "the new secret" : "the secret (visible to other users in ps; prefer --stdin or the prompt)")
+        case .group:
+            return pad(names + " GROUP")
+                + (verb == .register
+                    ? "an access group of the app (repeatable; the first is its default)"
+                    : "the access group (kSecAttrAccessGroup)")
+        case .secret:
+            return pad(names + " SECRET")
+                + (verb == .update
+                    ? "the new secret" : "the secret (visible to other users in ps; prefer --stdin or the prompt)")
         case .printSecret: return pad(names) + "print only the secret, followed by a newline"
         case .stdin: return pad(names) + "read the secret from standard input"
         case .accessible: return pad(names + " CLASS") + "ak | ck | dk | akpu | aku | cku | dku (kSecAttrAccessible)"
@@ -228,13 +272,21 @@ enum Opt: CaseIterable {
         case .description: return pad(names + " DESCRIPTION") + "the item's description (kSecAttrDescription)"
         case .updateExisting: return pad(names) + "update the item if it already exists"
         case .all: return pad(names) + (verb == .find ? "show every matching item" : "delete every matching item")
-        case .passphraseFile: return pad(names + " FILE") + (verb == .passwd ? "read the current passphrase from FILE" : "read the passphrase from FILE (first line)")
+        case .passphraseFile:
+            return pad(names + " FILE")
+                + (verb == .passwd
+                    ? "read the current passphrase from FILE" : "read the passphrase from FILE (first line)")
         case .newPassphraseFile: return pad(names + " FILE") + "read the new passphrase from FILE"
-        case .passphraseFD: return pad(names + " N") + (verb == .passwd ? "read the current passphrase from descriptor N (first line)" : "read the passphrase from descriptor N (first line)")
+        case .passphraseFD:
+            return pad(names + " N")
+                + (verb == .passwd
+                    ? "read the current passphrase from descriptor N (first line)"
+                    : "read the passphrase from descriptor N (first line)")
         case .newPassphraseFD: return pad(names + " N") + "read the new passphrase from descriptor N (next line)"
         case .ifLocked: return pad(names) + "do nothing unless the keychain is locked"
         case .ifSet: return pad(names) + "change only a passphrase already set; never set a first one"
-        case .keychainPassphraseFile: return pad(names + " FILE") + "the keychain passphrase (an admin proving presence) from FILE"
+        case .keychainPassphraseFile:
+            return pad(names + " FILE") + "the keychain passphrase (an admin proving presence) from FILE"
         case .appID: return pad(names + " ID") + "the app's application-identifier (TEAMID.bundle.id)"
         case .executable: return pad(names + " PATH") + "an absolute path of the app's executable (repeatable)"
         case .admin: return pad(names) + "make the app an administrator"
@@ -282,7 +334,10 @@ struct Invocation {
                 }
                 continue
             }
-            if arg == "--" { optionsEnded = true; continue }
+            if arg == "--" {
+                optionsEnded = true
+                continue
+            }
             var name = arg
             var inlineValue: String?
             if arg.hasPrefix("--"), let eq = arg.firstIndex(of: "=") {
@@ -290,12 +345,21 @@ struct Invocation {
                 inlineValue = String(arg[arg.index(after: eq)...])
             }
             switch name {
-            case "--json": inv.json = true; continue
-            case "-h", "--help": inv.help = true; continue
+            case "--json":
+                inv.json = true
+                continue
+            case "-h", "--help":
+                inv.help = true
+                continue
             case "--socket":
-                if let v = inlineValue { inv.socket = v }
-                else if i < args.count { inv.socket = args[i]; i += 1 }
-                else { throw usageError("--socket needs a PATH") }
+                if let v = inlineValue {
+                    inv.socket = v
+                } else if i < args.count {
+                    inv.socket = args[i]
+                    i += 1
+                } else {
+                    throw usageError("--socket needs a PATH")
+                }
                 continue
             default: break
             }
@@ -382,7 +446,9 @@ let toolHelp: String = {
         verbs:
 
         """
-    for v in Verb.allCases { s += "  " + v.rawValue + String(repeating: " ", count: max(1, 11 - v.rawValue.count)) + v.summary + "\n" }
+    for v in Verb.allCases {
+        s += "  " + v.rawValue + String(repeating: " ", count: max(1, 11 - v.rawValue.count)) + v.summary + "\n"
+    }
     s += """
 
         `keychainctl VERB --help` shows a verb's options. --json on any verb prints JSON on stdout.

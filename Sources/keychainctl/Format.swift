@@ -1,6 +1,6 @@
-import KeychainSystem
 import KeychainClient
 import KeychainCore
+import KeychainSystem
 
 // Output formats: JSON for scripts (wire keys, secrets and other bytes base64, dates ISO 8601 UTC),
 // aligned text for people (dates in local time).
@@ -51,7 +51,9 @@ enum Base64 {
         var i = 0
         while i + 3 <= b.count {
             let n = UInt32(b[i]) << 16 | UInt32(b[i + 1]) << 8 | UInt32(b[i + 2])
-            out += [alphabet[Int(n >> 18)], alphabet[Int(n >> 12 & 63)], alphabet[Int(n >> 6 & 63)], alphabet[Int(n & 63)]]
+            out += [
+                alphabet[Int(n >> 18)], alphabet[Int(n >> 12 & 63)], alphabet[Int(n >> 6 & 63)], alphabet[Int(n & 63)],
+            ]
             i += 3
         }
         let rest = b.count - i
@@ -131,7 +133,9 @@ enum Human {
         case .secret(let s):
             return text(.bytes(s.unprotectedArray), key: key)
         case .bytes(let b):
-            if let s = String(validating: b, as: UTF8.self), s.unicodeScalars.allSatisfy({ $0.value >= 0x20 && $0.value != 0x7F }) {
+            if let s = String(validating: b, as: UTF8.self),
+                s.unicodeScalars.allSatisfy({ $0.value >= 0x20 && $0.value != 0x7F })
+            {
                 return s
             }
             return "<\(b.count) bytes> " + Base64.encode(b)

@@ -1,6 +1,6 @@
 import KeychainClient
-import KeychainSystem
 import KeychainCore
+import KeychainSystem
 
 // Input and output without Foundation (keychainctl links only the Swift runtime, KeychainClient and
 // glibc, so a `find -w` costs a couple of milliseconds per process).
@@ -10,7 +10,10 @@ struct Output {
     var bytes: [UInt8] = []
 
     mutating func write(_ s: String) { bytes.append(contentsOf: s.utf8) }
-    mutating func line(_ s: String = "") { write(s); bytes.append(10) }
+    mutating func line(_ s: String = "") {
+        write(s)
+        bytes.append(10)
+    }
     mutating func raw(_ b: [UInt8]) { bytes.append(contentsOf: b) }
 
     func flush(to fd: Int32 = 1) { IO.writeAll(fd, bytes) }
@@ -100,7 +103,10 @@ enum IO {
 
     /// Drops one trailing newline ("\n" or "\r\n") — what `echo` and most editors add.
     static func chompNewline(_ b: inout [UInt8]) {
-        if b.last == 10 { b.removeLast(); if b.last == 13 { b.removeLast() } }
+        if b.last == 10 {
+            b.removeLast()
+            if b.last == 13 { b.removeLast() }
+        }
     }
 
     static func wipe(_ b: inout [UInt8]) {
@@ -127,7 +133,8 @@ enum Prompt {
                 }
                 guard let byte else {
                     if out.isEmpty && !echoOff {
-                        throw KeychainError(.param, "no secret given: use -w, --stdin, or run in a terminal to be asked")
+                        throw KeychainError(
+                            .param, "no secret given: use -w, --stdin, or run in a terminal to be asked")
                     }
                     break
                 }

@@ -1,6 +1,6 @@
-import KeychainSystem
 import KeychainClient
 import KeychainCore
+import KeychainSystem
 
 /// Runs one parsed invocation against the daemon, writing into `out`.
 struct Command {
@@ -23,7 +23,9 @@ struct Command {
         case .list: try list()
         case .deviceID: try deviceID()
         case .status: try status()
-        case .lock: try KeychainAdmin(connection: connection).lock(); ok()
+        case .lock:
+            try KeychainAdmin(connection: connection).lock()
+            ok()
         case .unlock: try unlock()
         case .passwd: try passwd()
         case .backup: try backup()
@@ -55,7 +57,7 @@ struct Command {
         }
         do {
             return try body([:])
-        } catch where error.needsPassphrase {
+        } catch  where error.needsPassphrase {
             var p = try keychainPassphrase()
             defer { IO.wipe(&p) }
             return try body([Self.presenceKey: .bytes(p)])
@@ -71,7 +73,11 @@ struct Command {
     }
 
     private mutating func help() {
-        if let name = inv.positional.first, let v = Verb(rawValue: name) { out.write(v.helpText) } else { out.write(toolHelp) }
+        if let name = inv.positional.first, let v = Verb(rawValue: name) {
+            out.write(v.helpText)
+        } else {
+            out.write(toolHelp)
+        }
     }
 
     private mutating func ok() {
@@ -131,7 +137,7 @@ struct Command {
         var result: Value?
         do throws(KeychainError) {
             result = try withPresence { (p) throws(KeychainError) in try connection.call(.add, query: q, arguments: p) }
-        } catch where error.status == .duplicateItem && inv.has(.updateExisting) {
+        } catch  where error.status == .duplicateItem && inv.has(.updateExisting) {
             var attrs = attributeOptions()
             attrs["v_Data"] = .bytes(data)
             // Update exactly the item the add collided with: the one in the group the add went to
@@ -140,7 +146,9 @@ struct Command {
             if target["agrp"] == nil, let group = try KeychainAdmin(connection: connection).status().groups.first {
                 target["agrp"] = .text(group)
             }
-            _ = try withPresence { (p) throws(KeychainError) in try connection.call(.update, query: target, attributes: attrs, arguments: p) }
+            _ = try withPresence { (p) throws(KeychainError) in
+                try connection.call(.update, query: target, attributes: attrs, arguments: p)
+            }
             if inv.json {
                 var read = target
                 read["r_Attributes"] = .bool(true)
@@ -156,7 +164,8 @@ struct Command {
         let printSecret = inv.has(.printSecret)
         if printSecret { q["r_Data"] = .bool(true) }
         if !printSecret || inv.json { q["r_Attributes"] = .bool(true) }
-        let result = try withPresence { (p) throws(KeychainError) in try connection.call(.copy, query: q, arguments: p) }
+        let result = try withPresence { (p) throws(KeychainError) in try connection.call(.copy, query: q, arguments: p)
+        }
         let items = Self.items(result)
         if inv.json {
             let shaped = items.map { item -> Value in
@@ -166,7 +175,11 @@ struct Command {
             out.line(JSON.encode(inv.has(.all) ? .array(shaped) : (shaped.first ?? .map([:]))))
         } else if printSecret {
             for item in items {
-                if case .bytes(let b) = item { out.raw(b) } else if case .bytes(let b)? = item.map?["v_Data"] { out.raw(b) }
+                if case .bytes(let b) = item {
+                    out.raw(b)
+                } else if case .bytes(let b)? = item.map?["v_Data"] {
+                    out.raw(b)
+                }
                 out.raw([10])
             }
         } else {
@@ -184,7 +197,9 @@ struct Command {
             attrs["v_Data"] = .bytes(data)
         }
         let q = filters()
-        _ = try withPresence { (p) throws(KeychainError) in try connection.call(.update, query: q, attributes: attrs, arguments: p) }
+        _ = try withPresence { (p) throws(KeychainError) in
+            try connection.call(.update, query: q, attributes: attrs, arguments: p)
+        }
         ok()
     }
 
@@ -198,7 +213,8 @@ struct Command {
             _ = try withPresence { (p) throws(KeychainError) in try connection.call(.delete, query: q, arguments: p) }
         } else {
             guard refs.count == 1, case .bytes(let ref) = refs[0] else {
-                throw .param("\(refs.count) items match; narrow the match with -s, -a and -g, or pass --all to delete them all")
+                throw .param(
+                    "\(refs.count) items match; narrow the match with -s, -a and -g, or pass --all to delete them all")
             }
             let one: [String: Value] = ["class": .text("genp"), "v_PersistentRef": .bytes(ref)]
             _ = try withPresence { (p) throws(KeychainError) in try connection.call(.delete, query: one, arguments: p) }
@@ -207,16 +223,20 @@ struct Command {
     }
 
     private mutating func list() throws(KeychainError) {
-        var q: [String: Value] = ["class": .text("genp"), "sync": .text("syna"), "r_Attributes": .bool(true),
-                                  "m_Limit": .text("m_LimitAll")]
+        var q: [String: Value] = [
+            "class": .text("genp"), "sync": .text("syna"), "r_Attributes": .bool(true),
+            "m_Limit": .text("m_LimitAll"),
+        ]
         if let g = inv.value(.group) { q["agrp"] = .text(g) }
         var items: [[String: Value]]
         do throws(KeychainError) {
             items = Self.items(try connection.call(.copy, query: q)).compactMap { $0.map }
-        } catch where error.status == .itemNotFound {
+        } catch  where error.status == .itemNotFound {
             items = []
         }
-        func key(_ m: [String: Value]) -> [String] { [m["agrp"]?.text ?? "", m["svce"]?.text ?? "", m["acct"]?.text ?? ""] }
+        func key(_ m: [String: Value]) -> [String] {
+            [m["agrp"]?.text ?? "", m["svce"]?.text ?? "", m["acct"]?.text ?? ""]
+        }
         items.sort { key($0).lexicographicallyPrecedes(key($1)) }
         if inv.json {
             out.line(JSON.encode(.array(items.map { .map($0) })))
@@ -226,8 +246,10 @@ struct Command {
         var rows: [[String]] = [["GROUP", "SERVICE", "ACCOUNT", "ACCESSIBLE", "MODIFIED"]]
         for m in items {
             let modified = m["mdat"]?.date.map(Dates.local) ?? "-"
-            rows.append([m["agrp"]?.text ?? "-", m["svce"]?.text ?? "", m["acct"]?.text ?? "",
-                         m["pdmn"]?.text ?? "-", modified])
+            rows.append([
+                m["agrp"]?.text ?? "-", m["svce"]?.text ?? "", m["acct"]?.text ?? "",
+                m["pdmn"]?.text ?? "-", modified,
+            ])
         }
         var widths = [Int](repeating: 0, count: 5)
         for r in rows { for (i, c) in r.enumerated() { widths[i] = max(widths[i], c.count) } }
@@ -271,8 +293,12 @@ struct Command {
             ("daemon", "keychaind " + s.version),
             ("socket", connection.socketPath),
             ("state", s.locked ? "locked" : "unlocked"),
-            ("passphrase", s.passphraseSet ? "set"
-                : "not set: keys are protected by the device key file alone (set one with `keychainctl passwd`)"),
+            (
+                "passphrase",
+                s.passphraseSet
+                    ? "set"
+                    : "not set: keys are protected by the device key file alone (set one with `keychainctl passwd`)"
+            ),
             ("items", String(s.items)),
             ("uptime", Human.duration(s.uptime)),
             ("connections", String(s.connections)),
@@ -285,9 +311,15 @@ struct Command {
         if !s.groups.isEmpty { rows.append(("groups", s.groups.joined(separator: " "))) }
         if case .text(let why)? = s.raw["unidentified"] { rows.append(("why", why)) }
         if let bus = s.raw["secretService"]?.map {
-            let others = bus["unregistered"]?.text == "refuse" ? "refused"
+            let others =
+                bus["unregistered"]?.text == "refuse"
+                ? "refused"
                 : "share one collection (access group \(bus["sharedGroup"]?.text ?? "secret-service"))"
-            rows.append(("secret service", "serving \(bus["busName"]?.text ?? "org.freedesktop.secrets") on the session bus; processes that are not registered apps: \(others)"))
+            rows.append(
+                (
+                    "secret service",
+                    "serving \(bus["busName"]?.text ?? "org.freedesktop.secrets") on the session bus; processes that are not registered apps: \(others)"
+                ))
         }
         let isolation = s.raw["isolation"]?.map ?? [:]
         switch isolation["level"]?.text {
@@ -299,8 +331,13 @@ struct Command {
         let registrations = (isolation["registrations"]?.array ?? []).compactMap(\.map)
         let ignored = registrations.filter { $0["trusted"]?.bool == false || $0["refused"] != nil }
         for r in ignored {
-            rows.append(("not counting", (r["file"]?.text ?? "?") + ": " + (r["reason"]?.text
-                ?? (r["refused"]?.map ?? [:]).values.compactMap(\.text).joined(separator: "; "))))
+            rows.append(
+                (
+                    "not counting",
+                    (r["file"]?.text ?? "?") + ": "
+                        + (r["reason"]?.text
+                            ?? (r["refused"]?.map ?? [:]).values.compactMap(\.text).joined(separator: "; "))
+                ))
         }
         out.line(Human.aligned(rows))
     }
@@ -315,19 +352,26 @@ struct Command {
             return
         }
         guard s.raw["isolation"]?.map?["registrations"] != nil else {
-            throw KeychainError(.missingEntitlement, "keychaind shows registrations to identified apps only; this keychainctl is not one")
+            throw KeychainError(
+                .missingEntitlement,
+                "keychaind shows registrations to identified apps only; this keychainctl is not one")
         }
         var rows: [[String]] = [["APP", "SOURCE", "ADMIN", "COUNTS", "FILE"]]
         for r in registrations {
-            rows.append([r["application-identifier"]?.text ?? "?", r["source"]?.text ?? "?",
-                         r["admin"]?.bool == true ? "yes" : "no",
-                         r["trusted"]?.bool == true ? (r["refused"] == nil ? "yes" : "partly") : "no",
-                         r["file"]?.text ?? ""])
+            rows.append([
+                r["application-identifier"]?.text ?? "?", r["source"]?.text ?? "?",
+                r["admin"]?.bool == true ? "yes" : "no",
+                r["trusted"]?.bool == true ? (r["refused"] == nil ? "yes" : "partly") : "no",
+                r["file"]?.text ?? "",
+            ])
         }
         var widths = [Int](repeating: 0, count: 5)
         for r in rows { for (i, c) in r.enumerated() { widths[i] = max(widths[i], c.count) } }
         for r in rows {
-            out.line(r.enumerated().map { i, c in i == r.count - 1 ? c : c + String(repeating: " ", count: widths[i] - c.count + 2) }.joined())
+            out.line(
+                r.enumerated().map { i, c in
+                    i == r.count - 1 ? c : c + String(repeating: " ", count: widths[i] - c.count + 2)
+                }.joined())
         }
         for r in registrations {
             if let why = r["reason"]?.text { out.line("  \(r["file"]?.text ?? "?"): \(why)") }
@@ -342,7 +386,9 @@ struct Command {
         let admin = KeychainAdmin(connection: connection)
         let s = try admin.status()
         guard let directory = s.raw["isolation"]?.map?["userAppsDirectory"]?.text else {
-            throw KeychainError(.missingEntitlement, "keychaind tells identified apps only where registrations go; this keychainctl is not one")
+            throw KeychainError(
+                .missingEntitlement,
+                "keychaind tells identified apps only where registrations go; this keychainctl is not one")
         }
         let id = inv.value(.appID)!
         var name = inv.positional.first ?? id
@@ -354,13 +400,14 @@ struct Command {
             ("executables", .array((inv.repeated[.executable] ?? []).map(Value.text))),
         ]
         if inv.has(.admin) { object.append(("admin", .bool(true))) }
-        let text = "{\n" + object.map { "  \(JSON.string($0.0)): \(JSON.encode($0.1))" }.joined(separator: ",\n") + "\n}\n"
+        let text =
+            "{\n" + object.map { "  \(JSON.string($0.0)): \(JSON.encode($0.1))" }.joined(separator: ",\n") + "\n}\n"
         try IO.makeDirectories(directory)
         try IO.writeFilePrivately(directory + "/" + name, Array(text.utf8))
         if !inv.json { out.line("wrote \(directory)/\(name)") }
         do throws(KeychainError) {
             try approve(name)
-        } catch where error.status == .missingEntitlement && !s.passphraseSet {
+        } catch  where error.status == .missingEntitlement && !s.passphraseSet {
             // Without a passphrase the file counts as it is; a non-admin just cannot ask for the reload.
             out.line("keychaind reads it on its next start or SIGHUP (pkill -HUP -u \"$(id -u)\" -x keychaind)")
         }
@@ -373,7 +420,11 @@ struct Command {
         var p = try presenceArguments(admin)
         defer { if p != nil { IO.wipe(&p!) } }
         let id = try admin.approve(file: name, keychainPassphrase: p)
-        if inv.json { out.line("{\"approved\":\(JSON.string(id)),\"file\":\(JSON.string(name))}") } else { out.line("approved \(id) (\(name))") }
+        if inv.json {
+            out.line("{\"approved\":\(JSON.string(id)),\"file\":\(JSON.string(name))}")
+        } else {
+            out.line("approved \(id) (\(name))")
+        }
     }
 
     private mutating func unregister() throws(KeychainError) {
@@ -382,7 +433,8 @@ struct Command {
         let id = inv.positional[0]
         let registrations = (s.raw["isolation"]?.map?["registrations"]?.array ?? []).compactMap(\.map)
         let files = registrations.filter {
-            $0["source"]?.text == "user" && $0["application-identifier"]?.text.map { $0.utf8.elementsEqual(id.utf8) } == true
+            $0["source"]?.text == "user"
+                && $0["application-identifier"]?.text.map { $0.utf8.elementsEqual(id.utf8) } == true
         }.compactMap { $0["file"]?.text }
         var p = try presenceArguments(admin)
         defer { if p != nil { IO.wipe(&p!) } }
@@ -390,11 +442,13 @@ struct Command {
         do throws(KeychainError) {
             try admin.revoke(applicationIdentifier: id, keychainPassphrase: p)
             revoked = true
-        } catch where error.status == .itemNotFound || (error.status == .missingEntitlement && !s.passphraseSet) {
+        } catch  where error.status == .itemNotFound || (error.status == .missingEntitlement && !s.passphraseSet) {
             // Nothing was approved (or nothing needs to be, without a passphrase): the files are all there is.
         }
         for f in files { try IO.removeFile(f) }
-        guard revoked || !files.isEmpty else { throw KeychainError(.itemNotFound, "no registration of yours has that application-identifier") }
+        guard revoked || !files.isEmpty else {
+            throw KeychainError(.itemNotFound, "no registration of yours has that application-identifier")
+        }
         if inv.json {
             out.line("{\"revoked\":\(revoked),\"removed\":\(JSON.encode(.array(files.map(Value.text))))}")
         } else {
@@ -422,7 +476,11 @@ struct Command {
     private mutating func unlock() throws(KeychainError) {
         let admin = KeychainAdmin(connection: connection)
         if inv.has(.ifLocked), try !admin.status().locked {
-            if inv.json { out.line("{\"ok\":true,\"unlocked\":false}") } else { out.line("not locked: nothing to unlock") }
+            if inv.json {
+                out.line("{\"ok\":true,\"unlocked\":false}")
+            } else {
+                out.line("not locked: nothing to unlock")
+            }
             return
         }
         var p = try passphrase(file: .passphraseFile, fd: .passphraseFD, prompt: "keychain passphrase: ")
@@ -434,7 +492,11 @@ struct Command {
     private mutating func passwd() throws(KeychainError) {
         let admin = KeychainAdmin(connection: connection)
         if inv.has(.ifSet), try !admin.status().passphraseSet {
-            if inv.json { out.line("{\"ok\":true,\"changed\":false}") } else { out.line("no passphrase set: nothing to change") }
+            if inv.json {
+                out.line("{\"ok\":true,\"changed\":false}")
+            } else {
+                out.line("no passphrase set: nothing to change")
+            }
             return
         }
         var old: [UInt8]?
@@ -456,13 +518,16 @@ struct Command {
         if inv.json {
             out.line("{\"ok\":true,\"approved\":\(JSON.encode(.array(approved.map(Value.text))))}")
         } else if !approved.isEmpty {
-            out.line("passphrase set; these registrations in your apps.d counted until now and stay approved: \(approved.joined(separator: ", "))")
+            out.line(
+                "passphrase set; these registrations in your apps.d counted until now and stay approved: \(approved.joined(separator: ", "))"
+            )
         }
     }
 
     private mutating func backup() throws(KeychainError) {
         let path = inv.positional[0]
-        var p = given(.passphraseFile, .passphraseFD)
+        var p =
+            given(.passphraseFile, .passphraseFD)
             ? try passphrase(file: .passphraseFile, fd: .passphraseFD, prompt: "")
             : try Prompt.readNewSecret("backup passphrase: ", "retype backup passphrase: ")
         defer { IO.wipe(&p) }

@@ -1,6 +1,6 @@
-import KeychainSystem
 import KeychainClient
 import KeychainCore
+import KeychainSystem
 
 // keychainctl: the administrator's CLI for keychaind (man/keychainctl.1.scd).
 // Exit status: 0, or the low byte of the OSStatus (44 not found, 45 duplicate, 206 errSecParam, …).
@@ -31,7 +31,11 @@ func main() -> Int32 {
     } catch {
         IO.stderrLine("keychainctl: \(error.status.name) (\(error.status.rawValue)): \(error.message)")
         if json {
-            IO.writeAll(1, Array(("{\"error\":\(JSON.string(error.status.name)),\"status\":\(error.status.rawValue),\"message\":\(JSON.string(error.message))}\n").utf8))
+            IO.writeAll(
+                1,
+                Array(
+                    ("{\"error\":\(JSON.string(error.status.name)),\"status\":\(error.status.rawValue),\"message\":\(JSON.string(error.message))}\n")
+                        .utf8))
         }
         return exitStatus(error.status)
     }

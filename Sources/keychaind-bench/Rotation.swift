@@ -1,14 +1,15 @@
+import KeychainCore
+import KeychainCrypto
+import KeychainItems
+
 // keychaind-bench --rotation: the cost of a passphrase change, in process (no daemon), on keychains
 // of the given sizes. A change verifies the old passphrase and derives the new master key (two
 // Argon2id runs at the profile's costs), re-wraps the item key of every item of the rotated classes,
 // commits, and checkpoints the WAL. The Argon2id part is measured on its own in the same run, so the
 // rest — what the number of items costs — can be read off.
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
-import KeychainCore
-import KeychainCrypto
-import KeychainItems
 
 /// Peak resident memory since the last `resetPeakMemory` (VmHWM), in MiB.
 func peakMemoryMiB() -> Double? { statusField("VmHWM:").map { $0 / 1024 } }
@@ -62,17 +63,21 @@ func runRotationBench(sizes: [Int], rounds: Int, profile: KDFProfile, json: Bool
         do { service = try ItemService(directory: directory, kdfProfile: profile) } catch { die("\(error)") }
         let t0 = now()
         let writers = 8
-        join((0..<writers).map { w in { @Sendable in
-            var i = w
-            while i < size {
-                let attributes: [String: Value] = [
-                    "class": .text("genp"), "svce": .text("bench.rotation"), "acct": .text("user\(i)"),
-                    "pdmn": .text(rotatedCodes[i % rotatedCodes.count]), "v_Data": .bytes(Array(repeating: 7, count: 32)),
-                ]
-                do { _ = try service.add(attributes, caller: caller) } catch { die("fill: \(error)") }
-                i += writers
-            }
-        } })
+        join(
+            (0..<writers).map { w in
+                { @Sendable in
+                    var i = w
+                    while i < size {
+                        let attributes: [String: Value] = [
+                            "class": .text("genp"), "svce": .text("bench.rotation"), "acct": .text("user\(i)"),
+                            "pdmn": .text(rotatedCodes[i % rotatedCodes.count]),
+                            "v_Data": .bytes(Array(repeating: 7, count: 32)),
+                        ]
+                        do { _ = try service.add(attributes, caller: caller) } catch { die("fill: \(error)") }
+                        i += writers
+                    }
+                }
+            })
         if !json { print("\(size) items: filled in \(fmt(now() - t0)) s") }
         var keychain = Keychain(items: size, directory: directory, service: service)
         do {
@@ -93,13 +98,17 @@ func runRotationBench(sizes: [Int], rounds: Int, profile: KDFProfile, json: Bool
         for k in keychains.indices {
             resetPeakMemory()
             let t1 = now()
-            do { try keychains[k].service.changePassphrase(old: passphrase("p\(r)"), new: passphrase("p\(r + 1)")) } catch { die("\(error)") }
+            do {
+                try keychains[k].service.changePassphrase(old: passphrase("p\(r)"), new: passphrase("p\(r + 1)"))
+            } catch { die("\(error)") }
             keychains[k].changes.append(now() - t1)
             keychains[k].peak = max(keychains[k].peak, peakMemoryMiB() ?? 0)
         }
     }
     for k in keychains {
-        do { guard try k.service.itemCount() == k.items else { die("the item count changed") } } catch { die("\(error)") }
+        do { guard try k.service.itemCount() == k.items else { die("the item count changed") } } catch {
+            die("\(error)")
+        }
         k.service.close()
         _ = system("rm -rf '\(k.directory)'")
     }
@@ -111,21 +120,25 @@ func runRotationBench(sizes: [Int], rounds: Int, profile: KDFProfile, json: Bool
     let baseline = keychains.first { $0.items == 0 }.map { median($0.changes) }
     if json {
         let entries = keychains.map { k in
-            "{\"items\": \(k.items), \"first_set_s\": \(fmt3(k.firstSet)), \"change_median_s\": \(fmt3(median(k.changes))), " +
-            "\"change_minus_argon2id_s\": \(fmt3(median(k.changes) - 2 * argonMedian)), " +
-            "\"change_minus_empty_s\": \(baseline.map { fmt3(median(k.changes) - $0) } ?? "null"), \"peak_rss_mib\": \(fmt(k.peak))}"
+            "{\"items\": \(k.items), \"first_set_s\": \(fmt3(k.firstSet)), \"change_median_s\": \(fmt3(median(k.changes))), "
+                + "\"change_minus_argon2id_s\": \(fmt3(median(k.changes) - 2 * argonMedian)), "
+                + "\"change_minus_empty_s\": \(baseline.map { fmt3(median(k.changes) - $0) } ?? "null"), \"peak_rss_mib\": \(fmt(k.peak))}"
         }
-        print("{\"profile\": \"\(profile.rawValue)\", \"rounds\": \(rounds), \"argon2id_s\": \(fmt3(argonMedian)), " +
-              "\"sizes\": [\(entries.joined(separator: ", "))]}")
+        print(
+            "{\"profile\": \"\(profile.rawValue)\", \"rounds\": \(rounds), \"argon2id_s\": \(fmt3(argonMedian)), "
+                + "\"sizes\": [\(entries.joined(separator: ", "))]}")
     } else {
-        print("passphrase change, \(profile.rawValue) Argon2id, median of \(rounds) changes per size (rounds alternate sizes)")
+        print(
+            "passphrase change, \(profile.rawValue) Argon2id, median of \(rounds) changes per size (rounds alternate sizes)"
+        )
         print("Argon2id alone, one derivation: \(fmt(argonMedian * 1000)) ms (a change runs two)")
         for k in keychains {
             let m = median(k.changes)
             let items = baseline.map { ", minus the 0-item change \(fmt((m - $0) * 1000)) ms" } ?? ""
-            print("\(k.items) items: change \(fmt(m * 1000)) ms, minus 2 × Argon2id \(fmt((m - 2 * argonMedian) * 1000)) ms\(items) " +
-                  "(runs: \(k.changes.map { fmt($0 * 1000) }.joined(separator: ", ")) ms); first set \(fmt(k.firstSet * 1000)) ms; " +
-                  "peak RSS during a change \(fmt(k.peak)) MiB")
+            print(
+                "\(k.items) items: change \(fmt(m * 1000)) ms, minus 2 × Argon2id \(fmt((m - 2 * argonMedian) * 1000)) ms\(items) "
+                    + "(runs: \(k.changes.map { fmt($0 * 1000) }.joined(separator: ", ")) ms); first set \(fmt(k.firstSet * 1000)) ms; "
+                    + "peak RSS during a change \(fmt(k.peak)) MiB")
         }
     }
     exit(0)

@@ -1,3 +1,8 @@
+import KeychainCore
+import KeychainCrypto
+import KeychainSystem
+import KeychainWire
+
 // keychaind-bench: measures a running keychaind side by side with a bare socket-echo floor that uses
 // the same framing and message sizes, alternating the two over several rounds and reporting medians.
 //
@@ -8,12 +13,8 @@
 //   keychaind-bench --rotation 1000,100000 [--rounds 5] [--profile moderate] [--json]
 //                                                   (passphrase-change cost in process: Rotation.swift)
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
-import KeychainCore
-import KeychainCrypto
-import KeychainSystem
-import KeychainWire
 
 func now() -> Double {
     MonotonicClock.now()
@@ -81,30 +82,33 @@ struct Args {
             case "--fsync-floor": fsyncFloor = value()
             case "--rotation":
                 let sizes = value().split(separator: ",").compactMap { Int($0) }
-                guard !sizes.isEmpty, sizes.allSatisfy({ $0 >= 0 }) else { die("--rotation needs item counts, e.g. 1000,100000") }
+                guard !sizes.isEmpty, sizes.allSatisfy({ $0 >= 0 }) else {
+                    die("--rotation needs item counts, e.g. 1000,100000")
+                }
                 rotation = sizes
             case "--profile":
                 guard let p = KDFProfile(rawValue: value()) else { die("--profile is moderate or interactive") }
                 profile = p
             case "-h", "--help":
-                print("""
-                keychaind-bench — keychaind beside a bare socket-echo floor (same framing, same sizes)
-                  --socket PATH       the daemon's socket (default: as clients resolve it)
-                  --rounds N          alternating daemon/echo rounds (default 5); medians are reported
-                  --ops N             round trips per round (default 20000)
-                  --cli PATH          keychainctl to time `find -w` per process (50 runs)
-                  --daemon-pid PID    read the daemon's RSS from /proc
-                  --fill N            add N items (service bench.fill) pipelined, then exit
-                  --fill-from K       with --fill: number the new items from K (to grow a filled store)
-                  --copies-only N     N copies on one connection and nothing else (for profilers)
-                  --random-of N       only copy latency, each copy a random one of N filled items (cold lookups)
-                  --json              one JSON object instead of the table
-                  --rotation N,M,…    no daemon: time passphrase changes on in-process keychains of N, M, …
-                                      items (release build; Argon2id timed separately); --rounds changes each
-                  --profile P         with --rotation: Argon2id costs, moderate (default) or interactive
-                  --fsync-floor DIR   no daemon: appends of 200 bytes each followed by fdatasync, in a file in
-                                      DIR (--ops of them, default 2000): the floor of a durable add
-                """)
+                print(
+                    """
+                    keychaind-bench — keychaind beside a bare socket-echo floor (same framing, same sizes)
+                      --socket PATH       the daemon's socket (default: as clients resolve it)
+                      --rounds N          alternating daemon/echo rounds (default 5); medians are reported
+                      --ops N             round trips per round (default 20000)
+                      --cli PATH          keychainctl to time `find -w` per process (50 runs)
+                      --daemon-pid PID    read the daemon's RSS from /proc
+                      --fill N            add N items (service bench.fill) pipelined, then exit
+                      --fill-from K       with --fill: number the new items from K (to grow a filled store)
+                      --copies-only N     N copies on one connection and nothing else (for profilers)
+                      --random-of N       only copy latency, each copy a random one of N filled items (cold lookups)
+                      --json              one JSON object instead of the table
+                      --rotation N,M,…    no daemon: time passphrase changes on in-process keychains of N, M, …
+                                          items (release build; Argon2id timed separately); --rounds changes each
+                      --profile P         with --rotation: Argon2id costs, moderate (default) or interactive
+                      --fsync-floor DIR   no daemon: appends of 200 bytes each followed by fdatasync, in a file in
+                                          DIR (--ops of them, default 2000): the floor of a durable add
+                    """)
                 exit(0)
             default: die("unknown argument \(argv[i])")
             }
@@ -126,14 +130,17 @@ enum EchoServer {
         } catch { die("echo server: \(error)") }
         var header = [UInt8](repeating: 0, count: 4)
         let n = UInt32(max(replyBytes - 4, 1))
-        header = [UInt8(n >> 24), UInt8(truncatingIfNeeded: n >> 16), UInt8(truncatingIfNeeded: n >> 8), UInt8(truncatingIfNeeded: n)]
+        header = [
+            UInt8(n >> 24), UInt8(truncatingIfNeeded: n >> 16), UInt8(truncatingIfNeeded: n >> 8),
+            UInt8(truncatingIfNeeded: n),
+        ]
         let reply = header + [UInt8](repeating: 0xA0, count: Int(n))
         while true {
             guard let c = try? listener.accept() else { continue }
             let conn = UnixSocket(adopting: c)
             let started: ()? = try? Threads.start {
                 var frames = FrameBuffer(maxBytes: 1 << 20)
-                while let _ = try? conn.readFrame(&frames) {
+                while (try? conn.readFrame(&frames)) != nil {
                     if (try? conn.writeAll(reply)) == nil { break }
                 }
                 conn.close()
@@ -150,11 +157,13 @@ final class ThreadBox: Sendable {
     func start() {
         var tid = pthread_t()
         let ctx = Unmanaged.passRetained(self).toOpaque()
-        let rc = pthread_create(&tid, nil, { raw in
-            let box = Unmanaged<ThreadBox>.fromOpaque(raw!).takeRetainedValue()
-            box.body()
-            return nil
-        }, ctx)
+        let rc = pthread_create(
+            &tid, nil,
+            { raw in
+                let box = Unmanaged<ThreadBox>.fromOpaque(raw!).takeRetainedValue()
+                box.body()
+                return nil
+            }, ctx)
         if rc != 0 { die("pthread_create failed") }
         pthread_detach(tid)
     }
@@ -166,11 +175,13 @@ func join(_ bodies: [@Sendable () -> Void]) {
         var tid = pthread_t()
         let box = ThreadBox(b)
         let ctx = Unmanaged.passRetained(box).toOpaque()
-        pthread_create(&tid, nil, { raw in
-            let box = Unmanaged<ThreadBox>.fromOpaque(raw!).takeRetainedValue()
-            box.body()
-            return nil
-        }, ctx)
+        pthread_create(
+            &tid, nil,
+            { raw in
+                let box = Unmanaged<ThreadBox>.fromOpaque(raw!).takeRetainedValue()
+                box.body()
+                return nil
+            }, ctx)
         tids.append(tid)
     }
     for t in tids { pthread_join(t, nil) }
@@ -204,7 +215,9 @@ func request(_ id: Int64, _ op: String, _ query: [String: Value]) -> [UInt8] {
     Frame.encode(Request(id: id, op: op, query: query).value)
 }
 
-let copyQuery: [String: Value] = ["class": .text("genp"), "svce": .text("bench.copy"), "acct": .text("alice"), "r_Data": .bool(true)]
+let copyQuery: [String: Value] = [
+    "class": .text("genp"), "svce": .text("bench.copy"), "acct": .text("alice"), "r_Data": .bool(true),
+]
 
 /// Latencies (seconds) of `ops` round trips of `frame` on one warm connection.
 func latencies(path: String, frame: [UInt8], ops: Int) -> [Double] {
@@ -220,12 +233,17 @@ func latencies(path: String, frame: [UInt8], ops: Int) -> [Double] {
 }
 
 /// Aggregate round trips per second with `clients` threads, each on its own connection.
-func throughput(path: String, clients: Int, opsPerClient: Int, frame: @escaping @Sendable (Int, Int) -> [UInt8]) -> Double {
+func throughput(path: String, clients: Int, opsPerClient: Int, frame: @escaping @Sendable (Int, Int) -> [UInt8])
+    -> Double
+{
     let t0 = now()
-    join((0..<clients).map { k in { @Sendable in
-        var c = Client(path)
-        for i in 0..<opsPerClient { guard c.rawRoundTrip(frame(k, i)) > 0 else { die("connection failed") } }
-    } })
+    join(
+        (0..<clients).map { k in
+            { @Sendable in
+                var c = Client(path)
+                for i in 0..<opsPerClient { guard c.rawRoundTrip(frame(k, i)) > 0 else { die("connection failed") } }
+            }
+        })
     return Double(clients * opsPerClient) / (now() - t0)
 }
 
@@ -233,7 +251,9 @@ func rssMiB(_ pid: Int32) -> Double? {
     guard let f = fopen("/proc/\(pid)/status", "r") else { return nil }
     defer { fclose(f) }
     var line = [UInt8](repeating: 0, count: 256)
-    while line.withUnsafeMutableBufferPointer({ p in p.withMemoryRebound(to: CChar.self) { fgets($0.baseAddress, 256, f) } }) != nil {
+    while line.withUnsafeMutableBufferPointer({ p in
+        p.withMemoryRebound(to: CChar.self) { fgets($0.baseAddress, 256, f) }
+    }) != nil {
         let s = String(decoding: line.prefix { $0 != 0 }, as: UTF8.self)
         if s.hasPrefix("VmRSS:") {
             let kb = s.split(separator: " ").compactMap { Double($0) }.first ?? 0
@@ -247,7 +267,10 @@ func spawnWait(_ argv: [String], env: [String]) -> Int32 {
     var pid = pid_t()
     var cargs = argv.map { strdup($0) } + [nil]
     var cenv = env.map { strdup($0) } + [nil]
-    defer { cargs.forEach { free($0) }; cenv.forEach { free($0) } }
+    defer {
+        for p in cargs { free(p) }
+        for p in cenv { free(p) }
+    }
     var actions = posix_spawn_file_actions_t()
     posix_spawn_file_actions_init(&actions)
     posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
@@ -289,10 +312,14 @@ func runFsyncFloor(directory: String, count: Int) -> Never {
     }
     let elapsed = now() - start
     FileSystem.removeIfPresent(path)
-    print("{\"fsync_floor_ops_s\": \(fmt(Double(times.count) / elapsed)), \"fsync_floor_us_p50\": \(fmt(median(times) * 1e6))}")
+    print(
+        "{\"fsync_floor_ops_s\": \(fmt(Double(times.count) / elapsed)), \"fsync_floor_us_p50\": \(fmt(median(times) * 1e6))}"
+    )
     exit(0)
 }
-if let sizes = args.rotation { runRotationBench(sizes: sizes, rounds: args.rounds, profile: args.profile, json: args.json) }
+if let sizes = args.rotation {
+    runRotationBench(sizes: sizes, rounds: args.rounds, profile: args.profile, json: args.json)
+}
 
 if let n = args.fill {
     // Eight pipelining connections, so concurrent adds share commits (group commit).
@@ -300,26 +327,36 @@ if let n = args.fill {
     let from = args.fillFrom
     let t0 = now()
     let writers = 8
-    join((0..<writers).map { w in { @Sendable in
-        let c = Client(socketPath)
-        var frames = FrameBuffer(maxBytes: 64 << 20)
-        var i = w
-        while i < n {
-            var out: [UInt8] = []
-            var sent = 0
-            while i < n && sent < 200 {
-                out += request(Int64(i), "add", ["class": .text("genp"), "svce": .text("bench.fill"),
-                                                 "acct": .text("user\(from + i)"), "v_Data": .bytes(Array(repeating: 7, count: 32))])
-                i += writers
-                sent += 1
+    join(
+        (0..<writers).map { w in
+            { @Sendable in
+                let c = Client(socketPath)
+                var frames = FrameBuffer(maxBytes: 64 << 20)
+                var i = w
+                while i < n {
+                    var out: [UInt8] = []
+                    var sent = 0
+                    while i < n && sent < 200 {
+                        out += request(
+                            Int64(i), "add",
+                            [
+                                "class": .text("genp"), "svce": .text("bench.fill"),
+                                "acct": .text("user\(from + i)"), "v_Data": .bytes(Array(repeating: 7, count: 32)),
+                            ])
+                        i += writers
+                        sent += 1
+                    }
+                    do { try c.socket.writeAll(out) } catch { die("\(error)") }
+                    for _ in 0..<sent {
+                        guard let body = try? c.socket.readFrame(&frames), let r = try? Response(CBOR.decode(body))
+                        else { die("fill failed") }
+                        if r.status != .success && r.status != .duplicateItem {
+                            die("fill: \(r.status) \(r.message ?? "")")
+                        }
+                    }
+                }
             }
-            do { try c.socket.writeAll(out) } catch { die("\(error)") }
-            for _ in 0..<sent {
-                guard let body = try? c.socket.readFrame(&frames), let r = try? Response(CBOR.decode(body)) else { die("fill failed") }
-                if r.status != .success && r.status != .duplicateItem { die("fill: \(r.status) \(r.message ?? "")") }
-            }
-        }
-    } })
+        })
     let seconds = now() - t0
     print("filled \(n) items in \(Int(seconds)) s (\(Int(Double(n) / seconds)) adds/s)")
     print("{\"fill_adds_s\": \(fmt(Double(n) / seconds))}")
@@ -328,8 +365,13 @@ if let n = args.fill {
 
 // One real item to copy; the echo replies with the same number of bytes as the daemon's answer.
 var setup = Client(args.socket)
-_ = setup.roundTrip(request(1, "add", ["class": .text("genp"), "svce": .text("bench.copy"), "acct": .text("alice"),
-                                       "v_Data": .bytes(Array("correct horse battery staple".utf8))]))
+_ = setup.roundTrip(
+    request(
+        1, "add",
+        [
+            "class": .text("genp"), "svce": .text("bench.copy"), "acct": .text("alice"),
+            "v_Data": .bytes(Array("correct horse battery staple".utf8)),
+        ]))
 let copyFrame = request(2, "copy", copyQuery)
 guard let first = setup.roundTrip(copyFrame), first.status == .success else { die("copy of the bench item failed") }
 let replyBytes = Frame.encode(first.value).count
@@ -337,8 +379,12 @@ if let n = args.randomOf {
     // Cold lookups: every copy names a random item of the filled set, so caches rarely help.
     var rng = SystemRandomNumberGenerator()
     let frames = (0..<args.ops).map { i in
-        request(Int64(i), "copy", ["class": .text("genp"), "svce": .text("bench.fill"),
-                                   "acct": .text("user\(Int.random(in: 0..<n, using: &rng))"), "r_Data": .bool(true)])
+        request(
+            Int64(i), "copy",
+            [
+                "class": .text("genp"), "svce": .text("bench.fill"),
+                "acct": .text("user\(Int.random(in: 0..<n, using: &rng))"), "r_Data": .bool(true),
+            ])
     }
     var p50s: [Double] = []
     for _ in 0..<args.rounds {
@@ -353,7 +399,8 @@ if let n = args.randomOf {
         p50s.append(percentile(lat.sorted(), 0.5))
     }
     let rss = args.daemonPID.flatMap(rssMiB)
-    print("{\"label\": \"\(args.label)\", \"random_copy_p50_us\": \(fmt(median(p50s) * 1e6)), \"rss_mib\": \(fmt(rss))}")
+    print(
+        "{\"label\": \"\(args.label)\", \"random_copy_p50_us\": \(fmt(median(p50s) * 1e6)), \"rss_mib\": \(fmt(rss))}")
     exit(0)
 }
 if let n = args.copiesOnly {
@@ -366,31 +413,56 @@ let echoPID: pid_t = {
     var pid = pid_t()
     let argv = [CommandLine.arguments[0], "--echo-server", echoPath, "--reply-bytes", String(replyBytes)]
     var cargs = argv.map { strdup($0) } + [nil]
-    defer { cargs.forEach { free($0) } }
-    guard posix_spawn(&pid, "/proc/self/exe", nil, nil, &cargs, environ) == 0 else { die("cannot start the echo server") }
+    defer { for p in cargs { free(p) } }
+    guard posix_spawn(&pid, "/proc/self/exe", nil, nil, &cargs, environ) == 0 else {
+        die("cannot start the echo server")
+    }
     return pid
 }()
-defer { kill(echoPID, SIGTERM); unlink(echoPath) }
+defer {
+    kill(echoPID, SIGTERM)
+    unlink(echoPath)
+}
 for _ in 0..<200 where (try? UnixSocket.connect(to: echoPath)) == nil { usleep(10_000) }
 
-var echoP50: [Double] = [], echoP99: [Double] = [], copyP50: [Double] = [], copyP99: [Double] = []
-var echoOps8: [Double] = [], copyOps8: [Double] = [], addOps1: [Double] = [], addOps8: [Double] = []
+var echoP50: [Double] = []
+var echoP99: [Double] = []
+var copyP50: [Double] = []
+var copyP99: [Double] = []
+var echoOps8: [Double] = []
+var copyOps8: [Double] = []
+var addOps1: [Double] = []
+var addOps8: [Double] = []
 let addOps = max(200, args.ops / 40)
 let socketPath = args.socket
 for round in 0..<args.rounds {
     let e = latencies(path: echoPath, frame: copyFrame, ops: args.ops)
     let d = latencies(path: socketPath, frame: copyFrame, ops: args.ops)
-    echoP50.append(percentile(e, 0.5)); echoP99.append(percentile(e, 0.99))
-    copyP50.append(percentile(d, 0.5)); copyP99.append(percentile(d, 0.99))
+    echoP50.append(percentile(e, 0.5))
+    echoP99.append(percentile(e, 0.99))
+    copyP50.append(percentile(d, 0.5))
+    copyP99.append(percentile(d, 0.99))
     echoOps8.append(throughput(path: echoPath, clients: 8, opsPerClient: args.ops / 8) { _, _ in copyFrame })
     copyOps8.append(throughput(path: socketPath, clients: 8, opsPerClient: args.ops / 8) { _, _ in copyFrame })
     let tag = "r\(round)-\(getpid())"
-    addOps1.append(throughput(path: socketPath, clients: 1, opsPerClient: addOps) { k, i in
-        request(Int64(i), "add", ["class": .text("genp"), "svce": .text("bench.add"), "acct": .text("\(tag)-1-\(k)-\(i)"), "v_Data": .bytes([1, 2, 3])])
-    })
-    addOps8.append(throughput(path: socketPath, clients: 8, opsPerClient: addOps / 8) { k, i in
-        request(Int64(i), "add", ["class": .text("genp"), "svce": .text("bench.add"), "acct": .text("\(tag)-8-\(k)-\(i)"), "v_Data": .bytes([1, 2, 3])])
-    })
+    addOps1.append(
+        throughput(path: socketPath, clients: 1, opsPerClient: addOps) { k, i in
+            request(
+                Int64(i), "add",
+                [
+                    "class": .text("genp"), "svce": .text("bench.add"), "acct": .text("\(tag)-1-\(k)-\(i)"),
+                    "v_Data": .bytes([1, 2, 3]),
+                ])
+        })
+    addOps8.append(
+        throughput(path: socketPath, clients: 8, opsPerClient: addOps / 8) { k, i in
+            request(
+                Int64(i), "add",
+                [
+                    "class": .text("genp"), "svce": .text("bench.add"), "acct": .text("\(tag)-8-\(k)-\(i)"),
+                    "v_Data": .bytes([1, 2, 3]),
+                ])
+        })
 }
 
 var cliP50: Double?
@@ -417,10 +489,13 @@ let r: [(String, Double?)] = [
     ("copy_ops_8_share_of_echo", median(copyOps8) / median(echoOps8)),
 ]
 if args.json {
-    print("{\"label\": \"\(args.label)\", \"rounds\": \(args.rounds), \"ops\": \(args.ops), " +
-          r.map { "\"\($0.0)\": \(fmt($0.1))" }.joined(separator: ", ") + "}")
+    print(
+        "{\"label\": \"\(args.label)\", \"rounds\": \(args.rounds), \"ops\": \(args.ops), "
+            + r.map { "\"\($0.0)\": \(fmt($0.1))" }.joined(separator: ", ") + "}")
 } else {
-    print("keychaind-bench (\(args.label)): \(args.rounds) rounds × \(args.ops) round trips, medians of per-round figures")
+    print(
+        "keychaind-bench (\(args.label)): \(args.rounds) rounds × \(args.ops) round trips, medians of per-round figures"
+    )
     for (k, v) in r { print(k.padding(28) + fmt(v)) }
 }
 

@@ -1,7 +1,7 @@
 import KeychainCore
+import KeychainDaemon
 import KeychainItems
 import KeychainSystem
-import KeychainDaemon
 
 /// One request handler over a throw-away data directory, as the daemon builds it, with one registered
 /// app so inputs reach the item layer's validation and the store.
@@ -9,8 +9,9 @@ enum FuzzHarness {
     nonisolated(unsafe) static var handler: RequestHandler?
     /// This very process, registered as the app: identification succeeds as for a real client.
     static let executable: String = FileSystem.realPath("/proc/self/exe") ?? "/proc/self/exe"
-    static let peer = PeerIdentity(pid: CurrentProcess.pid, uid: CurrentProcess.uid, executable: executable,
-                                   executableFile: FileIdentity.of(path: executable), problem: nil)
+    static let peer = PeerIdentity(
+        pid: CurrentProcess.pid, uid: CurrentProcess.uid, executable: executable,
+        executableFile: FileIdentity.of(path: executable), problem: nil)
 
     static func setUp() {
         let tmp = CurrentProcess.environment("TMPDIR").flatMap { $0.isEmpty ? nil : $0 } ?? "/tmp"
@@ -19,8 +20,9 @@ enum FuzzHarness {
         }
         do {
             let items = try ItemService(directory: path + "/data")
-            let app = AppEntry(applicationIdentifier: "FUZZ.app", accessGroups: ["FUZZ.app", "FUZZ.shared"],
-                               executables: [executable], admin: false, file: "fuzz")
+            let app = AppEntry(
+                applicationIdentifier: "FUZZ.app", accessGroups: ["FUZZ.app", "FUZZ.shared"],
+                executables: [executable], admin: false, file: "fuzz")
             handler = RequestHandler(items: items, registry: AppRegistry(apps: [app], bundledCLI: nil))
         } catch {
             print("keychaind-fuzz: cannot create the store: \(error)")

@@ -1,9 +1,9 @@
 import Foundation
 import KeychainDaemon
-import KeychainSecretService
 import KeychainItems
-import KeychainSystem
+import KeychainSecretService
 import KeychainStore
+import KeychainSystem
 
 // Swift's crash reporter prints memory next to registers; a secrets daemon must not. The setting is
 // read at process start, so when it is missing we set it and exec ourselves once.
@@ -21,9 +21,9 @@ CurrentProcess.raiseOpenFileLimit()
 // Debug builds (never a release or a package) can stay dumpable for the heap-scan test, which reads
 // the daemon's memory to prove secrets are wiped (docs/security.md §1).
 #if DEBUG
-let stayDumpable = CurrentProcess.environment("KEYCHAIND_TEST_DUMPABLE") == "1"
+    let stayDumpable = CurrentProcess.environment("KEYCHAIND_TEST_DUMPABLE") == "1"
 #else
-let stayDumpable = false
+    let stayDumpable = false
 #endif
 if stayDumpable {
     Log.warning("debug build: staying dumpable for a memory-scanning test (KEYCHAIND_TEST_DUMPABLE=1)")
@@ -64,9 +64,12 @@ case .run(let options):
                 let dirProblem = system ? TrustedPaths.rootOwnedProblem(directory) : nil
                 for app in try AppFiles.load(directory: directory) {
                     let problem = system ? (dirProblem ?? TrustedPaths.rootOwnedProblem(app.file)) : nil
-                    let trust = problem.map { "not trusted (\($0))" }
+                    let trust =
+                        problem.map { "not trusted (\($0))" }
                         ?? (system ? "trusted" : "trusted while no passphrase is set, else when approved")
-                    print("app \(app.applicationIdentifier) groups=\(app.accessGroups.joined(separator: ",")) admin=\(app.admin) executables=\(app.executables.joined(separator: ",")) file=\(app.file): \(trust)")
+                    print(
+                        "app \(app.applicationIdentifier) groups=\(app.accessGroups.joined(separator: ",")) admin=\(app.admin) executables=\(app.executables.joined(separator: ",")) file=\(app.file): \(trust)"
+                    )
                 }
             }
             exit(0)
@@ -83,12 +86,14 @@ case .run(let options):
         }
         do {
             try DataDirectoryGuard.check(directory: settings.dataDirectory)
-            let items = try ItemService(directory: settings.dataDirectory, kdfProfile: settings.kdfProfile,
-                                        lookupCacheEntries: 0, acceptCurrentRows: true)
+            let items = try ItemService(
+                directory: settings.dataDirectory, kdfProfile: settings.kdfProfile,
+                lookupCacheEntries: 0, acceptCurrentRows: true)
             let check = items.rowCheck
             items.close()
             if check.resealed {
-                Log.write(.warning, "database accepted as it is: row-state record rewritten", [("rows", String(check.rows))])
+                Log.write(
+                    .warning, "database accepted as it is: row-state record rewritten", [("rows", String(check.rows))])
                 print("accepted \(database) as it is now (\(itemCount(check.rows))); start keychaind normally")
             } else {
                 print("\(database) (\(itemCount(check.rows))) already matches its row-state record; nothing to accept")

@@ -1,10 +1,10 @@
 import Foundation
-import XCTest
-import KeychainServices
 import KeychainClient
 import KeychainCore
+import KeychainServices
 import KeychainSystem
 import KeychainWire
+import XCTest
 
 /// A scripted stand-in for keychaind, to put the shared connection through what the real daemon
 /// rarely does on cue: dying mid-request, answering out of order, answering slowly.
@@ -51,7 +51,8 @@ final class FakeDaemon: @unchecked Sendable {
 
     func receive(_ socket: UnixSocket, _ frames: inout FrameBuffer, connection: Int) -> Request? {
         guard let body = try? socket.readFrame(&frames), let value = try? CBOR.decode(body),
-              let request = try? Request(value) else { return nil }
+            let request = try? Request(value)
+        else { return nil }
         lock.withLock { _requests.append((connection, request)) }
         return request
     }
@@ -160,7 +161,9 @@ final class ClientConnectionTests: XCTestCase {
     func testOversizedRequestsAreRefusedBeforeSending() throws {
         let fake = try FakeDaemon(serve: ClientConnectionTests.echo)
         let connection = KeychainConnection(socketPath: fake.path)
-        XCTAssertThrowsError(try connection.call(.add, query: ["v_Data": .bytes([UInt8](repeating: 0, count: 65 << 20))])) {
+        XCTAssertThrowsError(
+            try connection.call(.add, query: ["v_Data": .bytes([UInt8](repeating: 0, count: 65 << 20))])
+        ) {
             XCTAssertEqual(($0 as? KeychainError)?.status, .param)
         }
         XCTAssertNoThrow(try connection.call(.copy))
@@ -187,15 +190,15 @@ final class ClientConnectionTests: XCTestCase {
             // The child: no XCTest here; the exit status says what went wrong.
             var code: Int32 = 0
             let inherited = connection.isConnected
-            connection.disconnect()                         // drops the inherited link: must not shut it down
+            connection.disconnect()  // drops the inherited link: must not shut it down
             if inherited {
-                code = 10                                   // the parent's link counted as the child's
+                code = 10  // the parent's link counted as the child's
             } else if (try? keychain.string(forKey: "k")) != "parent" {
                 code = 11
             } else if (try? keychain.set("child", forKey: "k")) == nil {
                 code = 12
             } else if connection.linkGeneration != generation + 1 {
-                code = 13                                   // not exactly one new connection of its own
+                code = 13  // not exactly one new connection of its own
             }
             connection.disconnect()
             _exit(code)

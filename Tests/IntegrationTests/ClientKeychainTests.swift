@@ -1,9 +1,9 @@
 import Foundation
-import XCTest
-import KeychainServices
 import KeychainClient
 import KeychainCore
+import KeychainServices
 import KeychainWire
+import XCTest
 
 /// The Swift-native layer (`Keychain`, `DeviceIdentifier`) against the real daemon.
 final class ClientKeychainTests: XCTestCase {
@@ -30,14 +30,18 @@ final class ClientKeychainTests: XCTestCase {
         XCTAssertEqual(try keychain.string(forKey: "alice"), "changed")
         try keychain.set(Data([0, 1, 2, 255]), forKey: "bin")
         XCTAssertEqual(try keychain.data(forKey: "bin"), Data([0, 1, 2, 255]))
-        XCTAssertThrowsError(try keychain.string(forKey: "bin")) { XCTAssertEqual(($0 as? KeychainError)?.osStatus, errSecDecode) }
+        XCTAssertThrowsError(try keychain.string(forKey: "bin")) {
+            XCTAssertEqual(($0 as? KeychainError)?.osStatus, errSecDecode)
+        }
         XCTAssertEqual(try keychain.allKeys(), ["alice", "bin"])
         try keychain.removeValue(forKey: "alice")
         try keychain.removeValue(forKey: "alice")  // absent: not an error
         XCTAssertNil(try keychain.string(forKey: "alice"))
         try keychain.removeAll()
         XCTAssertEqual(try keychain.allKeys(), [])
-        XCTAssertThrowsError(try keychain.set("x", forKey: "")) { XCTAssertEqual(($0 as? KeychainError)?.osStatus, errSecParam) }
+        XCTAssertThrowsError(try keychain.set("x", forKey: "")) {
+            XCTAssertEqual(($0 as? KeychainError)?.osStatus, errSecParam)
+        }
     }
 
     func testAccessGroupsAndAccessibilityAreAppliedOnWrite() throws {
@@ -45,7 +49,8 @@ final class ClientKeychainTests: XCTestCase {
         let own = shared.accessGroup("TEAM.tests")
         try shared.set("shared-value", forKey: "k")
         XCTAssertNil(try own.string(forKey: "k"), "another group does not see it")
-        XCTAssertEqual(try shared.accessGroup(nil).string(forKey: "k"), "shared-value", "no group: all of the app's groups")
+        XCTAssertEqual(
+            try shared.accessGroup(nil).string(forKey: "k"), "shared-value", "no group: all of the app's groups")
         XCTAssertThrowsError(try shared.accessGroup("OTHER.group").string(forKey: "k")) {
             XCTAssertEqual(($0 as? KeychainError)?.osStatus, errSecMissingEntitlement)
         }
@@ -61,8 +66,10 @@ final class ClientKeychainTests: XCTestCase {
         // Changing accessibility updates the existing item in place (no "not found, then duplicate").
         try shared.accessibility(.afterFirstUnlockThisDeviceOnly).label("Shared").set("v2", forKey: "k")
         var item: CFTypeRef?
-        let query: [String: Any] = [kSecClass as String: kSecClassGenericPassword, kSecAttrService as String: "com.example.groups",
-                                    kSecReturnAttributes as String: true]
+        let query: [String: Any] = [
+            kSecClass as String: kSecClassGenericPassword, kSecAttrService as String: "com.example.groups",
+            kSecReturnAttributes as String: true,
+        ]
         XCTAssertEqual(SecItemCopyMatching(query as CFDictionary, &item), errSecSuccess)
         let attrs = try XCTUnwrap(item as? [String: Any])
         XCTAssertEqual(attrs[kSecAttrAccessible as String] as? String, "cku")
@@ -112,10 +119,12 @@ final class ClientKeychainTests: XCTestCase {
 
         // Stored as the convention says: upper-case UUID string, cku, in the group.
         var item: CFTypeRef?
-        let query: [String: Any] = [kSecClass as String: kSecClassGenericPassword,
-                                    kSecAttrService as String: "com.keychaind.device-identifier",
-                                    kSecAttrAccount as String: "device-id", kSecAttrAccessGroup as String: "TEAM.shared",
-                                    kSecReturnAttributes as String: true, kSecReturnData as String: true]
+        let query: [String: Any] = [
+            kSecClass as String: kSecClassGenericPassword,
+            kSecAttrService as String: "com.keychaind.device-identifier",
+            kSecAttrAccount as String: "device-id", kSecAttrAccessGroup as String: "TEAM.shared",
+            kSecReturnAttributes as String: true, kSecReturnData as String: true,
+        ]
         XCTAssertEqual(SecItemCopyMatching(query as CFDictionary, &item), errSecSuccess)
         let attrs = try XCTUnwrap(item as? [String: Any])
         XCTAssertEqual(attrs[kSecValueData as String] as? Data, Data(first.uuidString.utf8))
@@ -134,11 +143,14 @@ final class ClientKeychainTests: XCTestCase {
         let example = DaemonHarness.productsDirectory + "/device-id-example"
         let bin = daemon.root + "/bin"
         try FileManager.default.createDirectory(atPath: bin, withIntermediateDirectories: true)
-        let app1 = bin + "/app1", app2 = bin + "/app2"
+        let app1 = bin + "/app1"
+        let app2 = bin + "/app2"
         try FileManager.default.copyItem(atPath: example, toPath: app1)
         try FileManager.default.copyItem(atPath: example, toPath: app2)
-        try daemon.register(.init(id: "TEAM.app1", groups: ["TEAM.shared", "TEAM.app1"], executables: [app1]), name: "one")
-        try daemon.register(.init(id: "TEAM.app2", groups: ["TEAM.shared", "TEAM.app2"], executables: [app2]), name: "two")
+        try daemon.register(
+            .init(id: "TEAM.app1", groups: ["TEAM.shared", "TEAM.app1"], executables: [app1]), name: "one")
+        try daemon.register(
+            .init(id: "TEAM.app2", groups: ["TEAM.shared", "TEAM.app2"], executables: [app2]), name: "two")
         daemon.reloadApps()
         // One probe run of each app: both are registered now.
         XCTAssertEqual(try daemon.run(app1, ["TEAM.app1"]).status, 0, daemon.log)
@@ -153,7 +165,8 @@ final class ClientKeychainTests: XCTestCase {
             // Half name the group, half rely on it being their default (first) group.
             p.arguments = i % 4 < 2 ? ["TEAM.shared"] : []
             p.environment = env
-            let out = Pipe(), err = Pipe()
+            let out = Pipe()
+            let err = Pipe()
             p.standardOutput = out
             p.standardError = err
             processes.append((p, out, err))

@@ -1,10 +1,10 @@
 import Foundation
-import XCTest
-import KeychainServices
-import KeychainSystem
 import KeychainClient
 import KeychainCore
+import KeychainServices
+import KeychainSystem
 import KeychainWire
+import XCTest
 
 // Swift ports of published iOS device-identifier keychain code (LZKeychain / CHKeychain, KeyChainManager,
 // XPQKeychainManager) and of Apple's GenericKeychain sample, written as one would on iOS: only
@@ -12,6 +12,7 @@ import KeychainWire
 
 /// Seeds 000/001: save = delete then add an NSKeyedArchiver payload; load = copy kSecReturnData.
 enum LZKeychain {
+    // swift-format-ignore: AlwaysUseLowerCamelCase
     static let KEY_UDID_INSTEAD = "com.myapp.udid.test"
 
     static func getDeviceIDInKeychain() -> String {
@@ -61,7 +62,9 @@ enum LZKeychain {
 
 /// Seed 003: the UUID inside an archived dictionary.
 enum KeyChainManager {
+    // swift-format-ignore: AlwaysUseLowerCamelCase
     static let MY_UUIDDictionaryKEY = "com.MK.ChartDemo"
+    // swift-format-ignore: AlwaysUseLowerCamelCase
     static let MY_UUIDKEY = "com.MK.ChartDemoKey"
 
     static func isExistUUID() -> String? { showUUID() }
@@ -89,8 +92,10 @@ enum KeyChainManager {
     }
 
     static func getKeyChainQuery(_ key: String) -> NSMutableDictionary {
-        NSMutableDictionary(dictionary: [kSecClass: kSecClassGenericPassword, kSecAttrService: key,
-                                         kSecAttrAccount: key, kSecAttrAccessible: kSecAttrAccessibleAfterFirstUnlock])
+        NSMutableDictionary(dictionary: [
+            kSecClass: kSecClassGenericPassword, kSecAttrService: key,
+            kSecAttrAccount: key, kSecAttrAccessible: kSecAttrAccessibleAfterFirstUnlock,
+        ])
     }
 }
 
@@ -101,8 +106,10 @@ final class XPQKeychainManager {
     init(secAttrAccessGroup: String? = nil) { self.secAttrAccessGroup = secAttrAccessGroup }
 
     func queryKeychain(forService aService: String, account: String) -> NSMutableDictionary {
-        NSMutableDictionary(dictionary: [kSecClass: kSecClassGenericPassword, kSecAttrService: aService,
-                                         kSecAttrAccount: account, kSecAttrAccessible: kSecAttrAccessibleAfterFirstUnlock])
+        NSMutableDictionary(dictionary: [
+            kSecClass: kSecClassGenericPassword, kSecAttrService: aService,
+            kSecAttrAccount: account, kSecAttrAccessible: kSecAttrAccessibleAfterFirstUnlock,
+        ])
     }
 
     func secValueData(forService aService: String, account: String) -> Any? {
@@ -130,7 +137,9 @@ final class XPQKeychainManager {
         var status = noErr
         if let keychainData {
             if keychainData != data {
-                let tempCheck = NSMutableDictionary(dictionary: [kSecValueData: NSKeyedArchiver.archivedData(withRootObject: data)])
+                let tempCheck = NSMutableDictionary(dictionary: [
+                    kSecValueData: NSKeyedArchiver.archivedData(withRootObject: data)
+                ])
                 status = SecItemUpdate(keychainQuery as CFDictionary, tempCheck as CFDictionary)
             }
         } else {
@@ -150,7 +159,10 @@ final class XPQKeychainManager {
 /// Apple's GenericKeychain sample (KeychainPasswordItem.swift): `[String: AnyObject]` queries,
 /// `withUnsafeMutablePointer`, `as? [String: AnyObject]` results.
 struct KeychainPasswordItem {
-    enum KeychainError: Error { case noPassword, unexpectedPasswordData, unexpectedItemData, unhandledError(status: OSStatus) }
+    enum KeychainError: Error {
+        case noPassword, unexpectedPasswordData, unexpectedItemData
+        case unhandledError(status: OSStatus)
+    }
 
     let service: String
     private(set) var account: String
@@ -174,8 +186,8 @@ struct KeychainPasswordItem {
         guard status != errSecItemNotFound else { throw KeychainError.noPassword }
         guard status == noErr else { throw KeychainError.unhandledError(status: status) }
         guard let existingItem = queryResult as? [String: AnyObject],
-              let passwordData = existingItem[kSecValueData as String] as? Data,
-              let password = String(data: passwordData, encoding: String.Encoding.utf8)
+            let passwordData = existingItem[kSecValueData as String] as? Data,
+            let password = String(data: passwordData, encoding: String.Encoding.utf8)
         else { throw KeychainError.unexpectedPasswordData }
         return password
     }
@@ -186,11 +198,13 @@ struct KeychainPasswordItem {
             try _ = readPassword()
             var attributesToUpdate = [String: AnyObject]()
             attributesToUpdate[kSecValueData as String] = encodedPassword as AnyObject?
-            let query = KeychainPasswordItem.keychainQuery(withService: service, account: account, accessGroup: accessGroup)
+            let query = KeychainPasswordItem.keychainQuery(
+                withService: service, account: account, accessGroup: accessGroup)
             let status = SecItemUpdate(query as CFDictionary, attributesToUpdate as CFDictionary)
             guard status == noErr else { throw KeychainError.unhandledError(status: status) }
         } catch KeychainError.noPassword {
-            var newItem = KeychainPasswordItem.keychainQuery(withService: service, account: account, accessGroup: accessGroup)
+            var newItem = KeychainPasswordItem.keychainQuery(
+                withService: service, account: account, accessGroup: accessGroup)
             newItem[kSecValueData as String] = encodedPassword as AnyObject?
             let status = SecItemAdd(newItem as CFDictionary, nil)
             guard status == noErr else { throw KeychainError.unhandledError(status: status) }
@@ -200,16 +214,21 @@ struct KeychainPasswordItem {
     mutating func renameAccount(_ newAccountName: String) throws {
         var attributesToUpdate = [String: AnyObject]()
         attributesToUpdate[kSecAttrAccount as String] = newAccountName as AnyObject?
-        let query = KeychainPasswordItem.keychainQuery(withService: service, account: self.account, accessGroup: accessGroup)
+        let query = KeychainPasswordItem.keychainQuery(
+            withService: service, account: self.account, accessGroup: accessGroup)
         let status = SecItemUpdate(query as CFDictionary, attributesToUpdate as CFDictionary)
-        guard status == noErr || status == errSecItemNotFound else { throw KeychainError.unhandledError(status: status) }
+        guard status == noErr || status == errSecItemNotFound else {
+            throw KeychainError.unhandledError(status: status)
+        }
         self.account = newAccountName
     }
 
     func deleteItem() throws {
         let query = KeychainPasswordItem.keychainQuery(withService: service, account: account, accessGroup: accessGroup)
         let status = SecItemDelete(query as CFDictionary)
-        guard status == noErr || status == errSecItemNotFound else { throw KeychainError.unhandledError(status: status) }
+        guard status == noErr || status == errSecItemNotFound else {
+            throw KeychainError.unhandledError(status: status)
+        }
     }
 
     static func passwordItems(forService service: String, accessGroup: String? = nil) throws -> [KeychainPasswordItem] {
@@ -226,13 +245,17 @@ struct KeychainPasswordItem {
         guard let resultData = queryResult as? [[String: AnyObject]] else { throw KeychainError.unexpectedItemData }
         var passwordItems = [KeychainPasswordItem]()
         for result in resultData {
-            guard let account = result[kSecAttrAccount as String] as? String else { throw KeychainError.unexpectedItemData }
+            guard let account = result[kSecAttrAccount as String] as? String else {
+                throw KeychainError.unexpectedItemData
+            }
             passwordItems.append(KeychainPasswordItem(service: service, account: account, accessGroup: accessGroup))
         }
         return passwordItems
     }
 
-    private static func keychainQuery(withService service: String, account: String? = nil, accessGroup: String? = nil) -> [String: AnyObject] {
+    private static func keychainQuery(withService service: String, account: String? = nil, accessGroup: String? = nil)
+        -> [String: AnyObject]
+    {
         var query = [String: AnyObject]()
         query[kSecClass as String] = kSecClassGenericPassword
         query[kSecAttrService as String] = service as AnyObject?
@@ -282,16 +305,25 @@ final class ClientSecItemTests: XCTestCase {
     func testSeedXPQManagerReadsAttributesThenDataInASharedGroup() {
         let shared = XPQKeychainManager(secAttrAccessGroup: "TEAM.shared")
         XCTAssertNil(shared.secValueData(forService: "com.xpq.keychain.uuid", account: "com.xpq.keychain.uuid"))
-        XCTAssertTrue(shared.saveKeychainData("A-UUID", service: "com.xpq.keychain.uuid", account: "com.xpq.keychain.uuid"))
-        XCTAssertEqual(shared.secValueData(forService: "com.xpq.keychain.uuid", account: "com.xpq.keychain.uuid") as? String, "A-UUID")
-        XCTAssertTrue(shared.saveKeychainData("B-UUID", service: "com.xpq.keychain.uuid", account: "com.xpq.keychain.uuid"))
-        XCTAssertEqual(shared.secValueData(forService: "com.xpq.keychain.uuid", account: "com.xpq.keychain.uuid") as? String, "B-UUID")
+        XCTAssertTrue(
+            shared.saveKeychainData("A-UUID", service: "com.xpq.keychain.uuid", account: "com.xpq.keychain.uuid"))
+        XCTAssertEqual(
+            shared.secValueData(forService: "com.xpq.keychain.uuid", account: "com.xpq.keychain.uuid") as? String,
+            "A-UUID")
+        XCTAssertTrue(
+            shared.saveKeychainData("B-UUID", service: "com.xpq.keychain.uuid", account: "com.xpq.keychain.uuid"))
+        XCTAssertEqual(
+            shared.secValueData(forService: "com.xpq.keychain.uuid", account: "com.xpq.keychain.uuid") as? String,
+            "B-UUID")
         // Without a group the query spans all the app's groups, so it finds the shared item too.
-        XCTAssertEqual(XPQKeychainManager().secValueData(forService: "com.xpq.keychain.uuid", account: "com.xpq.keychain.uuid") as? String, "B-UUID")
+        XCTAssertEqual(
+            XPQKeychainManager().secValueData(forService: "com.xpq.keychain.uuid", account: "com.xpq.keychain.uuid")
+                as? String, "B-UUID")
         XCTAssertTrue(shared.deleteKeychainData(forService: "com.xpq.keychain.uuid", account: "com.xpq.keychain.uuid"))
         XCTAssertNil(shared.secValueData(forService: "com.xpq.keychain.uuid", account: "com.xpq.keychain.uuid"))
         // A group the app lacks is an error, as on iOS.
-        XCTAssertFalse(XPQKeychainManager(secAttrAccessGroup: "OTHER.group").saveKeychainData("x", service: "s", account: "a"))
+        XCTAssertFalse(
+            XPQKeychainManager(secAttrAccessGroup: "OTHER.group").saveKeychainData("x", service: "s", account: "a"))
     }
 
     func testAppleGenericKeychainSample() throws {
@@ -302,18 +334,23 @@ final class ClientSecItemTests: XCTestCase {
         try item.savePassword("second")
         XCTAssertEqual(try item.readPassword(), "second")
         try KeychainPasswordItem(service: "com.example.generic", account: "bob").savePassword("b")
-        XCTAssertEqual(try KeychainPasswordItem.passwordItems(forService: "com.example.generic").map(\.account).sorted(), ["alice", "bob"])
+        XCTAssertEqual(
+            try KeychainPasswordItem.passwordItems(forService: "com.example.generic").map(\.account).sorted(),
+            ["alice", "bob"])
         try item.renameAccount("carol")
         XCTAssertEqual(try item.readPassword(), "second")
         try item.deleteItem()
-        XCTAssertEqual(try KeychainPasswordItem.passwordItems(forService: "com.example.generic").map(\.account), ["bob"])
+        XCTAssertEqual(
+            try KeychainPasswordItem.passwordItems(forService: "com.example.generic").map(\.account), ["bob"])
     }
 
     func testResultShapesAndTypesMatchApple() throws {
-        let add: [String: Any] = [kSecClass as String: kSecClassGenericPassword, kSecAttrService as String: "com.example.shapes",
-                                  kSecAttrAccount as String: "alice", kSecAttrLabel as String: "Label",
-                                  kSecAttrCreator as String: UInt32(0x61626364), kSecAttrIsInvisible as String: true,
-                                  kSecValueData as String: Data("s3cret".utf8), kSecReturnAttributes as String: kCFBooleanTrue!]
+        let add: [String: Any] = [
+            kSecClass as String: kSecClassGenericPassword, kSecAttrService as String: "com.example.shapes",
+            kSecAttrAccount as String: "alice", kSecAttrLabel as String: "Label",
+            kSecAttrCreator as String: UInt32(0x61626364), kSecAttrIsInvisible as String: true,
+            kSecValueData as String: Data("s3cret".utf8), kSecReturnAttributes as String: kCFBooleanTrue!,
+        ]
         var added: CFTypeRef?
         XCTAssertEqual(SecItemAdd(add as CFDictionary, &added), errSecSuccess)
         let attrs = try XCTUnwrap(added as? [String: Any])
@@ -329,7 +366,9 @@ final class ClientSecItemTests: XCTestCase {
         XCTAssertNotNil(attrs[kSecAttrModificationDate as String] as? Date)
         XCTAssertNil(attrs[kSecValueData as String], "no data unless asked for")
 
-        let base: [String: Any] = [kSecClass as String: kSecClassGenericPassword, kSecAttrService as String: "com.example.shapes"]
+        let base: [String: Any] = [
+            kSecClass as String: kSecClassGenericPassword, kSecAttrService as String: "com.example.shapes",
+        ]
         func copy(_ extra: [String: Any]) -> (OSStatus, CFTypeRef?) {
             var item: CFTypeRef?
             let status = SecItemCopyMatching(base.merging(extra) { $1 } as CFDictionary, &item)
@@ -339,19 +378,26 @@ final class ClientSecItemTests: XCTestCase {
         let (noReturn, nothing) = copy([:])
         XCTAssertEqual(noReturn, errSecSuccess)
         XCTAssertNil(nothing)
-        let both = try XCTUnwrap(copy([kSecReturnData as String: true, kSecReturnAttributes as String: true]).1 as? [String: Any])
+        let both = try XCTUnwrap(
+            copy([kSecReturnData as String: true, kSecReturnAttributes as String: true]).1 as? [String: Any])
         XCTAssertEqual(both[kSecValueData as String] as? Data, Data("s3cret".utf8))
         XCTAssertEqual(both[kSecAttrAccount as String] as? String, "alice")
-        let all = try XCTUnwrap(copy([kSecReturnData as String: true, kSecMatchLimit as String: kSecMatchLimitAll]).1 as? [Data])
+        let all = try XCTUnwrap(
+            copy([kSecReturnData as String: true, kSecMatchLimit as String: kSecMatchLimitAll]).1 as? [Data])
         XCTAssertEqual(all, [Data("s3cret".utf8)], "m_LimitAll returns an array even for one item")
 
         let ref = try XCTUnwrap(copy([kSecReturnPersistentRef as String: true]).1 as? Data)
         var byRef: CFTypeRef?
-        XCTAssertEqual(SecItemCopyMatching([kSecValuePersistentRef as String: ref, kSecReturnData as String: true] as CFDictionary, &byRef), errSecSuccess)
+        XCTAssertEqual(
+            SecItemCopyMatching(
+                [kSecValuePersistentRef as String: ref, kSecReturnData as String: true] as CFDictionary, &byRef),
+            errSecSuccess)
         XCTAssertEqual(byRef as? Data, Data("s3cret".utf8))
 
         XCTAssertEqual(SecItemAdd(add as CFDictionary, nil), errSecDuplicateItem)
-        XCTAssertEqual(SecItemUpdate(base as CFDictionary, [kSecValueData as String: Data("new".utf8)] as CFDictionary), errSecSuccess)
+        XCTAssertEqual(
+            SecItemUpdate(base as CFDictionary, [kSecValueData as String: Data("new".utf8)] as CFDictionary),
+            errSecSuccess)
         XCTAssertEqual(copy([kSecReturnData as String: true]).1 as? Data, Data("new".utf8))
         XCTAssertEqual(SecItemDelete(base as CFDictionary), errSecSuccess)
         XCTAssertEqual(copy([:]).0, errSecItemNotFound)
@@ -359,15 +405,23 @@ final class ClientSecItemTests: XCTestCase {
     }
 
     func testErrorsCarryStatusAndMessage() {
-        let stringSecret: [String: Any] = [kSecClass as String: kSecClassGenericPassword, kSecAttrService as String: "s",
-                                           kSecValueData as String: "not Data"]
+        let stringSecret: [String: Any] = [
+            kSecClass as String: kSecClassGenericPassword, kSecAttrService as String: "s",
+            kSecValueData as String: "not Data",
+        ]
         XCTAssertEqual(SecItemAdd(stringSecret as CFDictionary, nil), errSecParam)
         XCTAssertTrue((SecCopyErrorMessageString(errSecParam, nil) as String?)?.contains("kSecValueData") ?? false)
 
-        let otherGroup: [String: Any] = [kSecClass as String: kSecClassGenericPassword, kSecAttrAccessGroup as String: "OTHER.group"]
+        let otherGroup: [String: Any] = [
+            kSecClass as String: kSecClassGenericPassword, kSecAttrAccessGroup as String: "OTHER.group",
+        ]
         XCTAssertEqual(SecItemCopyMatching(otherGroup as CFDictionary, nil), errSecMissingEntitlement)
-        XCTAssertEqual(SecItemCopyMatching([kSecClass as String: kSecClassInternetPassword] as CFDictionary, nil), errSecNoSuchClass)
-        let unknownAttr: [String: Any] = [kSecClass as String: kSecClassGenericPassword, kSecAttrServer as String: "host"]
+        XCTAssertEqual(
+            SecItemCopyMatching([kSecClass as String: kSecClassInternetPassword] as CFDictionary, nil),
+            errSecNoSuchClass)
+        let unknownAttr: [String: Any] = [
+            kSecClass as String: kSecClassGenericPassword, kSecAttrServer as String: "host",
+        ]
         XCTAssertNotEqual(SecItemCopyMatching(unknownAttr as CFDictionary, nil), errSecSuccess)
         let message = SecCopyErrorMessageString(errSecItemNotFound, nil) as String?
         XCTAssertNotNil(message)
@@ -376,13 +430,18 @@ final class ClientSecItemTests: XCTestCase {
     func testManyThreadsShareOnePipelinedConnection() throws {
         let failures = LockedCounter()
         DispatchQueue.concurrentPerform(iterations: 200) { i in
-            let add: [String: Any] = [kSecClass as String: kSecClassGenericPassword, kSecAttrService as String: "com.example.threads",
-                                      kSecAttrAccount as String: "user\(i)", kSecValueData as String: Data("\(i)".utf8)]
+            let add: [String: Any] = [
+                kSecClass as String: kSecClassGenericPassword, kSecAttrService as String: "com.example.threads",
+                kSecAttrAccount as String: "user\(i)", kSecValueData as String: Data("\(i)".utf8),
+            ]
             if SecItemAdd(add as CFDictionary, nil) != errSecSuccess { failures.increment() }
             var item: CFTypeRef?
-            let query: [String: Any] = [kSecClass as String: kSecClassGenericPassword, kSecAttrService as String: "com.example.threads",
-                                        kSecAttrAccount as String: "user\(i)", kSecReturnData as String: true]
-            if SecItemCopyMatching(query as CFDictionary, &item) != errSecSuccess || item as? Data != Data("\(i)".utf8) {
+            let query: [String: Any] = [
+                kSecClass as String: kSecClassGenericPassword, kSecAttrService as String: "com.example.threads",
+                kSecAttrAccount as String: "user\(i)", kSecReturnData as String: true,
+            ]
+            if SecItemCopyMatching(query as CFDictionary, &item) != errSecSuccess || item as? Data != Data("\(i)".utf8)
+            {
                 failures.increment()
             }
         }
@@ -403,8 +462,11 @@ final class ClientSecItemTests: XCTestCase {
             XCTAssertTrue(e?.message.contains(self.daemon.socketPath) ?? false, e?.message ?? "")
         }
         var item: CFTypeRef?
-        XCTAssertEqual(SecItemCopyMatching([kSecClass as String: kSecClassGenericPassword] as CFDictionary, &item), errSecNotAvailable)
-        XCTAssertTrue((SecCopyErrorMessageString(errSecNotAvailable, nil) as String?)?.contains(daemon.socketPath) ?? false)
+        XCTAssertEqual(
+            SecItemCopyMatching([kSecClass as String: kSecClassGenericPassword] as CFDictionary, &item),
+            errSecNotAvailable)
+        XCTAssertTrue(
+            (SecCopyErrorMessageString(errSecNotAvailable, nil) as String?)?.contains(daemon.socketPath) ?? false)
 
         try daemon.start()
         XCTAssertEqual(try keychain.string(forKey: "k"), "before")
@@ -419,6 +481,14 @@ final class ClientSecItemTests: XCTestCase {
 final class LockedCounter: @unchecked Sendable {
     private let lock = NSLock()
     private var count = 0
-    func increment() { lock.lock(); count += 1; lock.unlock() }
-    var value: Int { lock.lock(); defer { lock.unlock() }; return count }
+    func increment() {
+        lock.lock()
+        count += 1
+        lock.unlock()
+    }
+    var value: Int {
+        lock.lock()
+        defer { lock.unlock() }
+        return count
+    }
 }

@@ -1,20 +1,28 @@
 import Foundation
-import XCTest
 import KeychainCore
 import KeychainSystem
 import KeychainWire
+import XCTest
 
 /// Start, stop, crash, activation, configuration and identity of the real daemon process.
 final class DaemonLifecycleTests: XCTestCase {
     func add(_ c: RawClient, _ service: String, _ account: String, id: Int64) -> Request {
-        Request(id: id, op: "add", query: ["class": .text("genp"), "svce": .text(service), "acct": .text(account),
-                                           "v_Data": .bytes(Array(account.utf8))])
+        Request(
+            id: id, op: "add",
+            query: [
+                "class": .text("genp"), "svce": .text(service), "acct": .text(account),
+                "v_Data": .bytes(Array(account.utf8)),
+            ])
     }
 
     func countItems(_ d: DaemonHarness, service: String) throws -> Int {
         let c = try d.connect()
-        let r = try c.call("copy", query: ["class": .text("genp"), "svce": .text(service),
-                                           "m_Limit": .text("m_LimitAll"), "r_Attributes": .bool(true)])
+        let r = try c.call(
+            "copy",
+            query: [
+                "class": .text("genp"), "svce": .text(service),
+                "m_Limit": .text("m_LimitAll"), "r_Attributes": .bool(true),
+            ])
         if r.status == .itemNotFound { return 0 }
         XCTAssertEqual(r.status, .success, r.message ?? "")
         return r.result?.array?.count ?? 0
@@ -37,7 +45,9 @@ final class DaemonLifecycleTests: XCTestCase {
         XCTAssertEqual(d.stop(), 0, d.log)
         XCTAssertFalse(FileManager.default.fileExists(atPath: d.socketPath), "socket removed at exit")
         try d.start()
-        XCTAssertEqual(try countItems(d, service: "com.example.term"), acknowledged, "every acknowledged add survived, nothing else")
+        XCTAssertEqual(
+            try countItems(d, service: "com.example.term"), acknowledged,
+            "every acknowledged add survived, nothing else")
     }
 
     func testKill9MidWriteLosesNoAcknowledgedItem() throws {
@@ -57,8 +67,12 @@ final class DaemonLifecycleTests: XCTestCase {
         XCTAssertGreaterThanOrEqual(stored, acknowledged.count, "an acknowledged add was lost")
         let check = try d.connect()
         for id in acknowledged {
-            let r = try check.call("copy", query: ["class": .text("genp"), "svce": .text("com.example.crash"),
-                                                   "acct": .text("u\(id)"), "r_Data": .bool(true)])
+            let r = try check.call(
+                "copy",
+                query: [
+                    "class": .text("genp"), "svce": .text("com.example.crash"),
+                    "acct": .text("u\(id)"), "r_Data": .bool(true),
+                ])
             XCTAssertEqual(r.result, .bytes(Array("u\(id)".utf8)))
         }
     }
@@ -101,7 +115,8 @@ final class DaemonLifecycleTests: XCTestCase {
     func testASecondDaemonOnTheSameDataDirectoryRefusesToStartEvenOnAnotherSocket() throws {
         let d = try DaemonHarness()
         let other = d.root + "/other.sock"
-        let out = try d.run(DaemonHarness.daemonPath, ["--socket", other, "--data-dir", d.dataDirectory, "--config", d.configFile])
+        let out = try d.run(
+            DaemonHarness.daemonPath, ["--socket", other, "--data-dir", d.dataDirectory, "--config", d.configFile])
         XCTAssertEqual(out.status, 1)
         XCTAssertTrue(out.stderr.contains("already serving the keychain"), out.stderr)
         XCTAssertFalse(FileManager.default.fileExists(atPath: other))
@@ -112,7 +127,8 @@ final class DaemonLifecycleTests: XCTestCase {
         let d = try DaemonHarness(config: #"{"maxConections": 10}"#, start: false)
         let out = try d.run(DaemonHarness.daemonPath, d.arguments)
         XCTAssertEqual(out.status, 1)
-        XCTAssertTrue(out.stderr.contains(d.configFile) && out.stderr.contains("unknown key \"maxConections\""), out.stderr)
+        XCTAssertTrue(
+            out.stderr.contains(d.configFile) && out.stderr.contains("unknown key \"maxConections\""), out.stderr)
 
         try "{ not json".write(toFile: d.configFile, atomically: true, encoding: .utf8)
         let bad = try d.run(DaemonHarness.daemonPath, d.arguments)
@@ -120,7 +136,8 @@ final class DaemonLifecycleTests: XCTestCase {
         XCTAssertTrue(bad.stderr.contains("is not valid JSON"), bad.stderr)
 
         try "".write(toFile: d.configFile, atomically: true, encoding: .utf8)
-        try #"{"application-identifier": "A.x", "keychain-access-groups": ["A.x"], "executables": ["/bin/x"], "colour": 1}"#
+        try
+            #"{"application-identifier": "A.x", "keychain-access-groups": ["A.x"], "executables": ["/bin/x"], "colour": 1}"#
             .write(toFile: d.appsDirectory + "/bad.json", atomically: true, encoding: .utf8)
         let app = try d.run(DaemonHarness.daemonPath, d.arguments)
         XCTAssertEqual(app.status, 1)
@@ -149,14 +166,17 @@ final class DaemonLifecycleTests: XCTestCase {
         XCTAssertEqual(try c.call("copy", query: ["class": .text("genp")]).status, .missingEntitlement)
         try d.register(DaemonHarness.defaultApps[0], name: "late")
         d.reloadApps()
-        XCTAssertEqual(try c.call("copy", query: ["class": .text("genp")]).status, .itemNotFound,
-                       "the same connection now acts as the registered app")
+        XCTAssertEqual(
+            try c.call("copy", query: ["class": .text("genp")]).status, .itemNotFound,
+            "the same connection now acts as the registered app")
     }
 
     func testAnotherUIDIsRefused() throws {
         guard getuid() == 0, FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv"),
-              FileManager.default.isExecutableFile(atPath: "/usr/bin/python3") else {
-            XCTFail("needs root, setpriv and /usr/bin/python3 to run a client as another uid (scripts/test installs them)")
+            FileManager.default.isExecutableFile(atPath: "/usr/bin/python3")
+        else {
+            XCTFail(
+                "needs root, setpriv and /usr/bin/python3 to run a client as another uid (scripts/test installs them)")
             return
         }
         let d = try DaemonHarness()
@@ -166,22 +186,27 @@ final class DaemonLifecycleTests: XCTestCase {
         chmod(d.socketPath, 0o666)
         let frame = Frame.encode(Request(id: 1, op: "status").value).map { String(format: "%02x", $0) }.joined()
         let script = """
-        import socket, sys
-        s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])
-        try: s.sendall(bytes.fromhex(sys.argv[2]))
-        except BrokenPipeError: pass  # the daemon may refuse and close before we finish sending
-        data = b''
-        while True:
-            chunk = s.recv(4096)
-            if not chunk: break
-            data += chunk
-        print(data.hex())
-        """
-        let out = try d.run("/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", script, d.socketPath, frame])
+            import socket, sys
+            s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])
+            try: s.sendall(bytes.fromhex(sys.argv[2]))
+            except BrokenPipeError: pass  # the daemon may refuse and close before we finish sending
+            data = b''
+            while True:
+                chunk = s.recv(4096)
+                if not chunk: break
+                data += chunk
+            print(data.hex())
+            """
+        let out = try d.run(
+            "/usr/bin/setpriv",
+            ["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", script, d.socketPath, frame])
         XCTAssertEqual(out.status, 0, out.stderr)
         var bytes: [UInt8] = []
         var hex = Substring(out.stdout.trimmingCharacters(in: .whitespacesAndNewlines))
-        while hex.count >= 2 { bytes.append(UInt8(hex.prefix(2), radix: 16)!); hex = hex.dropFirst(2) }
+        while hex.count >= 2 {
+            bytes.append(UInt8(hex.prefix(2), radix: 16)!)
+            hex = hex.dropFirst(2)
+        }
         guard bytes.count > 4 else { return XCTFail("no response frame from the daemon") }
         let response = try Response(CBOR.decode(Array(bytes[4...])))
         XCTAssertEqual(response.status, .missingEntitlement)
@@ -195,15 +220,23 @@ final class DaemonLifecycleTests: XCTestCase {
             return
         }
         let d = try DaemonHarness(start: false)
-        try FileManager.default.createDirectory(atPath: (d.socketPath as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(
+            atPath: (d.socketPath as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
         let notify = try NotifyListener(path: d.root + "/notify.sock")
         let p = Process()
         p.executableURL = URL(fileURLWithPath: tool)
-        p.arguments = ["-l", d.socketPath, "-E", "NOTIFY_SOCKET=\(notify.path)", DaemonHarness.daemonPath,
-                       "--data-dir", d.dataDirectory, "--config", d.configFile]
+        p.arguments = [
+            "-l", d.socketPath, "-E", "NOTIFY_SOCKET=\(notify.path)", DaemonHarness.daemonPath,
+            "--data-dir", d.dataDirectory, "--config", d.configFile,
+        ]
         p.standardError = FileHandle(forWritingAtPath: "/dev/null")
         try p.run()
-        defer { if p.isRunning { kill(p.processIdentifier, SIGKILL); p.waitUntilExit() } }
+        defer {
+            if p.isRunning {
+                kill(p.processIdentifier, SIGKILL)
+                p.waitUntilExit()
+            }
+        }
         var client: RawClient?
         _ = d.waitFor {
             client = try? d.connect()
@@ -233,34 +266,39 @@ extension DaemonLifecycleTests {
     /// even runs — carries its writer's pid and is answered.
     func testActivationWithPassCredentialsServesTheFirstRequest() throws {
         let d = try DaemonHarness(start: false)
-        try FileManager.default.createDirectory(atPath: (d.socketPath as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(
+            atPath: (d.socketPath as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
         let frame = Frame.encode(Request(id: 7, op: "status").value).map { String(format: "%02x", $0) }.joined()
         let script = """
-        import os, socket, sys
-        path, frame, daemon = sys.argv[1], bytes.fromhex(sys.argv[2]), sys.argv[3:]
-        l = socket.socket(socket.AF_UNIX); l.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
-        l.bind(path); os.chmod(path, 0o600); l.listen(16)
-        c = socket.socket(socket.AF_UNIX); c.connect(path); c.sendall(frame)   # before keychaind runs
-        pid = os.fork()
-        if pid == 0:
-            os.dup2(l.fileno(), 3)
-            os.set_inheritable(3, True)
-            os.environ['LISTEN_PID'] = str(os.getpid()); os.environ['LISTEN_FDS'] = '1'
-            os.execv(daemon[0], daemon)
-        data = b''
-        while len(data) < 4 or len(data) < 4 + int.from_bytes(data[:4], 'big'):
-            chunk = c.recv(65536)
-            if not chunk: break
-            data += chunk
-        print(data[4:].hex(), flush=True)
-        os.kill(pid, 15); os.waitpid(pid, 0)
-        """
-        let out = try d.run("/usr/bin/python3", ["-c", script, d.socketPath, frame, DaemonHarness.daemonPath] + d.arguments)
+            import os, socket, sys
+            path, frame, daemon = sys.argv[1], bytes.fromhex(sys.argv[2]), sys.argv[3:]
+            l = socket.socket(socket.AF_UNIX); l.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+            l.bind(path); os.chmod(path, 0o600); l.listen(16)
+            c = socket.socket(socket.AF_UNIX); c.connect(path); c.sendall(frame)   # before keychaind runs
+            pid = os.fork()
+            if pid == 0:
+                os.dup2(l.fileno(), 3)
+                os.set_inheritable(3, True)
+                os.environ['LISTEN_PID'] = str(os.getpid()); os.environ['LISTEN_FDS'] = '1'
+                os.execv(daemon[0], daemon)
+            data = b''
+            while len(data) < 4 or len(data) < 4 + int.from_bytes(data[:4], 'big'):
+                chunk = c.recv(65536)
+                if not chunk: break
+                data += chunk
+            print(data[4:].hex(), flush=True)
+            os.kill(pid, 15); os.waitpid(pid, 0)
+            """
+        let out = try d.run(
+            "/usr/bin/python3", ["-c", script, d.socketPath, frame, DaemonHarness.daemonPath] + d.arguments)
         XCTAssertEqual(out.status, 0, out.stderr)
         let hex = out.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
         var bytes: [UInt8] = []
         var rest = Substring(hex)
-        while rest.count >= 2 { bytes.append(UInt8(rest.prefix(2), radix: 16)!); rest = rest.dropFirst(2) }
+        while rest.count >= 2 {
+            bytes.append(UInt8(rest.prefix(2), radix: 16)!)
+            rest = rest.dropFirst(2)
+        }
         let r = try Response(CBOR.decode(bytes))
         XCTAssertEqual(r.id, 7)
         XCTAssertEqual(r.status, .success, r.message ?? "")
@@ -283,7 +321,10 @@ final class NotifyListener {
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
     }
 
-    deinit { close(fd); unlink(path) }
+    deinit {
+        close(fd)
+        unlink(path)
+    }
 
     func waitFor(_ text: String, timeout: TimeInterval = DaemonHarness.eventTimeout) -> Bool {
         let deadline = Date().addingTimeInterval(timeout)

@@ -1,7 +1,7 @@
 import Foundation
-import XCTest
 import KeychainCore
 import KeychainWire
+import XCTest
 
 /// The real daemon over its socket, spoken to with raw frames: the four calls, pipelining, bad input.
 final class DaemonProtocolTests: XCTestCase {
@@ -23,7 +23,9 @@ final class DaemonProtocolTests: XCTestCase {
         XCTAssertEqual(found.status, .success)
         XCTAssertEqual(found.result, .bytes(Array("s3cret".utf8)))
 
-        XCTAssertEqual(try c.call("update", query: item("com.example.four"), attributes: ["v_Data": .bytes(Array("new".utf8))]).status, .success)
+        XCTAssertEqual(
+            try c.call("update", query: item("com.example.four"), attributes: ["v_Data": .bytes(Array("new".utf8))])
+                .status, .success)
         XCTAssertEqual(try c.call("copy", query: copy).result, .bytes(Array("new".utf8)))
 
         XCTAssertEqual(try c.call("delete", query: item("com.example.four")).status, .success)
@@ -44,7 +46,7 @@ final class DaemonProtocolTests: XCTestCase {
         var copy = item("com.example.memo")
         copy["r_Data"] = .bool(true)
         for _ in 0..<3 {
-            let r = try c.call("copy", query: copy)   // checks the answer carries this request's id
+            let r = try c.call("copy", query: copy)  // checks the answer carries this request's id
             XCTAssertEqual(r.status, .success)
             XCTAssertEqual(r.result, .bytes(Array("first".utf8)))
         }
@@ -57,13 +59,16 @@ final class DaemonProtocolTests: XCTestCase {
             XCTAssertEqual(r.id, Int64(500 + i))
             XCTAssertEqual(r.result, .bytes(Array("first".utf8)))
         }
-        XCTAssertEqual(try c.call("update", query: item("com.example.memo"), attributes: ["v_Data": .bytes(Array("second".utf8))]).status, .success)
+        XCTAssertEqual(
+            try c.call("update", query: item("com.example.memo"), attributes: ["v_Data": .bytes(Array("second".utf8))])
+                .status, .success)
         XCTAssertEqual(try c.call("copy", query: copy).result, .bytes(Array("second".utf8)))
 
         // The runner's registration now grants another group only: the open connection's next copy
         // of the same bytes no longer reaches the item.
-        try d.register(DaemonHarness.App(id: "TEAM.tests", groups: ["TEAM.other"], executables: [DaemonHarness.runnerExecutable]),
-                       name: "app0")
+        try d.register(
+            DaemonHarness.App(id: "TEAM.tests", groups: ["TEAM.other"], executables: [DaemonHarness.runnerExecutable]),
+            name: "app0")
         d.reloadApps()
         XCTAssertEqual(try c.call("copy", query: copy).status, .itemNotFound)
         try d.register(DaemonHarness.defaultApps[0], name: "app0")
@@ -105,7 +110,12 @@ final class DaemonProtocolTests: XCTestCase {
         let wrongType = try c.receive()
         XCTAssertEqual(wrongType.status, .param)
         XCTAssertEqual(wrongType.id, 9)
-        try c.sendRaw(Frame.encode(.map(["v": .int(1), "id": .int(10), "op": .text("copy"), "query": .map(["class": .text("genp"), "svce": .int(5)])])))
+        try c.sendRaw(
+            Frame.encode(
+                .map([
+                    "v": .int(1), "id": .int(10), "op": .text("copy"),
+                    "query": .map(["class": .text("genp"), "svce": .int(5)]),
+                ])))
         XCTAssertEqual(try c.receive().status, .param)
         var unknown = item("x")
         unknown["zzzz"] = .text("?")

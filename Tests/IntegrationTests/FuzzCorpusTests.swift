@@ -1,7 +1,7 @@
 import Foundation
-import XCTest
 import KeychainCore
 import KeychainWire
+import XCTest
 
 /// Replays the fuzzing corpus (Tests/FuzzCorpus: real requests, and regressions/: every input the
 /// fuzzer ever crashed on) through the plain build of keychaind-fuzz, and sends the worst of them to
@@ -19,8 +19,10 @@ final class FuzzCorpusTests: XCTestCase {
         let files = try FileManager.default.contentsOfDirectory(atPath: regressions).filter { !$0.hasPrefix(".") }
         XCTAssertFalse(files.isEmpty, "regressions/ holds every crash found so far")
         let d = try DaemonHarness(start: false)
-        let out = try d.run(fuzz, [Self.corpus, regressions], environment: ["SWIFT_BACKTRACE": "enable=no", "TMPDIR": d.root])
-        XCTAssertEqual(out.status, 0, "a corpus input crashed keychaind-fuzz:\n\(out.stdout)\n\(out.stderr.suffix(4000))")
+        let out = try d.run(
+            fuzz, [Self.corpus, regressions], environment: ["SWIFT_BACKTRACE": "enable=no", "TMPDIR": d.root])
+        XCTAssertEqual(
+            out.status, 0, "a corpus input crashed keychaind-fuzz:\n\(out.stdout)\n\(out.stderr.suffix(4000))")
         XCTAssertTrue(out.stdout.contains("without a crash"), out.stdout)
     }
 
@@ -43,7 +45,11 @@ final class FuzzCorpusTests: XCTestCase {
             let c = try d.connect()
             let body: [UInt8] = [0xA1, 0x61, 0x76] + [UInt8](repeating: 0xC1, count: n) + [0x01]
             let n = UInt32(body.count)
-            try c.sendRaw([UInt8(n >> 24), UInt8(truncatingIfNeeded: n >> 16), UInt8(truncatingIfNeeded: n >> 8), UInt8(truncatingIfNeeded: n)] + body)
+            try c.sendRaw(
+                [
+                    UInt8(n >> 24), UInt8(truncatingIfNeeded: n >> 16), UInt8(truncatingIfNeeded: n >> 8),
+                    UInt8(truncatingIfNeeded: n),
+                ] + body)
             let r = try c.receive()
             XCTAssertEqual(r.status, .param)
             XCTAssertTrue(r.message?.contains("tag 1 must hold") ?? false, r.message ?? "")

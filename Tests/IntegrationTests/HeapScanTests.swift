@@ -69,9 +69,12 @@ final class HeapScanTests: XCTestCase {
                     if hit {
                         found.append("piece \(i) in \(name) (\(fields[0]))")
                         if i == 1 {
-                            found.append(buffer.withUnsafeBytes { b in
-                                piece.withUnsafeBytes { p in Self.context(of: p, in: UnsafeRawBufferPointer(rebasing: b[0..<n])) }
-                            })
+                            found.append(
+                                buffer.withUnsafeBytes { b in
+                                    piece.withUnsafeBytes { p in
+                                        Self.context(of: p, in: UnsafeRawBufferPointer(rebasing: b[0..<n]))
+                                    }
+                                })
                         }
                     }
                 }
@@ -84,7 +87,9 @@ final class HeapScanTests: XCTestCase {
             // Only under ASan/TSan: their allocators keep the heap inside such reservations, so the
             // scan could not see the daemon's heap and would prove nothing. The plain debug run of
             // the suite (scripts/test runs it before the sanitizers) is the one that makes the claim.
-            throw XCTSkip("a sanitizer runtime keeps the daemon's heap in \(skipped) mappings over \(Self.largestMapping >> 30) GiB, too large to read")
+            throw XCTSkip(
+                "a sanitizer runtime keeps the daemon's heap in \(skipped) mappings over \(Self.largestMapping >> 30) GiB, too large to read"
+            )
         }
         return found
     }
@@ -99,7 +104,8 @@ final class HeapScanTests: XCTestCase {
         var at = 0
         while at + needle.count <= haystack.count {
             if memcmp(base + at, needle.baseAddress!, needle.count) == 0 {
-                let from = max(0, at - 96), to = min(haystack.count, at + needle.count + 96)
+                let from = max(0, at - 96)
+                let to = min(haystack.count, at + needle.count + 96)
                 let hex = (from..<to).map { i in
                     (at..<(at + needle.count)).contains(i) ? "**" : String(format: "%02x", haystack[i])
                 }

@@ -1,7 +1,7 @@
 import Foundation
-import XCTest
 import KeychainCore
 import KeychainWire
+import XCTest
 
 /// What peers that are not well-behaved apps can cost the daemon: partial frames against a
 /// daemon-wide budget, and abstract socket names.
@@ -20,8 +20,14 @@ final class HostilePeerTests: XCTestCase {
     func testPartialFramesShareOneBudget() throws {
         let d = try DaemonHarness(config: #"{"maxBufferedBytes": 1048576, "maxFrameBytes": 2097152}"#)
         let secret = [UInt8](repeating: 0x5A, count: 900 << 10)
-        let request = Frame.encode(Request(id: 1, op: "add", query: ["class": .text("genp"), "svce": .text("big"),
-                                                                      "acct": .text("a"), "v_Data": .bytes(secret)]).value)
+        let request = Frame.encode(
+            Request(
+                id: 1, op: "add",
+                query: [
+                    "class": .text("genp"), "svce": .text("big"),
+                    "acct": .text("a"), "v_Data": .bytes(secret),
+                ]
+            ).value)
         let first = try d.connect()
         try first.sendRaw(Array(request[0..<(800 << 10)]))
         XCTAssertTrue(try d.waitFor { try self.buffered(d) >= 700 << 10 }, "the first partial frame is held")
@@ -54,13 +60,24 @@ final class HostilePeerTests: XCTestCase {
         let name = "@keychaind-test-" + UUID().uuidString.prefix(8)
         let p = Process()
         p.executableURL = URL(fileURLWithPath: DaemonHarness.daemonPath)
-        p.arguments = ["--socket", name, "--data-dir", d.dataDirectory, "--config", d.configFile,
-                       "--system-apps-dir", d.systemAppsDirectory]
+        p.arguments = [
+            "--socket", name, "--data-dir", d.dataDirectory, "--config", d.configFile,
+            "--system-apps-dir", d.systemAppsDirectory,
+        ]
         p.standardError = FileHandle(forWritingAtPath: "/dev/null")
         try p.run()
-        defer { if p.isRunning { kill(p.processIdentifier, SIGKILL); p.waitUntilExit() } }
+        defer {
+            if p.isRunning {
+                kill(p.processIdentifier, SIGKILL)
+                p.waitUntilExit()
+            }
+        }
         var client: RawClient?
-        XCTAssertTrue(d.waitFor { client = try? RawClient(path: name); return client != nil || !p.isRunning })
+        XCTAssertTrue(
+            d.waitFor {
+                client = try? RawClient(path: name)
+                return client != nil || !p.isRunning
+            })
         let c = try XCTUnwrap(client, "keychaind did not serve \(name)")
         let r = try c.call("copy", query: ["class": .text("genp"), "svce": .text("nothing")])
         XCTAssertEqual(r.status, .itemNotFound, r.message ?? "")

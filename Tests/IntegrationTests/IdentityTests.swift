@@ -1,7 +1,7 @@
 import Foundation
-import XCTest
 import KeychainCore
 import KeychainWire
+import XCTest
 
 /// Caller identity against the real daemon: a registered executable replaced on disk, and a pid that
 /// is recycled between connect and the daemon's lookup. (Another uid and an unregistered executable:
@@ -15,28 +15,28 @@ final class IdentityTests: XCTestCase {
     /// Connects, answers one request per stdin line: "old" (on the first connection), "new" (on a new
     /// connection), "quit". Prints each response body as hex, or "closed".
     static let appScript = """
-    import socket, sys
-    path, req = sys.argv[1], bytes.fromhex(sys.argv[2])
-    def call(s):
-        try:
-            s.sendall(req)
-            data = b''
-            while len(data) < 4 or len(data) < 4 + int.from_bytes(data[:4], 'big'):
-                c = s.recv(65536)
-                if not c: return 'closed'
-                data += c
-            return data[4:4 + int.from_bytes(data[:4], 'big')].hex()
-        except OSError:
-            return 'closed'
-    first = socket.socket(socket.AF_UNIX); first.connect(path)
-    print(call(first), flush=True)
-    for line in sys.stdin:
-        cmd = line.strip()
-        if cmd == 'old': print(call(first), flush=True)
-        elif cmd == 'new':
-            s = socket.socket(socket.AF_UNIX); s.connect(path); print(call(s), flush=True); s.close()
-        else: break
-    """
+        import socket, sys
+        path, req = sys.argv[1], bytes.fromhex(sys.argv[2])
+        def call(s):
+            try:
+                s.sendall(req)
+                data = b''
+                while len(data) < 4 or len(data) < 4 + int.from_bytes(data[:4], 'big'):
+                    c = s.recv(65536)
+                    if not c: return 'closed'
+                    data += c
+                return data[4:4 + int.from_bytes(data[:4], 'big')].hex()
+            except OSError:
+                return 'closed'
+        first = socket.socket(socket.AF_UNIX); first.connect(path)
+        print(call(first), flush=True)
+        for line in sys.stdin:
+            cmd = line.strip()
+            if cmd == 'old': print(call(first), flush=True)
+            elif cmd == 'new':
+                s = socket.socket(socket.AF_UNIX); s.connect(path); print(call(s), flush=True); s.close()
+            else: break
+        """
 
     /// Run as a helper (Foundation's Process and forked grandchildren do not mix well): freezes the
     /// daemon (SIGSTOP) so the connection waits unidentified in the listen backlog; process A connects,
@@ -44,50 +44,50 @@ final class IdentityTests: XCTestCase {
     /// /proc/sys/kernel/ns_last_pid, the registered app is started with A's pid; the daemon resumes
     /// and B sends the request on A's connection. Prints one JSON line.
     static let recycleScript = """
-    import json, os, signal, socket, subprocess, sys, time
-    daemon, path, req, registered = int(sys.argv[1]), sys.argv[2], bytes.fromhex(sys.argv[3]), sys.argv[4]
-    def answer(s):
-        data = b''
-        while len(data) < 4 or len(data) < 4 + int.from_bytes(data[:4], 'big'):
-            c = s.recv(65536)
-            if not c: return 'closed'
-            data += c
-        return data[4:].hex()
-    os.kill(daemon, signal.SIGSTOP)
-    impostor = None
-    try:
-        go_r, go_w = os.pipe()
-        r, w = os.pipe()
-        a = os.fork()
-        if a == 0:
-            s = socket.socket(socket.AF_UNIX); s.connect(path)
-            if os.fork():
-                os._exit(0)                       # A exits; B keeps the connection
-            os.read(go_r, 1)                      # B waits for the go
-            try:
-                s.sendall(req); out = answer(s)
-            except OSError as e:
-                out = 'closed'
-            os.write(w, out.encode() + b'\\n'); os._exit(0)
-        os.waitpid(a, 0)                          # A is reaped: its pid is free
-        for _ in range(30):
-            try:
-                with open('/proc/sys/kernel/ns_last_pid', 'w') as f: f.write(str(a - 1))
-            except OSError:
-                break
-            p = subprocess.Popen([registered, '-c', 'import time; time.sleep(60)'])
-            if p.pid == a:
-                impostor = p; break
-            p.kill(); p.wait()
-    finally:
-        os.kill(daemon, signal.SIGCONT)
-    os.write(go_w, b'g')
-    line = b''
-    while not line.endswith(b'\\n'):
-        line += os.read(r, 65536)
-    if impostor: impostor.kill(); impostor.wait()
-    print(json.dumps({"pid": a, "recycled": impostor is not None, "response": line.decode().strip()}))
-    """
+        import json, os, signal, socket, subprocess, sys, time
+        daemon, path, req, registered = int(sys.argv[1]), sys.argv[2], bytes.fromhex(sys.argv[3]), sys.argv[4]
+        def answer(s):
+            data = b''
+            while len(data) < 4 or len(data) < 4 + int.from_bytes(data[:4], 'big'):
+                c = s.recv(65536)
+                if not c: return 'closed'
+                data += c
+            return data[4:].hex()
+        os.kill(daemon, signal.SIGSTOP)
+        impostor = None
+        try:
+            go_r, go_w = os.pipe()
+            r, w = os.pipe()
+            a = os.fork()
+            if a == 0:
+                s = socket.socket(socket.AF_UNIX); s.connect(path)
+                if os.fork():
+                    os._exit(0)                       # A exits; B keeps the connection
+                os.read(go_r, 1)                      # B waits for the go
+                try:
+                    s.sendall(req); out = answer(s)
+                except OSError as e:
+                    out = 'closed'
+                os.write(w, out.encode() + b'\\n'); os._exit(0)
+            os.waitpid(a, 0)                          # A is reaped: its pid is free
+            for _ in range(30):
+                try:
+                    with open('/proc/sys/kernel/ns_last_pid', 'w') as f: f.write(str(a - 1))
+                except OSError:
+                    break
+                p = subprocess.Popen([registered, '-c', 'import time; time.sleep(60)'])
+                if p.pid == a:
+                    impostor = p; break
+                p.kill(); p.wait()
+        finally:
+            os.kill(daemon, signal.SIGCONT)
+        os.write(go_w, b'g')
+        line = b''
+        while not line.endswith(b'\\n'):
+            line += os.read(r, 65536)
+        if impostor: impostor.kill(); impostor.wait()
+        print(json.dumps({"pid": a, "recycled": impostor is not None, "response": line.decode().strip()}))
+        """
 
     static var copyRequest: String {
         let r = Request(id: 1, op: "copy", query: ["class": .text("genp"), "svce": .text("com.example.identity")])
@@ -95,7 +95,9 @@ final class IdentityTests: XCTestCase {
     }
 
     func pythonBinary() throws -> String {
-        guard let real = AppPaths.realPath(Self.python) else { throw HarnessError("\(Self.python) is missing (scripts/deps installs python3)") }
+        guard let real = AppPaths.realPath(Self.python) else {
+            throw HarnessError("\(Self.python) is missing (scripts/deps installs python3)")
+        }
         return real
     }
 
@@ -110,7 +112,10 @@ final class IdentityTests: XCTestCase {
         guard let line, line != "closed" else { throw HarnessError("no response (connection closed)") }
         var bytes: [UInt8] = []
         var hex = Substring(line)
-        while hex.count >= 2 { bytes.append(UInt8(hex.prefix(2), radix: 16)!); hex = hex.dropFirst(2) }
+        while hex.count >= 2 {
+            bytes.append(UInt8(hex.prefix(2), radix: 16)!)
+            hex = hex.dropFirst(2)
+        }
         return try Response(CBOR.decode(bytes))
     }
 
@@ -119,7 +124,8 @@ final class IdentityTests: XCTestCase {
         let exe = d.root + "/app/registered-app"
         try FileManager.default.createDirectory(atPath: d.root + "/app", withIntermediateDirectories: true)
         try makeApp(at: exe)
-        try d.register(DaemonHarness.App(id: "TEAM.replaced", groups: ["TEAM.replaced"], executables: [exe]), name: "replaced")
+        try d.register(
+            DaemonHarness.App(id: "TEAM.replaced", groups: ["TEAM.replaced"], executables: [exe]), name: "replaced")
         try d.start()
 
         let app = try ScriptProcess(exe, ["-c", Self.appScript, d.socketPath, Self.copyRequest])
@@ -159,19 +165,26 @@ final class IdentityTests: XCTestCase {
         let registered = d.root + "/app/registered-app"
         try FileManager.default.createDirectory(atPath: d.root + "/app", withIntermediateDirectories: true)
         try makeApp(at: registered)
-        try d.register(DaemonHarness.App(id: "TEAM.victim", groups: ["TEAM.victim"], executables: [registered]), name: "victim")
+        try d.register(
+            DaemonHarness.App(id: "TEAM.victim", groups: ["TEAM.victim"], executables: [registered]), name: "victim")
         try d.start()
         let daemonPid = try XCTUnwrap(d.process?.processIdentifier)
 
-        let out = try d.run(try pythonBinary(), ["-c", Self.recycleScript, String(daemonPid), d.socketPath, Self.copyRequest, registered])
+        let out = try d.run(
+            try pythonBinary(),
+            ["-c", Self.recycleScript, String(daemonPid), d.socketPath, Self.copyRequest, registered])
         XCTAssertEqual(out.status, 0, out.stderr)
         let result = try JSONSerialization.jsonObject(with: Data(out.stdout.utf8)) as? [String: Any]
         let recycled = result?["recycled"] as? Bool ?? false
-        print("pid recycling: connecting pid \(result?["pid"] ?? "?") \(recycled ? "was handed to the registered app before the daemon looked" : "could not be handed to the registered app; tested the exited-peer case only")")
+        print(
+            "pid recycling: connecting pid \(result?["pid"] ?? "?") \(recycled ? "was handed to the registered app before the daemon looked" : "could not be handed to the registered app; tested the exited-peer case only")"
+        )
         let r = try response(result?["response"] as? String)
         XCTAssertEqual(r.status, .missingEntitlement, "a connection whose process is gone must not be served as anyone")
         // B's frame is refused before anything else: B is not the process that connected.
-        XCTAssertTrue(r.message?.contains("not by pid \(result?["pid"] ?? "?"), the process that connected") ?? false, r.message ?? "")
+        XCTAssertTrue(
+            r.message?.contains("not by pid \(result?["pid"] ?? "?"), the process that connected") ?? false,
+            r.message ?? "")
         XCTAssertEqual(try d.connect().call("status").status, .success, "the daemon keeps serving")
     }
 }
@@ -191,7 +204,7 @@ final class ScriptProcess {
     private var buffer: [UInt8] = []
 
     init(_ executable: String, _ arguments: [String]) throws {
-        signal(SIGPIPE, SIG_IGN)         // a child that died must fail the test, not kill the runner
+        signal(SIGPIPE, SIG_IGN)  // a child that died must fail the test, not kill the runner
         process.executableURL = URL(fileURLWithPath: executable)
         process.arguments = arguments
         process.standardInput = input
@@ -223,6 +236,9 @@ final class ScriptProcess {
 
     func stop() {
         try? input.fileHandleForWriting.close()
-        if process.isRunning { kill(process.processIdentifier, SIGKILL); process.waitUntilExit() }
+        if process.isRunning {
+            kill(process.processIdentifier, SIGKILL)
+            process.waitUntilExit()
+        }
     }
 }

@@ -10,43 +10,47 @@ final class IsolationAttackTests: XCTestCase {
 
     /// The prelude of every script: a raw client (kcwire) on $KEYCHAIND_SOCKET.
     static let client = """
-    import json, os, signal, socket, sys, time
-    import kcwire as kw
-    path = os.environ['KEYCHAIND_SOCKET']
-    def call(op, **fields):
-        c = kw.Conn(path)
-        try:
-            r = c.call(op, **fields)
-        finally:
-            c.close()
-        return r
-    def show(r):
-        out = dict(r)
-        if isinstance(out.get('result'), bytes):
-            out['result'] = out['result'].decode('utf-8', 'replace')
-        return out
-    def read(group=None):
-        q = kw.item('svc', 'alice', r_Data=True)
-        if group: q['agrp'] = group
-        return show(call('copy', query=q))
+        import json, os, signal, socket, sys, time
+        import kcwire as kw
+        path = os.environ['KEYCHAIND_SOCKET']
+        def call(op, **fields):
+            c = kw.Conn(path)
+            try:
+                r = c.call(op, **fields)
+            finally:
+                c.close()
+            return r
+        def show(r):
+            out = dict(r)
+            if isinstance(out.get('result'), bytes):
+                out['result'] = out['result'].decode('utf-8', 'replace')
+            return out
+        def read(group=None):
+            q = kw.item('svc', 'alice', r_Data=True)
+            if group: q['agrp'] = group
+            return show(call('copy', query=q))
 
-    """
+        """
 
     /// A session with app1 (a registered Python copy, groups TEAM.app1 and TEAM.shared) holding a
     /// secret in TEAM.shared, an admin keychainctl registered root-owned, and a passphrase set.
     func victim(passphrase: String = "correct horse") throws -> (UserSession, app1: String) {
         let s = try UserSession()
         let app1 = try s.makeApp("app1")
-        try s.registerSystem(.init(id: "TEAM.app1", groups: ["TEAM.app1", "TEAM.shared"], executables: [app1]), name: "app1")
-        try s.registerSystem(.init(id: "keychainctl", groups: ["keychainctl"], executables: [s.adminCLIPath], admin: true), name: "keychainctl")
+        try s.registerSystem(
+            .init(id: "TEAM.app1", groups: ["TEAM.app1", "TEAM.shared"], executables: [app1]), name: "app1")
+        try s.registerSystem(
+            .init(id: "keychainctl", groups: ["keychainctl"], executables: [s.adminCLIPath], admin: true),
+            name: "keychainctl")
         try s.start()
         let pass = try s.privateFile("pass", passphrase + "\n")
         let set = try s.run(s.adminCLIPath, ["passwd", "--new-passphrase-file", pass])
         XCTAssertEqual(set.status, 0, set.stderr)
         XCTAssertEqual(try s.run(s.adminCLIPath, ["unlock", "--passphrase-file", pass]).status, 0)
-        let stored = try s.script(Self.client + """
-            print(json.dumps(show(call('add', query=kw.item('svc', 'alice', v_Data=b"\(Self.secret)", agrp='TEAM.shared')))))
-            """, interpreter: app1)
+        let stored = try s.script(
+            Self.client + """
+                print(json.dumps(show(call('add', query=kw.item('svc', 'alice', v_Data=b"\(Self.secret)", agrp='TEAM.shared')))))
+                """, interpreter: app1)
         XCTAssertEqual(stored["status"] as? Int, 0, "\(stored)")
         let back = try s.script(Self.client + "print(json.dumps(read('TEAM.shared')))", interpreter: app1)
         XCTAssertEqual(back["result"] as? String, Self.secret, "the victim reads its own secret")
@@ -67,27 +71,30 @@ final class IsolationAttackTests: XCTestCase {
     func testAProcessThatRegistersItselfAsAdminGetsNothing() throws {
         let (s, _) = try victim()
         let python = try XCTUnwrap(AppPaths.realPath(UserSession.python))
-        let wrote = try s.script(Self.client + """
-            zz = os.path.join(sys.argv[1], 'zz.json')
-            with open(zz, 'w') as f:
-                json.dump({'application-identifier': 'EVIL.app', 'keychain-access-groups': ['TEAM.shared', 'TEAM.app1'],
-                           'executables': [sys.argv[2]], 'admin': True}, f)
-            os.kill(int(sys.argv[3]), signal.SIGHUP)
-            print(json.dumps({'wrote': zz}))
-            """, [s.appsDirectory, python, String(s.daemonPID)])
+        let wrote = try s.script(
+            Self.client + """
+                zz = os.path.join(sys.argv[1], 'zz.json')
+                with open(zz, 'w') as f:
+                    json.dump({'application-identifier': 'EVIL.app', 'keychain-access-groups': ['TEAM.shared', 'TEAM.app1'],
+                               'executables': [sys.argv[2]], 'admin': True}, f)
+                os.kill(int(sys.argv[3]), signal.SIGHUP)
+                print(json.dumps({'wrote': zz}))
+                """, [s.appsDirectory, python, String(s.daemonPID)])
         XCTAssertNotNil(wrote["wrote"])
-        s.reload()   // waits for the reload the attacker's SIGHUP asked for (and asks again)
-        let attempt = try s.script(Self.client + """
-            backup = show(call('backup', passphrase=b'attacker chosen'))
-            status = call('status')['result']
-            print(json.dumps({'shared': read('TEAM.shared'), 'any': read(), 'backup': backup,
-                              'caller': status.get('caller'), 'why': status.get('unidentified')}))
-            """)
+        s.reload()  // waits for the reload the attacker's SIGHUP asked for (and asks again)
+        let attempt = try s.script(
+            Self.client + """
+                backup = show(call('backup', passphrase=b'attacker chosen'))
+                status = call('status')['result']
+                print(json.dumps({'shared': read('TEAM.shared'), 'any': read(), 'backup': backup,
+                                  'caller': status.get('caller'), 'why': status.get('unidentified')}))
+                """)
         assertRefused(attempt["shared"] as? [String: Any] ?? [:], "read of TEAM.shared")
         assertRefused(attempt["any"] as? [String: Any] ?? [:], "read of any group")
         assertRefused(attempt["backup"] as? [String: Any] ?? [:], "backup")
         XCTAssertTrue(attempt["caller"] is NSNull, "\(attempt)")
-        XCTAssertTrue((attempt["why"] as? String)?.contains("not approved with the keychain passphrase") ?? false, "\(attempt)")
+        XCTAssertTrue(
+            (attempt["why"] as? String)?.contains("not approved with the keychain passphrase") ?? false, "\(attempt)")
         let status = try s.run(s.adminCLIPath, ["status"])
         XCTAssertTrue(status.stdout.contains("zz.json") && status.stdout.contains("not approved"), status.stdout)
         XCTAssertTrue(s.log.contains("registration ignored"), s.log)
@@ -101,9 +108,15 @@ final class IsolationAttackTests: XCTestCase {
     func testABindMountOverARegisteredPathIsNotThatApp() throws {
         let (s, app1) = try victim()
         let python = try XCTUnwrap(AppPaths.realPath(UserSession.python))
-        let code = Self.client + "print(json.dumps({'shared': read('TEAM.shared'), 'why': call('status')['result'].get('unidentified')}))"
-        let out = try s.run("/usr/bin/unshare", ["-Urm", "/bin/sh", "-c", "mount --bind \"$0\" \"$1\" && exec \"$1\" -c \"$2\"",
-                                                 python, app1, code])
+        let code =
+            Self.client
+            + "print(json.dumps({'shared': read('TEAM.shared'), 'why': call('status')['result'].get('unidentified')}))"
+        let out = try s.run(
+            "/usr/bin/unshare",
+            [
+                "-Urm", "/bin/sh", "-c", "mount --bind \"$0\" \"$1\" && exec \"$1\" -c \"$2\"",
+                python, app1, code,
+            ])
         XCTAssertEqual(out.status, 0, "unshare -Urm needs unprivileged user namespaces: \(out.stderr)")
         let line = try XCTUnwrap(out.stdout.split(separator: "\n").last)
         let attempt = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
@@ -118,34 +131,36 @@ final class IsolationAttackTests: XCTestCase {
     /// app — but the frames come from the child, another process.
     func testAChildOfAConnectionThatExecedARegisteredAppIsRefused() throws {
         let (s, app1) = try victim()
-        let result = try s.script(Self.client + """
-            daemon, app = int(sys.argv[1]), sys.argv[2]
-            req = kw.frame({'v': 1, 'id': 1, 'op': 'copy', 'query': kw.item('svc', 'alice', r_Data=True, agrp='TEAM.shared')})
-            r, w = os.pipe()
-            os.kill(daemon, signal.SIGSTOP)
-            try:
-                s = socket.socket(socket.AF_UNIX); s.connect(path)
-                pid = os.fork()
-                if pid != 0:
-                    os.close(r); os.close(w)
-                    os.execv(app, [app, '-c', 'import time; time.sleep(120)'])
-                # The child: wait until the parent runs the registered app, then let the daemon go.
-                while os.path.realpath('/proc/%d/exe' % os.getppid()) != os.path.realpath(app):
-                    time.sleep(0.01)
-                os.kill(daemon, signal.SIGCONT)
-                s.sendall(req)
-                data = b''
-                while len(data) < 4 or len(data) < 4 + int.from_bytes(data[:4], 'big'):
-                    chunk = s.recv(65536)
-                    if not chunk: break
-                    data += chunk
-                response = kw.decode(data[4:]) if len(data) > 4 else {'status': 'closed'}
-                closed = s.recv(1) == b''
-                os.kill(os.getppid(), signal.SIGKILL)
-                print(json.dumps({'response': show(response), 'closed': closed}))
-            finally:
-                os.kill(daemon, signal.SIGCONT)
-            """, [String(s.daemonPID), app1], exitStatus: nil)   // the process we started ends killed, as the registered app
+        // The process we started ends killed, as the registered app.
+        let result = try s.script(
+            Self.client + """
+                daemon, app = int(sys.argv[1]), sys.argv[2]
+                req = kw.frame({'v': 1, 'id': 1, 'op': 'copy', 'query': kw.item('svc', 'alice', r_Data=True, agrp='TEAM.shared')})
+                r, w = os.pipe()
+                os.kill(daemon, signal.SIGSTOP)
+                try:
+                    s = socket.socket(socket.AF_UNIX); s.connect(path)
+                    pid = os.fork()
+                    if pid != 0:
+                        os.close(r); os.close(w)
+                        os.execv(app, [app, '-c', 'import time; time.sleep(120)'])
+                    # The child: wait until the parent runs the registered app, then let the daemon go.
+                    while os.path.realpath('/proc/%d/exe' % os.getppid()) != os.path.realpath(app):
+                        time.sleep(0.01)
+                    os.kill(daemon, signal.SIGCONT)
+                    s.sendall(req)
+                    data = b''
+                    while len(data) < 4 or len(data) < 4 + int.from_bytes(data[:4], 'big'):
+                        chunk = s.recv(65536)
+                        if not chunk: break
+                        data += chunk
+                    response = kw.decode(data[4:]) if len(data) > 4 else {'status': 'closed'}
+                    closed = s.recv(1) == b''
+                    os.kill(os.getppid(), signal.SIGKILL)
+                    print(json.dumps({'response': show(response), 'closed': closed}))
+                finally:
+                    os.kill(daemon, signal.SIGCONT)
+                """, [String(s.daemonPID), app1], exitStatus: nil)
         let response = result["response"] as? [String: Any] ?? [:]
         assertRefused(response, "the child's read")
         XCTAssertTrue((response["message"] as? String)?.contains("the process that connected") ?? false, "\(response)")
@@ -160,16 +175,25 @@ final class IsolationAttackTests: XCTestCase {
         let (s, _) = try victim()
         let pass = try s.privateFile("pass2", "correct horse\n")
         let find = try s.run(s.cliPath, ["find", "-s", "svc", "-a", "alice", "-g", "TEAM.shared", "-w"])
-        XCTAssertEqual(find.status, 30, find.stderr)           // −34018's low byte
+        XCTAssertEqual(find.status, 30, find.stderr)  // −34018's low byte
         XCTAssertEqual(find.stdout, "")
         XCTAssertEqual(try s.run(s.cliPath, ["find", "-s", "svc", "-w"]).status, 44, "its own group holds nothing")
         XCTAssertEqual(try s.run(s.cliPath, ["list", "--json"]).stdout, "[]\n", "only its own group is listed")
-        XCTAssertEqual(try s.run(s.cliPath, ["backup", s.home + "/stolen", "--passphrase-file", pass,
-                                             "--keychain-passphrase-file", pass]).status, 30)
+        XCTAssertEqual(
+            try s.run(
+                s.cliPath,
+                [
+                    "backup", s.home + "/stolen", "--passphrase-file", pass,
+                    "--keychain-passphrase-file", pass,
+                ]
+            ).status, 30)
         XCTAssertFalse(FileManager.default.fileExists(atPath: s.home + "/stolen"))
-        XCTAssertEqual(try s.run(s.cliPath, ["passwd", "--passphrase-file", pass, "--new-passphrase-file", pass]).status, 30)
+        XCTAssertEqual(
+            try s.run(s.cliPath, ["passwd", "--passphrase-file", pass, "--new-passphrase-file", pass]).status, 30)
         let status = try s.run(s.cliPath, ["status", "--json"])
-        XCTAssertTrue(status.stdout.contains("\"admin\":false") && status.stdout.contains("\"caller\":\"keychainctl\""), status.stdout)
+        XCTAssertTrue(
+            status.stdout.contains("\"admin\":false") && status.stdout.contains("\"caller\":\"keychainctl\""),
+            status.stdout)
         // It works as the app it is: its own group.
         XCTAssertEqual(try s.run(s.cliPath, ["add", "-s", "cli", "-a", "me", "-w", "mine"]).status, 0)
         XCTAssertEqual(try s.run(s.cliPath, ["find", "-s", "cli", "-a", "me", "-w"]).stdout, "mine\n")
@@ -185,17 +209,31 @@ final class IsolationAttackTests: XCTestCase {
         let wrong = try s.privateFile("wrong", "not it\n")
         let list = try s.run(s.adminCLIPath, ["list"])
         XCTAssertTrue(list.stdout.contains("TEAM.shared"), "attributes need no presence: \(list.stdout)")
-        let unproven = try s.run(s.adminCLIPath, ["find", "-s", "svc", "-a", "alice", "-w"])   // no terminal to ask on
+        let unproven = try s.run(s.adminCLIPath, ["find", "-s", "svc", "-a", "alice", "-w"])  // no terminal to ask on
         XCTAssertNotEqual(unproven.status, 0)
         XCTAssertEqual(unproven.stdout, "")
-        let wrongOne = try s.run(s.adminCLIPath, ["find", "-s", "svc", "-a", "alice", "-w", "--keychain-passphrase-file", wrong])
-        XCTAssertEqual(wrongOne.status, 51, wrongOne.stderr)   // −25293's low byte
-        let proven = try s.run(s.adminCLIPath, ["find", "-s", "svc", "-a", "alice", "-w", "--keychain-passphrase-file", pass])
+        let wrongOne = try s.run(
+            s.adminCLIPath, ["find", "-s", "svc", "-a", "alice", "-w", "--keychain-passphrase-file", wrong])
+        XCTAssertEqual(wrongOne.status, 51, wrongOne.stderr)  // −25293's low byte
+        let proven = try s.run(
+            s.adminCLIPath, ["find", "-s", "svc", "-a", "alice", "-w", "--keychain-passphrase-file", pass])
         XCTAssertEqual(proven.stdout, Self.secret + "\n", proven.stderr)
-        XCTAssertEqual(try s.run(s.adminCLIPath, ["backup", s.home + "/b", "--passphrase-file", pass,
-                                                  "--keychain-passphrase-file", wrong]).status, 51)
-        XCTAssertEqual(try s.run(s.adminCLIPath, ["backup", s.home + "/b", "--passphrase-file", pass,
-                                                  "--keychain-passphrase-file", pass]).status, 0)
+        XCTAssertEqual(
+            try s.run(
+                s.adminCLIPath,
+                [
+                    "backup", s.home + "/b", "--passphrase-file", pass,
+                    "--keychain-passphrase-file", wrong,
+                ]
+            ).status, 51)
+        XCTAssertEqual(
+            try s.run(
+                s.adminCLIPath,
+                [
+                    "backup", s.home + "/b", "--passphrase-file", pass,
+                    "--keychain-passphrase-file", pass,
+                ]
+            ).status, 0)
     }
 
     // MARK: Registering with the passphrase
@@ -209,8 +247,12 @@ final class IsolationAttackTests: XCTestCase {
         let app2 = try s.makeApp("app2")
         let whoAmI = Self.client + "print(json.dumps({'caller': call('status')['result'].get('caller')}))"
         XCTAssertTrue(try s.script(whoAmI, interpreter: app2)["caller"] is NSNull)
-        let registered = try s.run(s.adminCLIPath, ["register", "-i", "TEAM.app2", "-g", "TEAM.app2", "-e", app2,
-                                                    "--keychain-passphrase-file", pass])
+        let registered = try s.run(
+            s.adminCLIPath,
+            [
+                "register", "-i", "TEAM.app2", "-g", "TEAM.app2", "-e", app2,
+                "--keychain-passphrase-file", pass,
+            ])
         XCTAssertEqual(registered.status, 0, registered.stderr)
         XCTAssertEqual(try s.script(whoAmI, interpreter: app2)["caller"] as? String, "TEAM.app2")
 
@@ -218,17 +260,20 @@ final class IsolationAttackTests: XCTestCase {
         s.stop()
         try s.start()
         XCTAssertTrue(try s.script(whoAmI, interpreter: app2)["caller"] is NSNull)
-        XCTAssertEqual(try s.run(s.cliPath, ["unlock", "--passphrase-file", pass]).status, 0, "the bundled CLI may unlock")
+        XCTAssertEqual(
+            try s.run(s.cliPath, ["unlock", "--passphrase-file", pass]).status, 0, "the bundled CLI may unlock")
         XCTAssertEqual(try s.script(whoAmI, interpreter: app2)["caller"] as? String, "TEAM.app2")
 
         // Widening the registration by editing the file makes it stop counting.
         let file = s.appsDirectory + "/TEAM.app2.json"
-        let widened = #"{"application-identifier": "TEAM.app2", "keychain-access-groups": ["TEAM.app2", "TEAM.shared"], "executables": ["\#(app2)"]}"#
+        let widened =
+            #"{"application-identifier": "TEAM.app2", "keychain-access-groups": ["TEAM.app2", "TEAM.shared"], "executables": ["\#(app2)"]}"#
         XCTAssertEqual(try s.run("/bin/sh", ["-c", "printf '%s' \"$0\" > \"$1\"", widened, file]).status, 0)
         s.reload()
         XCTAssertTrue(try s.script(whoAmI, interpreter: app2)["caller"] is NSNull)
 
-        XCTAssertEqual(try s.run(s.adminCLIPath, ["unregister", "TEAM.app2", "--keychain-passphrase-file", pass]).status, 0)
+        XCTAssertEqual(
+            try s.run(s.adminCLIPath, ["unregister", "TEAM.app2", "--keychain-passphrase-file", pass]).status, 0)
         XCTAssertFalse(FileManager.default.fileExists(atPath: file))
     }
 
@@ -242,7 +287,9 @@ final class IsolationAttackTests: XCTestCase {
         chmod(own, 0o755)
         try s.registerSystem(.init(id: "TEAM.own", groups: ["TEAM.own"], executables: [own]), name: "own")
         try s.start()
-        let r = try s.script(Self.client + "print(json.dumps(show(call('copy', query=kw.item('svc', 'x', r_Data=True)))))", interpreter: own)
+        let r = try s.script(
+            Self.client + "print(json.dumps(show(call('copy', query=kw.item('svc', 'x', r_Data=True)))))",
+            interpreter: own)
         XCTAssertEqual(r["status"] as? Int, -34018, "\(r)")
         XCTAssertTrue((r["message"] as? String)?.contains("\(own) can be modified by this user") ?? false, "\(r)")
     }

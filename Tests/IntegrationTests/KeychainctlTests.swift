@@ -1,14 +1,15 @@
 import Foundation
-import XCTest
 import KeychainServices
+import XCTest
 
 /// `keychainctl`, the real binary against the real daemon: every verb, exit codes, --json, --help.
 final class KeychainctlTests: XCTestCase {
     var daemon: DaemonHarness!
 
     /// keychainctl registered as the package registers it: an admin with the group `keychainctl`.
-    static let cliAdmin = DaemonHarness.App(id: "keychainctl", groups: ["keychainctl"],
-                                            executables: [DaemonHarness.cliPath], admin: true)
+    static let cliAdmin = DaemonHarness.App(
+        id: "keychainctl", groups: ["keychainctl"],
+        executables: [DaemonHarness.cliPath], admin: true)
 
     override func setUpWithError() throws {
         daemon = try DaemonHarness(apps: DaemonHarness.defaultApps + [Self.cliAdmin])
@@ -28,8 +29,10 @@ final class KeychainctlTests: XCTestCase {
     }
 
     /// One line on stderr, "keychainctl: errSecName (code): message", and the exit status = low byte.
-    func assertFailure(_ r: (status: Int32, stdout: String, stderr: String), _ status: OSStatus, _ name: String,
-                       file: StaticString = #filePath, line: UInt = #line) {
+    func assertFailure(
+        _ r: (status: Int32, stdout: String, stderr: String), _ status: OSStatus, _ name: String,
+        file: StaticString = #filePath, line: UInt = #line
+    ) {
         XCTAssertEqual(r.status, Int32(UInt8(truncatingIfNeeded: status)), r.stderr, file: file, line: line)
         XCTAssertTrue(r.stderr.hasPrefix("keychainctl: \(name) (\(status)): "), r.stderr, file: file, line: line)
         XCTAssertEqual(r.stderr.filter { $0 == "\n" }.count, 1, r.stderr, file: file, line: line)
@@ -38,8 +41,11 @@ final class KeychainctlTests: XCTestCase {
     func testHelpForTheToolAndEveryVerb() throws {
         let tool = try ctl("--help")
         XCTAssertEqual(tool.status, 0)
-        for verb in ["add", "find", "update", "delete", "list", "device-id", "status", "lock", "unlock", "passwd", "backup", "restore",
-                     "apps", "register", "approve", "unregister"] {
+        for verb in [
+            "add", "find", "update", "delete", "list", "device-id", "status", "lock", "unlock", "passwd", "backup",
+            "restore",
+            "apps", "register", "approve", "unregister",
+        ] {
             XCTAssertTrue(tool.stdout.contains("  \(verb) "), verb)
             let help = try ctl(verb, "--help")
             XCTAssertEqual(help.status, 0, verb)
@@ -55,7 +61,8 @@ final class KeychainctlTests: XCTestCase {
         assertFailure(try ctl("find", "-x"), errSecParam, "errSecParam")
         assertFailure(try ctl("add", "-s", "svc"), errSecParam, "errSecParam")
         assertFailure(try ctl("add", "-s", "svc", "-a", "a", "-w", "x", "--stdin"), errSecParam, "errSecParam")
-        assertFailure(try ctl("add", "-s", "svc", "-a", "a", "-w", "x", "--accessible", "zz"), errSecParam, "errSecParam")
+        assertFailure(
+            try ctl("add", "-s", "svc", "-a", "a", "-w", "x", "--accessible", "zz"), errSecParam, "errSecParam")
         assertFailure(try ctl("list", "--all"), errSecParam, "errSecParam")
         assertFailure(try ctl("backup"), errSecParam, "errSecParam")
         assertFailure(try ctl("unlock", "--passphrase", "secret-on-argv"), errSecParam, "errSecParam")
@@ -65,10 +72,15 @@ final class KeychainctlTests: XCTestCase {
     }
 
     func testAddFindUpdateDelete() throws {
-        XCTAssertEqual(try ctl("add", "-s", "com.example.cli", "-a", "alice", "-w", "s3cret", "-l", "Alice", "-j", "note",
-                               "-D", "web password", "--accessible", "ck").status, 0)
+        XCTAssertEqual(
+            try ctl(
+                "add", "-s", "com.example.cli", "-a", "alice", "-w", "s3cret", "-l", "Alice", "-j", "note",
+                "-D", "web password", "--accessible", "ck"
+            ).status, 0)
         XCTAssertEqual(try ctl("find", "-s", "com.example.cli", "-a", "alice", "-w").stdout, "s3cret\n")
-        assertFailure(try ctl("add", "-s", "com.example.cli", "-a", "alice", "-w", "again"), errSecDuplicateItem, "errSecDuplicateItem")
+        assertFailure(
+            try ctl("add", "-s", "com.example.cli", "-a", "alice", "-w", "again"), errSecDuplicateItem,
+            "errSecDuplicateItem")
         XCTAssertEqual(try ctl("add", "-s", "com.example.cli", "-a", "alice", "-w", "replaced", "-U").status, 0)
         XCTAssertEqual(try ctl("find", "-s", "com.example.cli", "-a", "alice", "-w").stdout, "replaced\n")
         XCTAssertEqual(try ctl("add", "-s", "com.example.cli", "-a", "bob", "--stdin", stdin: "from stdin\n").status, 0)
@@ -76,32 +88,40 @@ final class KeychainctlTests: XCTestCase {
 
         let human = try ctl("find", "-s", "com.example.cli", "-a", "alice")
         XCTAssertEqual(human.status, 0)
-        for expected in ["service", "com.example.cli", "account", "alice", "access group", "keychainctl", "label",
-                         "Alice", "comment", "note", "description", "web password", "ck (after first unlock)", "created", "modified"] {
+        for expected in [
+            "service", "com.example.cli", "account", "alice", "access group", "keychainctl", "label",
+            "Alice", "comment", "note", "description", "web password", "ck (after first unlock)", "created", "modified",
+        ] {
             XCTAssertTrue(human.stdout.contains(expected), "\(expected) in \(human.stdout)")
         }
         XCTAssertFalse(human.stdout.contains("replaced"), "attributes only, no secret")
         // Aligned: every value starts in the same column, after the label and at least two spaces.
-        let valueColumns = Set(human.stdout.split(separator: "\n").map { line -> Int in
-            let gap = line.range(of: "  ")!.lowerBound
-            let value = line[gap...].firstIndex { $0 != " " }!
-            return line.distance(from: line.startIndex, to: value)
-        })
+        let valueColumns = Set(
+            human.stdout.split(separator: "\n").map { line -> Int in
+                let gap = line.range(of: "  ")!.lowerBound
+                let value = line[gap...].firstIndex { $0 != " " }!
+                return line.distance(from: line.startIndex, to: value)
+            })
         XCTAssertEqual(valueColumns.count, 1, human.stdout)
 
-        let attrs = try XCTUnwrap(try json(ctl("--json", "find", "-s", "com.example.cli", "-a", "alice").stdout) as? [String: Any])
+        let attrs = try XCTUnwrap(
+            try json(ctl("--json", "find", "-s", "com.example.cli", "-a", "alice").stdout) as? [String: Any])
         XCTAssertEqual(attrs["svce"] as? String, "com.example.cli")
         XCTAssertEqual(attrs["acct"] as? String, "alice")
         XCTAssertEqual(attrs["pdmn"] as? String, "ck")
         XCTAssertEqual(attrs["sync"] as? Bool, false)
         XCTAssertNotNil(attrs["cdat"] as? String)
         XCTAssertNil(attrs["v_Data"])
-        let withSecret = try XCTUnwrap(try json(ctl("find", "-s", "com.example.cli", "-a", "alice", "-w", "--json").stdout) as? [String: Any])
+        let withSecret = try XCTUnwrap(
+            try json(ctl("find", "-s", "com.example.cli", "-a", "alice", "-w", "--json").stdout) as? [String: Any])
         XCTAssertEqual((withSecret["v_Data"] as? String).flatMap { Data(base64Encoded: $0) }, Data("replaced".utf8))
         XCTAssertEqual(withSecret["acct"] as? String, "alice")
-        let all = try XCTUnwrap(try json(ctl("find", "-s", "com.example.cli", "--all", "--json").stdout) as? [[String: Any]])
+        let all = try XCTUnwrap(
+            try json(ctl("find", "-s", "com.example.cli", "--all", "--json").stdout) as? [[String: Any]])
         XCTAssertEqual(Set(all.compactMap { $0["acct"] as? String }), ["alice", "bob"])
-        XCTAssertEqual(try ctl("find", "-s", "com.example.cli", "--all", "-w").stdout.split(separator: "\n").sorted(), ["from stdin", "replaced"])
+        XCTAssertEqual(
+            try ctl("find", "-s", "com.example.cli", "--all", "-w").stdout.split(separator: "\n").sorted(),
+            ["from stdin", "replaced"])
 
         let missing = try ctl("find", "-s", "com.example.none", "-w")
         assertFailure(missing, errSecItemNotFound, "errSecItemNotFound")
@@ -119,15 +139,21 @@ final class KeychainctlTests: XCTestCase {
         let relabel = try ctl("--json", "update", "-s", "com.example.cli", "-a", "alice", "-l", "Renamed")
         XCTAssertEqual(relabel.status, 0)
         XCTAssertEqual((try json(relabel.stdout) as? [String: Any])?["ok"] as? Bool, true)
-        XCTAssertEqual((try json(ctl("--json", "find", "-s", "com.example.cli", "-a", "alice").stdout) as? [String: Any])?["labl"] as? String, "Renamed")
-        XCTAssertEqual(try ctl("find", "-s", "com.example.cli", "-a", "alice", "-w").stdout, "piped\n", "a label change keeps the secret")
-        assertFailure(try ctl("update", "-s", "com.example.none", "-a", "x", "-w", "y"), errSecItemNotFound, "errSecItemNotFound")
+        XCTAssertEqual(
+            (try json(ctl("--json", "find", "-s", "com.example.cli", "-a", "alice").stdout) as? [String: Any])?["labl"]
+                as? String, "Renamed")
+        XCTAssertEqual(
+            try ctl("find", "-s", "com.example.cli", "-a", "alice", "-w").stdout, "piped\n",
+            "a label change keeps the secret")
+        assertFailure(
+            try ctl("update", "-s", "com.example.none", "-a", "x", "-w", "y"), errSecItemNotFound, "errSecItemNotFound")
 
         assertFailure(try ctl("delete", "-s", "com.example.cli"), errSecParam, "errSecParam")  // two match, no --all
         let deleted = try ctl("delete", "-s", "com.example.cli", "-a", "alice", "--json")
         XCTAssertEqual(deleted.status, 0, deleted.stderr)
         XCTAssertEqual((try json(deleted.stdout) as? [String: Any])?["deleted"] as? Int, 1)
-        assertFailure(try ctl("delete", "-s", "com.example.cli", "-a", "alice"), errSecItemNotFound, "errSecItemNotFound")
+        assertFailure(
+            try ctl("delete", "-s", "com.example.cli", "-a", "alice"), errSecItemNotFound, "errSecItemNotFound")
         XCTAssertEqual(try ctl("add", "-s", "com.example.cli", "-a", "carol", "-w", "c").status, 0)
         XCTAssertEqual(try ctl("delete", "-s", "com.example.cli", "--all").status, 0)
         assertFailure(try ctl("find", "-s", "com.example.cli"), errSecItemNotFound, "errSecItemNotFound")
@@ -167,13 +193,17 @@ final class KeychainctlTests: XCTestCase {
         XCTAssertEqual(own["accessGroup"] as? String, "keychainctl", "the CLI's first group")
         KeychainConnection.shared.retarget(socketPath: daemon.socketPath)
         defer { KeychainConnection.shared.retarget(socketPath: nil) }
-        XCTAssertEqual(try DeviceIdentifier.current(accessGroup: "TEAM.shared").uuidString, shared["deviceId"] as? String)
+        XCTAssertEqual(
+            try DeviceIdentifier.current(accessGroup: "TEAM.shared").uuidString, shared["deviceId"] as? String)
     }
 
     func testStatus() throws {
         let human = try ctl("status")
         XCTAssertEqual(human.status, 0, human.stderr)
-        for expected in ["daemon", "keychaind", "state", "passphrase", "items", "socket", daemon.socketPath, "caller", "keychainctl (admin)"] {
+        for expected in [
+            "daemon", "keychaind", "state", "passphrase", "items", "socket", daemon.socketPath, "caller",
+            "keychainctl (admin)",
+        ] {
             XCTAssertTrue(human.stdout.contains(expected), "\(expected) in \(human.stdout)")
         }
         let s = try XCTUnwrap(try json(ctl("status", "--json").stdout) as? [String: Any])
@@ -186,16 +216,21 @@ final class KeychainctlTests: XCTestCase {
     /// lock / unlock / passwd / backup / restore. Until the daemon implements them (issue 5) they answer
     /// errSecUnimplemented, which must come out as exit status 252 with the one-line error.
     func testAdminVerbs() throws {
-        let pass = daemon.root + "/pass", newPass = daemon.root + "/newpass", backupFile = daemon.root + "/backup.kcb"
+        let pass = daemon.root + "/pass"
+        let newPass = daemon.root + "/newpass"
+        let backupFile = daemon.root + "/backup.kcb"
         try "first passphrase\n".write(toFile: pass, atomically: true, encoding: .utf8)
         try "second passphrase\n".write(toFile: newPass, atomically: true, encoding: .utf8)
         let set = try ctl("passwd", "--new-passphrase-file", pass)
         XCTAssertEqual(set.status, 0, set.stderr)
         XCTAssertEqual(try ctl("add", "-s", "com.example.locked", "-a", "a", "-w", "secret").status, 0)
-        XCTAssertEqual(try ctl("add", "-s", "com.example.always", "-a", "a", "-w", "always", "--accessible", "dk").status, 0)
+        XCTAssertEqual(
+            try ctl("add", "-s", "com.example.always", "-a", "a", "-w", "always", "--accessible", "dk").status, 0)
         XCTAssertEqual(try ctl("--json", "lock").stdout, "{\"ok\":true}\n")
         XCTAssertEqual((try json(ctl("status", "--json").stdout) as? [String: Any])?["locked"] as? Bool, true)
-        assertFailure(try ctl("find", "-s", "com.example.locked", "-w"), errSecInteractionNotAllowed, "errSecInteractionNotAllowed")
+        assertFailure(
+            try ctl("find", "-s", "com.example.locked", "-w"), errSecInteractionNotAllowed,
+            "errSecInteractionNotAllowed")
         XCTAssertEqual(try ctl("find", "-s", "com.example.always", "-w").stdout, "always\n")
         assertFailure(try ctl("unlock", "--passphrase-file", newPass), errSecAuthFailed, "errSecAuthFailed")
         XCTAssertEqual(try ctl("unlock", "--passphrase-file", pass).status, 0)
@@ -203,31 +238,44 @@ final class KeychainctlTests: XCTestCase {
         XCTAssertEqual(try ctl("passwd", "--passphrase-file", pass, "--new-passphrase-file", newPass).status, 0)
 
         // While a passphrase is set, backup and restore also need the keychain passphrase (presence).
-        assertFailure(try ctl("backup", backupFile, "--passphrase-file", pass, "--keychain-passphrase-file", pass),
-                      errSecAuthFailed, "errSecAuthFailed")
-        let backup = try ctl("backup", backupFile, "--passphrase-file", pass, "--keychain-passphrase-file", newPass, "--json")
+        assertFailure(
+            try ctl("backup", backupFile, "--passphrase-file", pass, "--keychain-passphrase-file", pass),
+            errSecAuthFailed, "errSecAuthFailed")
+        let backup = try ctl(
+            "backup", backupFile, "--passphrase-file", pass, "--keychain-passphrase-file", newPass, "--json")
         XCTAssertEqual(backup.status, 0, backup.stderr)
         let mode = try FileManager.default.attributesOfItem(atPath: backupFile)[.posixPermissions] as? Int
         XCTAssertEqual(mode, 0o600)
         XCTAssertEqual(try ctl("delete", "-s", "com.example.locked", "-a", "a").status, 0)
-        let restored = try XCTUnwrap(try json(ctl("restore", backupFile, "--passphrase-file", pass, "--keychain-passphrase-file", newPass,
-                                                  "--json").stdout) as? [String: Any])
+        let restored = try XCTUnwrap(
+            try json(
+                ctl(
+                    "restore", backupFile, "--passphrase-file", pass, "--keychain-passphrase-file", newPass,
+                    "--json"
+                ).stdout) as? [String: Any])
         XCTAssertGreaterThanOrEqual(restored["restored"] as? Int ?? 0, 1)
         XCTAssertEqual(try ctl("find", "-s", "com.example.locked", "-w").stdout, "secret\n")
-        XCTAssertNotEqual(try ctl("restore", backupFile, "--passphrase-file", newPass, "--keychain-passphrase-file", newPass).status, 0,
-                          "wrong backup passphrase")
+        XCTAssertNotEqual(
+            try ctl("restore", backupFile, "--passphrase-file", newPass, "--keychain-passphrase-file", newPass).status,
+            0,
+            "wrong backup passphrase")
     }
 
     /// --passphrase-fd / --new-passphrase-fd (how pam_keychaind hands over the login password, never
     /// on argv), and --if-set / --if-locked, which keep a login password that is not the keychain's
     /// passphrase from setting one or from counting as a failed unlock.
     func testPassphrasesFromADescriptorAndTheConditionalFlags() throws {
-        func status() throws -> [String: Any] { try XCTUnwrap(try json(ctl("status", "--json").stdout) as? [String: Any]) }
-        let notSet = try ctl("passwd", "--if-set", "--passphrase-fd", "0", "--new-passphrase-fd", "0", stdin: "old\nnew\n")
+        func status() throws -> [String: Any] {
+            try XCTUnwrap(try json(ctl("status", "--json").stdout) as? [String: Any])
+        }
+        let notSet = try ctl(
+            "passwd", "--if-set", "--passphrase-fd", "0", "--new-passphrase-fd", "0", stdin: "old\nnew\n")
         XCTAssertEqual(notSet.status, 0, notSet.stderr)
         XCTAssertEqual(notSet.stdout, "no passphrase set: nothing to change\n")
         XCTAssertEqual(try status()["passphraseSet"] as? Bool, false, "--if-set never sets a first passphrase")
-        XCTAssertEqual(try ctl("unlock", "--if-locked", "--passphrase-fd", "0", stdin: "anything\n").stdout, "not locked: nothing to unlock\n")
+        XCTAssertEqual(
+            try ctl("unlock", "--if-locked", "--passphrase-fd", "0", stdin: "anything\n").stdout,
+            "not locked: nothing to unlock\n")
 
         let set = try ctl("passwd", "--new-passphrase-fd", "0", stdin: "first pass\n")
         XCTAssertEqual(set.status, 0, set.stderr)
@@ -241,21 +289,28 @@ final class KeychainctlTests: XCTestCase {
         XCTAssertEqual(try status()["failedUnlocks"] as? Int, 0)
 
         // One descriptor, two lines: the current passphrase, then the new one.
-        let changed = try ctl("passwd", "--if-set", "--passphrase-fd", "0", "--new-passphrase-fd", "0", stdin: "first pass\nsecond pass\n")
+        let changed = try ctl(
+            "passwd", "--if-set", "--passphrase-fd", "0", "--new-passphrase-fd", "0", stdin: "first pass\nsecond pass\n"
+        )
         XCTAssertEqual(changed.status, 0, changed.stderr)
         XCTAssertEqual(try ctl("lock").status, 0)
-        assertFailure(try ctl("unlock", "--passphrase-fd", "0", stdin: "first pass\n"), errSecAuthFailed, "errSecAuthFailed")
+        assertFailure(
+            try ctl("unlock", "--passphrase-fd", "0", stdin: "first pass\n"), errSecAuthFailed, "errSecAuthFailed")
         XCTAssertEqual(try ctl("unlock", "--passphrase-fd", "0", stdin: "second pass\r\n").status, 0)
         // A current passphrase that does not match changes nothing.
-        assertFailure(try ctl("passwd", "--if-set", "--passphrase-fd", "0", "--new-passphrase-fd", "0", stdin: "nope\nthird\n"),
-                      errSecAuthFailed, "errSecAuthFailed")
+        assertFailure(
+            try ctl("passwd", "--if-set", "--passphrase-fd", "0", "--new-passphrase-fd", "0", stdin: "nope\nthird\n"),
+            errSecAuthFailed, "errSecAuthFailed")
         XCTAssertEqual(try ctl("lock").status, 0)
         XCTAssertEqual(try ctl("unlock", "--passphrase-fd", "0", stdin: "second pass\n").status, 0)
 
         assertFailure(try ctl("unlock", "--passphrase-fd", "zero"), errSecParam, "errSecParam")
         assertFailure(try ctl("unlock", "--passphrase-fd", "-1"), errSecParam, "errSecParam")
-        assertFailure(try ctl("unlock", "--passphrase-fd", "0", "--passphrase-file", "/dev/null"), errSecParam, "errSecParam")
-        assertFailure(try ctl("passwd", "--new-passphrase-fd", "0", "--new-passphrase-file", "/dev/null"), errSecParam, "errSecParam")
+        assertFailure(
+            try ctl("unlock", "--passphrase-fd", "0", "--passphrase-file", "/dev/null"), errSecParam, "errSecParam")
+        assertFailure(
+            try ctl("passwd", "--new-passphrase-fd", "0", "--new-passphrase-file", "/dev/null"), errSecParam,
+            "errSecParam")
         assertFailure(try ctl("lock", "--if-locked"), errSecParam, "errSecParam")
         XCTAssertEqual(try ctl("lock").status, 0)
         let closed = try ctl("unlock", "--passphrase-fd", "987")

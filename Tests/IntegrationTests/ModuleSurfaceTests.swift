@@ -21,15 +21,18 @@ final class ModuleSurfaceTests: XCTestCase {
         let file = scratch + "/\(name).swift"
         try source.write(toFile: file, atomically: true, encoding: .utf8)
         let modules = DaemonHarness.productsDirectory + "/Modules"
-        XCTAssertTrue(FileManager.default.fileExists(atPath: modules + "/Security.swiftmodule"),
-                      "built modules not found in \(modules)")
+        XCTAssertTrue(
+            FileManager.default.fileExists(atPath: modules + "/Security.swiftmodule"),
+            "built modules not found in \(modules)")
         let p = Process()
         p.executableURL = URL(fileURLWithPath: "/usr/bin/env")
         // What SwiftPM hands a dependent package: the built Swift modules and the module map of the
         // C target the system layer is built on.
         let cSupport = DaemonHarness.productsDirectory + "/CSupport.build/module.modulemap"
-        p.arguments = ["swiftc", "-typecheck", "-swift-version", "6", "-I", modules,
-                       "-Xcc", "-fmodule-map-file=\(cSupport)", file]
+        p.arguments = [
+            "swiftc", "-typecheck", "-swift-version", "6", "-I", modules,
+            "-Xcc", "-fmodule-map-file=\(cSupport)", file,
+        ]
         let out = Pipe()
         p.standardOutput = out
         p.standardError = out
@@ -41,37 +44,38 @@ final class ModuleSurfaceTests: XCTestCase {
 
     func testIOSStyleCodeCompilesWithImportSecurityAlongsideFoundation() throws {
         let source = """
-        import Foundation
-        import Security
+            import Foundation
+            import Security
 
-        // Foundation's Operation stays unambiguous.
-        final class Job: Operation, @unchecked Sendable { override func main() {} }
+            // Foundation's Operation stays unambiguous.
+            final class Job: Operation, @unchecked Sendable { override func main() {} }
 
-        func save(_ token: String, account: String) -> OSStatus {
-            let query: [String: Any] = [kSecClass as String: kSecClassGenericPassword,
-                                        kSecAttrService as String: "com.example.app",
-                                        kSecAttrAccount as String: account.data(using: .utf8)!,
-                                        kSecValueData as String: Data(token.utf8)]
-            SecItemDelete(query as CFDictionary)
-            return SecItemAdd(query as CFDictionary, nil)
-        }
-
-        func account(of item: CFTypeRef?) -> Data? {
-            (item as? [AnyHashable: Any])?[kSecAttrAccount] as? Data
-        }
-
-        func swiftNative() throws {
-            let keychain = Keychain(service: "com.example.app", connection: KeychainConnection(socketPath: "/tmp/s"))
-            do throws(KeychainError) {
-                try keychain.set("v", forKey: "k")
-            } catch where error.status == Status.itemNotFound || error.osStatus == errSecParam {
+            func save(_ token: String, account: String) -> OSStatus {
+                let query: [String: Any] = [kSecClass as String: kSecClassGenericPassword,
+                                            kSecAttrService as String: "com.example.app",
+                                            kSecAttrAccount as String: account.data(using: .utf8)!,
+                                            kSecValueData as String: Data(token.utf8)]
+                SecItemDelete(query as CFDictionary)
+                return SecItemAdd(query as CFDictionary, nil)
             }
-            _ = try DeviceIdentifier.current()
-            _ = SecCopyErrorMessageString(errSecItemNotFound, nil)
-        }
-        """
+
+            func account(of item: CFTypeRef?) -> Data? {
+                (item as? [AnyHashable: Any])?[kSecAttrAccount] as? Data
+            }
+
+            func swiftNative() throws {
+                let keychain = Keychain(service: "com.example.app", connection: KeychainConnection(socketPath: "/tmp/s"))
+                do throws(KeychainError) {
+                    try keychain.set("v", forKey: "k")
+                } catch where error.status == Status.itemNotFound || error.osStatus == errSecParam {
+                }
+                _ = try DeviceIdentifier.current()
+                _ = SecCopyErrorMessageString(errSecItemNotFound, nil)
+            }
+            """
         for module in ["Security", "KeychainServices"] {
-            let r = try typecheck(source.replacingOccurrences(of: "import Security", with: "import \(module)"), name: "ok-\(module)")
+            let r = try typecheck(
+                source.replacingOccurrences(of: "import Security", with: "import \(module)"), name: "ok-\(module)")
             XCTAssertEqual(r.status, 0, "with import \(module):\n\(r.output)")
         }
     }
@@ -79,9 +83,11 @@ final class ModuleSurfaceTests: XCTestCase {
     func testNothingBelowTheClientAPILeaksIntoTheApp() throws {
         // Names of the modules underneath that an app must not see (they would collide with its own
         // or with Foundation's, like `Operation`).
-        let hidden = ["Operation", "Value", "Frame", "FrameBuffer", "UnixSocket", "Lock", "Locked", "Request",
-                      "Response", "CBOR", "SocketLocation", "SocketAddress", "KeychainAdmin",
-                      "DeviceIdentifierConvention", "SecConstant", "Conversion"]
+        let hidden = [
+            "Operation", "Value", "Frame", "FrameBuffer", "UnixSocket", "Lock", "Locked", "Request",
+            "Response", "CBOR", "SocketLocation", "SocketAddress", "KeychainAdmin",
+            "DeviceIdentifierConvention", "SecConstant", "Conversion",
+        ]
         for module in ["Security", "KeychainServices"] {
             var source = "import \(module)\n"
             for (i, name) in hidden.enumerated() { source += "let v\(i): \(name).Type? = nil\n" }
@@ -90,11 +96,13 @@ final class ModuleSurfaceTests: XCTestCase {
             let r = try typecheck(source, name: "hidden-\(module)")
             XCTAssertNotEqual(r.status, 0, "expected errors with import \(module)")
             for name in hidden {
-                XCTAssertTrue(r.output.contains("cannot find type '\(name)' in scope"),
-                              "\(name) is visible after import \(module):\n\(r.output)")
+                XCTAssertTrue(
+                    r.output.contains("cannot find type '\(name)' in scope"),
+                    "\(name) is visible after import \(module):\n\(r.output)")
             }
-            XCTAssertTrue(r.output.contains("no member 'call'") || r.output.contains("'call' is inaccessible"),
-                          "KeychainConnection.call is visible after import \(module):\n\(r.output)")
+            XCTAssertTrue(
+                r.output.contains("no member 'call'") || r.output.contains("'call' is inaccessible"),
+                "KeychainConnection.call is visible after import \(module):\n\(r.output)")
         }
     }
 }

@@ -1,8 +1,8 @@
 import Foundation
-import XCTest
 // Only what iOS code imports: everything below must compile with `import Security` as on Apple
 // platforms, without naming KeychainServices or any module under it.
 import Security
+import XCTest
 
 /// A wrapper in the style of the widely used ones that key items by `Data` accounts: every query
 /// carries `kSecAttrAccount` (and `kSecAttrGeneric`) as the key's UTF-8 bytes, constants are kept as
@@ -58,8 +58,10 @@ private final class DataKeyedWrapper {
     }
 
     func allKeys() -> Set<String> {
-        var q: [String: Any] = [classKey: kSecClassGenericPassword, serviceKey: service,
-                                kSecReturnAttributes as String: kCFBooleanTrue!, kSecMatchLimit as String: kSecMatchLimitAll]
+        var q: [String: Any] = [
+            classKey: kSecClassGenericPassword, serviceKey: service,
+            kSecReturnAttributes as String: kCFBooleanTrue!, kSecMatchLimit as String: kSecMatchLimitAll,
+        ]
         if let accessGroup { q[kSecAttrAccessGroup as String] = accessGroup }
         var result: AnyObject?
         guard SecItemCopyMatching(q as CFDictionary, &result) == errSecSuccess else { return [] }
@@ -142,11 +144,16 @@ final class PortingTests: XCTestCase {
 
     func testBlobAttributesReadBackWithTheTypeTheyWereWrittenWith() throws {
         let nonUTF8 = Data([0xFF, 0x00, 0xFE])
-        XCTAssertEqual(add([kSecAttrService as String: Data("com.example.blob".utf8), kSecAttrAccount as String: nonUTF8,
-                            kSecAttrLabel as String: Data("label".utf8), kSecAttrDescription as String: "kind",
-                            kSecAttrComment as String: Data("comment".utf8), kSecAttrGeneric as String: "generic text",
-                            kSecValueData as String: Data("s".utf8)]), errSecSuccess)
-        let (status, result) = copy([kSecAttrService as String: "com.example.blob", kSecReturnAttributes as String: true])
+        XCTAssertEqual(
+            add([
+                kSecAttrService as String: Data("com.example.blob".utf8), kSecAttrAccount as String: nonUTF8,
+                kSecAttrLabel as String: Data("label".utf8), kSecAttrDescription as String: "kind",
+                kSecAttrComment as String: Data("comment".utf8), kSecAttrGeneric as String: "generic text",
+                kSecValueData as String: Data("s".utf8),
+            ]), errSecSuccess)
+        let (status, result) = copy([
+            kSecAttrService as String: "com.example.blob", kSecReturnAttributes as String: true,
+        ])
         XCTAssertEqual(status, errSecSuccess)
         let attrs = try XCTUnwrap(result as? [String: Any])
         XCTAssertEqual(attrs[kSecAttrService as String] as? Data, Data("com.example.blob".utf8))
@@ -158,40 +165,66 @@ final class PortingTests: XCTestCase {
         XCTAssertEqual(attrs[kSecAttrGeneric as String] as? String, "generic text", "a String generic stays a String")
         XCTAssertEqual((attrs[kSecAttrAccount as String] as? NSData)?.length, 3)
         // Not a string or data: errSecParam naming the key, as before anything reaches the daemon.
-        XCTAssertEqual(add([kSecAttrService as String: "s", kSecAttrAccount as String: Date(), kSecValueData as String: Data()]), errSecParam)
+        XCTAssertEqual(
+            add([kSecAttrService as String: "s", kSecAttrAccount as String: Date(), kSecValueData as String: Data()]),
+            errSecParam)
         XCTAssertTrue((SecCopyErrorMessageString(errSecParam, nil) as String?)?.contains("kSecAttrAccount") ?? false)
     }
 
     func testStringAndDataWithTheSameBytesAreTheSameValue() throws {
         let service = "com.example.samebytes"
-        XCTAssertEqual(add([kSecAttrService as String: service, kSecAttrAccount as String: Data("alice".utf8),
-                            kSecValueData as String: Data("pw".utf8)]), errSecSuccess)
+        XCTAssertEqual(
+            add([
+                kSecAttrService as String: service, kSecAttrAccount as String: Data("alice".utf8),
+                kSecValueData as String: Data("pw".utf8),
+            ]), errSecSuccess)
         // A String query finds the item written with Data, and the other way round.
-        XCTAssertEqual(copy([kSecAttrService as String: service, kSecAttrAccount as String: "alice",
-                             kSecReturnData as String: true]).1 as? Data, Data("pw".utf8))
-        XCTAssertEqual(copy([kSecAttrService as String: Data(service.utf8), kSecAttrAccount as String: Data("alice".utf8)]).0,
-                       errSecSuccess)
+        XCTAssertEqual(
+            copy([
+                kSecAttrService as String: service, kSecAttrAccount as String: "alice",
+                kSecReturnData as String: true,
+            ]).1 as? Data, Data("pw".utf8))
+        XCTAssertEqual(
+            copy([kSecAttrService as String: Data(service.utf8), kSecAttrAccount as String: Data("alice".utf8)]).0,
+            errSecSuccess)
         // One uniqueness key: the String spelling is a duplicate.
-        XCTAssertEqual(add([kSecAttrService as String: service, kSecAttrAccount as String: "alice",
-                            kSecValueData as String: Data("other".utf8)]), errSecDuplicateItem)
+        XCTAssertEqual(
+            add([
+                kSecAttrService as String: service, kSecAttrAccount as String: "alice",
+                kSecValueData as String: Data("other".utf8),
+            ]), errSecDuplicateItem)
         // Renaming the account to a String changes what comes back.
-        XCTAssertEqual(SecItemUpdate([kSecClass as String: kSecClassGenericPassword, kSecAttrService as String: service,
-                                      kSecAttrAccount as String: "alice"] as CFDictionary,
-                                     [kSecAttrAccount as String: "alice"] as CFDictionary), errSecSuccess)
-        let attrs = try XCTUnwrap(copy([kSecAttrService as String: service, kSecReturnAttributes as String: true]).1 as? [String: Any])
+        XCTAssertEqual(
+            SecItemUpdate(
+                [
+                    kSecClass as String: kSecClassGenericPassword, kSecAttrService as String: service,
+                    kSecAttrAccount as String: "alice",
+                ] as CFDictionary,
+                [kSecAttrAccount as String: "alice"] as CFDictionary), errSecSuccess)
+        let attrs = try XCTUnwrap(
+            copy([kSecAttrService as String: service, kSecReturnAttributes as String: true]).1 as? [String: Any])
         XCTAssertEqual(attrs[kSecAttrAccount as String] as? String, "alice")
-        XCTAssertEqual(SecItemDelete([kSecClass as String: kSecClassGenericPassword, kSecAttrService as String: service,
-                                      kSecAttrAccount as String: Data("alice".utf8)] as CFDictionary), errSecSuccess)
+        XCTAssertEqual(
+            SecItemDelete(
+                [
+                    kSecClass as String: kSecClassGenericPassword, kSecAttrService as String: service,
+                    kSecAttrAccount as String: Data("alice".utf8),
+                ] as CFDictionary), errSecSuccess)
         XCTAssertEqual(copy([kSecAttrService as String: service]).0, errSecItemNotFound)
     }
 
     /// Every way iOS code reads one item's attributes, keyed by the constants.
     func testResultDictionariesIndexedEveryWayIOSCodeDoes() throws {
-        XCTAssertEqual(add([kSecAttrService as String: "com.example.shapes", kSecAttrAccount as String: "alice",
-                            kSecAttrAccessible as String: kSecAttrAccessibleAfterFirstUnlock,
-                            kSecValueData as String: Data("s3cret".utf8)]), errSecSuccess)
-        let (status, result) = copy([kSecAttrService as String: "com.example.shapes", kSecReturnAttributes as String: true,
-                                     kSecReturnData as String: true])
+        XCTAssertEqual(
+            add([
+                kSecAttrService as String: "com.example.shapes", kSecAttrAccount as String: "alice",
+                kSecAttrAccessible as String: kSecAttrAccessibleAfterFirstUnlock,
+                kSecValueData as String: Data("s3cret".utf8),
+            ]), errSecSuccess)
+        let (status, result) = copy([
+            kSecAttrService as String: "com.example.shapes", kSecReturnAttributes as String: true,
+            kSecReturnData as String: true,
+        ])
         XCTAssertEqual(status, errSecSuccess)
 
         let strings = try XCTUnwrap(result as? [String: Any])
@@ -226,18 +259,24 @@ final class PortingTests: XCTestCase {
         XCTAssertTrue((nsDictionary[kSecAttrAccessible] as! CFString) == kSecAttrAccessibleAfterFirstUnlock)
         XCTAssertTrue((cfKeyed[kSecAttrAccessible] as? NSObject)?.isEqual(kSecAttrAccessibleAfterFirstUnlock) ?? false)
         XCTAssertEqual(hashables[kSecAttrAccessible] as? AnyHashable, AnyHashable(kSecAttrAccessibleAfterFirstUnlock))
-        XCTAssertTrue(Set<AnyHashable>([kSecAttrAccessibleAfterFirstUnlock, kSecAttrAccessibleWhenUnlocked])
-            .contains(AnyHashable(strings[kSecAttrAccessible as String] as! String)))
+        XCTAssertTrue(
+            Set<AnyHashable>([kSecAttrAccessibleAfterFirstUnlock, kSecAttrAccessibleWhenUnlocked])
+                .contains(AnyHashable(strings[kSecAttrAccessible as String] as! String)))
         XCTAssertFalse(hashables[kSecAttrAccessible] as? CFString == kSecAttrAccessibleWhenUnlocked)
     }
 
     func testArrayResultsIndexedEveryWay() throws {
         for account in ["a", "b"] {
-            XCTAssertEqual(add([kSecAttrService as String: "com.example.arrays", kSecAttrAccount as String: account,
-                                kSecValueData as String: Data(account.utf8)]), errSecSuccess)
+            XCTAssertEqual(
+                add([
+                    kSecAttrService as String: "com.example.arrays", kSecAttrAccount as String: account,
+                    kSecValueData as String: Data(account.utf8),
+                ]), errSecSuccess)
         }
-        let (status, result) = copy([kSecAttrService as String: "com.example.arrays", kSecReturnAttributes as String: true,
-                                     kSecMatchLimit as String: kSecMatchLimitAll])
+        let (status, result) = copy([
+            kSecAttrService as String: "com.example.arrays", kSecReturnAttributes as String: true,
+            kSecMatchLimit as String: kSecMatchLimitAll,
+        ])
         XCTAssertEqual(status, errSecSuccess)
         let hashables = try XCTUnwrap(result as? [[AnyHashable: Any]])
         XCTAssertEqual(Set(hashables.compactMap { $0[kSecAttrAccount] as? String }), ["a", "b"])
@@ -255,12 +294,16 @@ final class PortingTests: XCTestCase {
     /// Queries spelled every way: constants as keys of `[AnyHashable: Any]`, `[CFString: Any]`,
     /// `NSMutableDictionary`, with constants as values.
     func testQueriesBuiltEveryWay() throws {
-        let hashable: [AnyHashable: Any] = [kSecClass: kSecClassGenericPassword, kSecAttrService: "com.example.queries",
-                                            kSecAttrAccount: "alice", kSecValueData: Data("1".utf8),
-                                            kSecAttrAccessible: kSecAttrAccessibleAlwaysThisDeviceOnly]
+        let hashable: [AnyHashable: Any] = [
+            kSecClass: kSecClassGenericPassword, kSecAttrService: "com.example.queries",
+            kSecAttrAccount: "alice", kSecValueData: Data("1".utf8),
+            kSecAttrAccessible: kSecAttrAccessibleAlwaysThisDeviceOnly,
+        ]
         XCTAssertEqual(SecItemAdd(hashable as CFDictionary, nil), errSecSuccess)
-        let cfKeyed: [CFString: Any] = [kSecClass: kSecClassGenericPassword, kSecAttrService: "com.example.queries",
-                                        kSecReturnAttributes: kCFBooleanTrue!, kSecMatchLimit: kSecMatchLimitOne]
+        let cfKeyed: [CFString: Any] = [
+            kSecClass: kSecClassGenericPassword, kSecAttrService: "com.example.queries",
+            kSecReturnAttributes: kCFBooleanTrue!, kSecMatchLimit: kSecMatchLimitOne,
+        ]
         var item: CFTypeRef?
         XCTAssertEqual(SecItemCopyMatching(cfKeyed as CFDictionary, &item), errSecSuccess)
         XCTAssertEqual((item as? [AnyHashable: Any])?[kSecAttrAccessible] as? String, "dku")
@@ -270,49 +313,74 @@ final class PortingTests: XCTestCase {
         mutable[kSecReturnData] = kCFBooleanTrue
         XCTAssertEqual(SecItemCopyMatching(mutable, &item), errSecSuccess)
         XCTAssertEqual(item as? Data, Data("1".utf8))
-        XCTAssertEqual(SecItemDelete([kSecClass: kSecClassGenericPassword, kSecAttrService: "com.example.queries"] as CFDictionary),
-                       errSecSuccess)
+        XCTAssertEqual(
+            SecItemDelete(
+                [kSecClass: kSecClassGenericPassword, kSecAttrService: "com.example.queries"] as CFDictionary),
+            errSecSuccess)
     }
 
     /// What was confirmed to match Apple before stays so through `import Security`.
     func testWhatWasConfirmedToMatchAppleStillDoes() throws {
-        let base: [String: Any] = [kSecClass as String: kSecClassGenericPassword, kSecAttrService as String: "com.example.confirmed",
-                                   kSecAttrAccount as String: "a"]
+        let base: [String: Any] = [
+            kSecClass as String: kSecClassGenericPassword, kSecAttrService as String: "com.example.confirmed",
+            kSecAttrAccount as String: "a",
+        ]
         func with(_ extra: [String: Any]) -> CFDictionary { base.merging(extra) { $1 } as CFDictionary }
         // akpu without a passphrase is refused, as on a device without a passcode.
-        XCTAssertEqual(SecItemAdd(with([kSecValueData as String: Data("x".utf8),
-                                        kSecAttrAccessible as String: kSecAttrAccessibleWhenPasscodeSetThisDeviceOnly]), nil),
-                       errSecAuthFailed)
+        XCTAssertEqual(
+            SecItemAdd(
+                with([
+                    kSecValueData as String: Data("x".utf8),
+                    kSecAttrAccessible as String: kSecAttrAccessibleWhenPasscodeSetThisDeviceOnly,
+                ]), nil),
+            errSecAuthFailed)
         XCTAssertEqual(SecItemAdd(with([kSecValueData as String: Data("plain".utf8)]), nil), errSecSuccess)
         XCTAssertEqual(SecItemAdd(with([kSecValueData as String: Data("again".utf8)]), nil), errSecDuplicateItem)
         // A synchronizable twin is another item; plain queries see only the non-synchronizable one.
-        XCTAssertEqual(SecItemAdd(with([kSecValueData as String: Data("synced".utf8), kSecAttrSynchronizable as String: true]), nil),
-                       errSecSuccess)
+        XCTAssertEqual(
+            SecItemAdd(
+                with([kSecValueData as String: Data("synced".utf8), kSecAttrSynchronizable as String: true]), nil),
+            errSecSuccess)
         var item: CFTypeRef?
         XCTAssertEqual(SecItemCopyMatching(with([kSecReturnData as String: true]), &item), errSecSuccess)
         XCTAssertEqual(item as? Data, Data("plain".utf8))
-        XCTAssertEqual(SecItemCopyMatching(with([kSecReturnData as String: true, kSecAttrSynchronizable as String: kCFBooleanTrue!]), &item),
-                       errSecSuccess)
+        XCTAssertEqual(
+            SecItemCopyMatching(
+                with([kSecReturnData as String: true, kSecAttrSynchronizable as String: kCFBooleanTrue!]), &item),
+            errSecSuccess)
         XCTAssertEqual(item as? Data, Data("synced".utf8))
-        XCTAssertEqual(SecItemCopyMatching(with([kSecReturnData as String: true, kSecMatchLimit as String: kSecMatchLimitAll,
-                                                 kSecAttrSynchronizable as String: kSecAttrSynchronizableAny]), &item), errSecSuccess)
+        XCTAssertEqual(
+            SecItemCopyMatching(
+                with([
+                    kSecReturnData as String: true, kSecMatchLimit as String: kSecMatchLimitAll,
+                    kSecAttrSynchronizable as String: kSecAttrSynchronizableAny,
+                ]), &item), errSecSuccess)
         XCTAssertEqual(Set(item as? [Data] ?? []), [Data("plain".utf8), Data("synced".utf8)])
         // Accessibility in an update query narrows it: the item is WhenUnlocked, not AfterFirstUnlock.
-        XCTAssertEqual(SecItemUpdate(with([kSecAttrAccessible as String: kSecAttrAccessibleAfterFirstUnlock]),
-                                     [kSecValueData as String: Data("changed".utf8)] as CFDictionary), errSecItemNotFound)
-        XCTAssertEqual(SecItemUpdate(with([kSecAttrAccessible as String: kSecAttrAccessibleWhenUnlocked]),
-                                     [kSecValueData as String: Data("changed".utf8)] as CFDictionary), errSecSuccess)
+        XCTAssertEqual(
+            SecItemUpdate(
+                with([kSecAttrAccessible as String: kSecAttrAccessibleAfterFirstUnlock]),
+                [kSecValueData as String: Data("changed".utf8)] as CFDictionary), errSecItemNotFound)
+        XCTAssertEqual(
+            SecItemUpdate(
+                with([kSecAttrAccessible as String: kSecAttrAccessibleWhenUnlocked]),
+                [kSecValueData as String: Data("changed".utf8)] as CFDictionary), errSecSuccess)
         // Persistent references are Data and name one item.
         XCTAssertEqual(SecItemCopyMatching(with([kSecReturnPersistentRef as String: true]), &item), errSecSuccess)
         let ref = try XCTUnwrap(item as? Data)
-        XCTAssertEqual(SecItemCopyMatching([kSecValuePersistentRef as String: ref, kSecReturnData as String: true] as CFDictionary, &item),
-                       errSecSuccess)
+        XCTAssertEqual(
+            SecItemCopyMatching(
+                [kSecValuePersistentRef as String: ref, kSecReturnData as String: true] as CFDictionary, &item),
+            errSecSuccess)
         XCTAssertEqual(item as? Data, Data("changed".utf8))
-        XCTAssertEqual(SecItemDelete([kSecClass as String: kSecClassGenericPassword, kSecValuePersistentRef as String: ref] as CFDictionary),
-                       errSecSuccess)
+        XCTAssertEqual(
+            SecItemDelete(
+                [kSecClass as String: kSecClassGenericPassword, kSecValuePersistentRef as String: ref] as CFDictionary),
+            errSecSuccess)
         XCTAssertEqual(SecItemCopyMatching(with([:]), nil), errSecItemNotFound)
         // A group the app lacks is errSecMissingEntitlement, not "not found".
-        XCTAssertEqual(SecItemCopyMatching(with([kSecAttrAccessGroup as String: "OTHER.group"]), nil), errSecMissingEntitlement)
+        XCTAssertEqual(
+            SecItemCopyMatching(with([kSecAttrAccessGroup as String: "OTHER.group"]), nil), errSecMissingEntitlement)
     }
 
     func testFoundationOperationIsNotShadowed() {

@@ -1,16 +1,17 @@
 import Foundation
-import XCTest
 import KeychainCore
 import KeychainSystem
 import KeychainWire
+import XCTest
 
 /// Passphrase, lock states, auto-lock, wrong-passphrase delays, crash safety of a passphrase change,
 /// headless unlock through a systemd credential, and backup/restore — against the real daemon, with
 /// raw frames. The test runner is registered as an admin app; Argon2id runs with the documented
 /// `interactive` profile so a test costs milliseconds per unlock, not a second.
 final class ProtectionTests: XCTestCase {
-    static let admin = DaemonHarness.App(id: "TEAM.admin", groups: ["TEAM.tests", "TEAM.shared"],
-                                         executables: [DaemonHarness.runnerExecutable], admin: true)
+    static let admin = DaemonHarness.App(
+        id: "TEAM.admin", groups: ["TEAM.tests", "TEAM.shared"],
+        executables: [DaemonHarness.runnerExecutable], admin: true)
     static let classes = ["ak", "ck", "dk", "aku", "cku", "dku", "akpu"]
 
     func harness(_ config: [String: Any] = [:], start: Bool = true) throws -> DaemonHarness {
@@ -29,8 +30,10 @@ final class ProtectionTests: XCTestCase {
     }
 
     @discardableResult
-    func add(_ c: RawClient, _ service: String, _ account: String, secret: String, pdmn: String,
-             file: StaticString = #filePath, line: UInt = #line) throws -> Response {
+    func add(
+        _ c: RawClient, _ service: String, _ account: String, secret: String, pdmn: String,
+        file: StaticString = #filePath, line: UInt = #line
+    ) throws -> Response {
         let r = try c.call("add", query: item(service, account, ["v_Data": bytes(secret), "pdmn": .text(pdmn)]))
         XCTAssertEqual(r.status, .success, r.message ?? "", file: file, line: line)
         return r
@@ -61,7 +64,9 @@ final class ProtectionTests: XCTestCase {
     }
 
     /// Which of the classes' items (account = class code, secret = "secret-" + code) read back.
-    func readable(_ c: RawClient, service: String, file: StaticString = #filePath, line: UInt = #line) throws -> Set<String> {
+    func readable(_ c: RawClient, service: String, file: StaticString = #filePath, line: UInt = #line) throws -> Set<
+        String
+    > {
         var out: Set<String> = []
         for code in Self.classes {
             let r = try read(c, service, code)
@@ -86,8 +91,11 @@ final class ProtectionTests: XCTestCase {
         XCTAssertEqual(s["locked"], .bool(false))
         XCTAssertEqual(s["passphraseSet"], .bool(false))
         XCTAssertEqual(try available(c), ["ak", "ck", "dk", "aku", "cku", "dku"])
-        for code in Self.classes where code != "akpu" { try add(c, "com.example.states", code, secret: "secret-" + code, pdmn: code) }
-        let akpu = try c.call("add", query: item("com.example.states", "akpu", ["v_Data": bytes("secret-akpu"), "pdmn": .text("akpu")]))
+        for code in Self.classes where code != "akpu" {
+            try add(c, "com.example.states", code, secret: "secret-" + code, pdmn: code)
+        }
+        let akpu = try c.call(
+            "add", query: item("com.example.states", "akpu", ["v_Data": bytes("secret-akpu"), "pdmn": .text("akpu")]))
         XCTAssertEqual(akpu.status, .authFailed, "akpu without a passphrase")
         XCTAssertEqual(try c.call("lock").status, .param, "nothing to lock without a passphrase")
 
@@ -106,19 +114,29 @@ final class ProtectionTests: XCTestCase {
         XCTAssertEqual(try readable(c, service: "com.example.states"), ["ck", "cku", "dk", "dku"])
         XCTAssertEqual(try available(c), ["ck", "cku", "dk", "dku"])
         for code in ["ak", "aku", "akpu"] {
-            let r = try c.call("add", query: item("com.example.new", code, ["v_Data": bytes("x"), "pdmn": .text(code)]))
+            let r = try c.call(
+                "add", query: item("com.example.new", code, ["v_Data": bytes("x"), "pdmn": .text(code)]))
             XCTAssertEqual(r.status, .interactionNotAllowed, "add into locked \(code)")
-            XCTAssertEqual(try c.call("update", query: item("com.example.states", code), attributes: ["labl": .text("x")]).status,
-                           .interactionNotAllowed)
+            XCTAssertEqual(
+                try c.call("update", query: item("com.example.states", code), attributes: ["labl": .text("x")]).status,
+                .interactionNotAllowed)
             XCTAssertEqual(try c.call("delete", query: item("com.example.states", code)).status, .interactionNotAllowed)
         }
         try add(c, "com.example.new", "ck", secret: "x", pdmn: "ck")
         // A locked row aborts a copy of everything, as on Apple's keychain; filtering by class avoids it.
-        let all = try c.call("copy", query: ["class": .text("genp"), "svce": .text("com.example.states"),
-                                             "m_Limit": .text("m_LimitAll"), "r_Attributes": .bool(true)])
+        let all = try c.call(
+            "copy",
+            query: [
+                "class": .text("genp"), "svce": .text("com.example.states"),
+                "m_Limit": .text("m_LimitAll"), "r_Attributes": .bool(true),
+            ])
         XCTAssertEqual(all.status, .interactionNotAllowed)
-        let onlyDK = try c.call("copy", query: ["class": .text("genp"), "svce": .text("com.example.states"), "pdmn": .text("dk"),
-                                                "m_Limit": .text("m_LimitAll"), "r_Attributes": .bool(true)])
+        let onlyDK = try c.call(
+            "copy",
+            query: [
+                "class": .text("genp"), "svce": .text("com.example.states"), "pdmn": .text("dk"),
+                "m_Limit": .text("m_LimitAll"), "r_Attributes": .bool(true),
+            ])
         XCTAssertEqual(onlyDK.result?.array?.count, 1)
 
         // After a restart, before the first unlock: only the Always classes.
@@ -143,8 +161,10 @@ final class ProtectionTests: XCTestCase {
         XCTAssertEqual(try passwd(c, old: nil, new: "to be removed").status, .success)
         try add(c, "com.example.rm", "akpu", secret: "secret-akpu", pdmn: "akpu")
         try add(c, "com.example.rm", "ak", secret: "secret-ak", pdmn: "ak")
-        XCTAssertEqual(try c.call("passwd", arguments: ["new": .bytes([])]).status, .authFailed, "old passphrase required")
-        XCTAssertEqual(try c.call("passwd", arguments: ["old": bytes("to be removed"), "new": .bytes([])]).status, .success)
+        XCTAssertEqual(
+            try c.call("passwd", arguments: ["new": .bytes([])]).status, .authFailed, "old passphrase required")
+        XCTAssertEqual(
+            try c.call("passwd", arguments: ["old": bytes("to be removed"), "new": .bytes([])]).status, .success)
         let s = try status(c)
         XCTAssertEqual(s["passphraseSet"], .bool(false))
         XCTAssertEqual(s["locked"], .bool(false))
@@ -154,7 +174,7 @@ final class ProtectionTests: XCTestCase {
     }
 
     func testAdminOpsNeedAnAdminAndCheckTheirArguments() throws {
-        let d = try DaemonHarness(config: #"{"kdfProfile": "interactive"}"#)   // runner registered without admin
+        let d = try DaemonHarness(config: #"{"kdfProfile": "interactive"}"#)  // runner registered without admin
         let c = try d.connect()
         for op in ["passwd", "backup", "restore", "approve", "revoke"] {
             XCTAssertEqual(try c.call(op).status, .missingEntitlement, op)
@@ -169,7 +189,9 @@ final class ProtectionTests: XCTestCase {
         XCTAssertEqual(try admin.call("lock", arguments: ["extra": .int(1)]).status, .param)
         XCTAssertEqual(try admin.call("backup", arguments: ["passphrase": .bytes([])]).status, .param)
         XCTAssertEqual(try admin.call("restore", arguments: ["passphrase": bytes("x")]).status, .param, "data missing")
-        XCTAssertEqual(try admin.call("unlock", arguments: ["passphrase": .bytes([UInt8](repeating: 65, count: 5000))]).status, .param)
+        XCTAssertEqual(
+            try admin.call("unlock", arguments: ["passphrase": .bytes([UInt8](repeating: 65, count: 5000))]).status,
+            .param)
     }
 
     // MARK: Auto-lock
@@ -196,16 +218,23 @@ final class ProtectionTests: XCTestCase {
         let sent = Date()
         XCTAssertEqual(try read(c, "com.example.auto", "dk").result, bytes("secret-dk"))
         let afterRequest = try idle()
-        XCTAssertLessThanOrEqual(afterRequest, Date().timeIntervalSince(sent) + 0.01,
-                                 "the request restarted the idle clock")
+        XCTAssertLessThanOrEqual(
+            afterRequest, Date().timeIntervalSince(sent) + 0.01,
+            "the request restarted the idle clock")
         // Requests from a process that is not a registered app do not count either.
         let idleBefore = try idle()
-        let probe = try d.run("/usr/bin/python3", ["-c", """
-            import socket, sys
-            s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); s.sendall(bytes.fromhex(sys.argv[2]))
-            print(len(s.recv(65536)))
-            """, d.socketPath, Frame.encode(Request(id: 1, op: "copy", query: ["class": .text("genp")]).value)
-                .map { String(format: "%02x", $0) }.joined()])
+        let probe = try d.run(
+            "/usr/bin/python3",
+            [
+                "-c",
+                """
+                import socket, sys
+                s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); s.sendall(bytes.fromhex(sys.argv[2]))
+                print(len(s.recv(65536)))
+                """, d.socketPath,
+                Frame.encode(Request(id: 1, op: "copy", query: ["class": .text("genp")]).value)
+                    .map { String(format: "%02x", $0) }.joined(),
+            ])
         XCTAssertEqual(probe.status, 0, probe.stderr)
         XCTAssertGreaterThan(try idle(), idleBefore, "an unregistered peer's request restarted the idle clock")
         // With nothing but status requests it locks once a second has passed, however long that takes here.
@@ -256,7 +285,8 @@ final class ProtectionTests: XCTestCase {
             let sixth = try unlock(c, "wrong 6")
             XCTAssertTrue(sixth.message?.contains("accepted in 5 seconds") ?? false, sixth.message ?? "")
         } else {
-            XCTAssertGreaterThanOrEqual(probeElapsed, 1, "checked although the delay was still running: \(probe.message ?? "")")
+            XCTAssertGreaterThanOrEqual(
+                probeElapsed, 1, "checked although the delay was still running: \(probe.message ?? "")")
             XCTAssertTrue(probe.message?.contains("accepted in 5 seconds") ?? false, probe.message ?? "")
         }
         XCTAssertEqual(try status(c)["failedUnlocks"]?.int, 6)
@@ -303,8 +333,12 @@ final class ProtectionTests: XCTestCase {
         // its transaction, so with these the commit takes long enough for kills to land inside it.
         let filler = 400
         for i in 0..<filler {
-            try c.send(Request(id: Int64(1000 + i), op: "add", query: item("com.example.filler", "f\(i)",
-                ["v_Data": bytes("filler \(i)"), "pdmn": .text(i % 2 == 0 ? "ak" : "cku")])))
+            try c.send(
+                Request(
+                    id: Int64(1000 + i), op: "add",
+                    query: item(
+                        "com.example.filler", "f\(i)",
+                        ["v_Data": bytes("filler \(i)"), "pdmn": .text(i % 2 == 0 ? "ak" : "cku")])))
         }
         for _ in 0..<filler { XCTAssertEqual(try c.receive().status, .success) }
         let total = Self.classes.count + filler
@@ -317,7 +351,8 @@ final class ProtectionTests: XCTestCase {
         XCTAssertEqual(try readable(c, service: "com.example.crash"), Set(Self.classes))
 
         let rounds = 16
-        var sawOld = 0, sawNew = 0
+        var sawOld = 0
+        var sawNew = 0
         for i in 1...rounds {
             let next = "generation \(i)"
             // From right after sending to 1.25 × the measured duration.
@@ -331,19 +366,26 @@ final class ProtectionTests: XCTestCase {
             let withNew = try unlock(c, next)
             if withNew.status == .success {
                 sawNew += 1
-                XCTAssertEqual(try unlock(c, current).status, .authFailed, "the old passphrase still works beside the new one (round \(i))")
+                XCTAssertEqual(
+                    try unlock(c, current).status, .authFailed,
+                    "the old passphrase still works beside the new one (round \(i))")
                 current = next
             } else {
                 XCTAssertEqual(withNew.status, .authFailed)
-                XCTAssertEqual(try unlock(c, current).status, .success, "neither the old nor the new passphrase works (round \(i))")
+                XCTAssertEqual(
+                    try unlock(c, current).status, .success, "neither the old nor the new passphrase works (round \(i))"
+                )
                 sawOld += 1
             }
             XCTAssertEqual(try readable(c, service: "com.example.crash"), Set(Self.classes), "round \(i)")
             XCTAssertEqual(try status(c)["items"]?.int, Int64(total), "round \(i)")
-            let sample = try c.call("copy", query: item("com.example.filler", "f\(i * 7 % filler)", ["r_Data": .bool(true)]))
+            let sample = try c.call(
+                "copy", query: item("com.example.filler", "f\(i * 7 % filler)", ["r_Data": .bool(true)]))
             XCTAssertEqual(sample.result, bytes("filler \(i * 7 % filler)"), "round \(i): a re-wrapped item opens")
         }
-        print("kill -9 during passwd (uninterrupted change \(String(format: "%.3f", duration)) s): old passphrase in force \(sawOld) times, new \(sawNew) times")
+        print(
+            "kill -9 during passwd (uninterrupted change \(String(format: "%.3f", duration)) s): old passphrase in force \(sawOld) times, new \(sawNew) times"
+        )
         XCTAssertEqual(sawOld + sawNew, rounds)
     }
 
@@ -394,30 +436,50 @@ final class ProtectionTests: XCTestCase {
         XCTAssertEqual(try passwd(c, old: nil, new: "keychain passphrase").status, .success)
         let marker = "Xylophone"
         for code in Self.classes {
-            let q = item("svc-\(marker)-\(code)", "acct-\(marker)", ["v_Data": bytes("secret-\(marker)-\(code)"), "pdmn": .text(code),
-                                                                     "labl": .text("label-\(marker)")])
+            let q = item(
+                "svc-\(marker)-\(code)", "acct-\(marker)",
+                [
+                    "v_Data": bytes("secret-\(marker)-\(code)"), "pdmn": .text(code),
+                    "labl": .text("label-\(marker)"),
+                ])
             XCTAssertEqual(try c.call("add", query: q).status, .success)
         }
-        let originals = try c.call("copy", query: ["class": .text("genp"), "m_Limit": .text("m_LimitAll"),
-                                                   "r_Attributes": .bool(true), "r_PersistentRef": .bool(true)])
+        let originals = try c.call(
+            "copy",
+            query: [
+                "class": .text("genp"), "m_Limit": .text("m_LimitAll"),
+                "r_Attributes": .bool(true), "r_PersistentRef": .bool(true),
+            ])
         XCTAssertEqual(originals.result?.array?.count, 7)
 
         // Locked: no backup.
         XCTAssertEqual(try c.call("lock").status, .success)
-        XCTAssertEqual(try c.call("backup", arguments: ["passphrase": bytes("backup passphrase"),
-                                                        "keychainPassphrase": bytes("keychain passphrase")]).status, .interactionNotAllowed)
+        XCTAssertEqual(
+            try c.call(
+                "backup",
+                arguments: [
+                    "passphrase": bytes("backup passphrase"),
+                    "keychainPassphrase": bytes("keychain passphrase"),
+                ]
+            ).status, .interactionNotAllowed)
         XCTAssertEqual(try unlock(c, "keychain passphrase").status, .success)
         // An admin proves presence with the keychain passphrase while one is set.
         let unproven = try c.call("backup", arguments: ["passphrase": bytes("backup passphrase")])
         XCTAssertEqual(unproven.status, .authFailed)
         XCTAssertTrue(unproven.needsPassphrase, unproven.message ?? "")
-        let made = try c.call("backup", arguments: ["passphrase": bytes("backup passphrase"),
-                                                    "keychainPassphrase": bytes("keychain passphrase")])
+        let made = try c.call(
+            "backup",
+            arguments: [
+                "passphrase": bytes("backup passphrase"),
+                "keychainPassphrase": bytes("keychain passphrase"),
+            ])
         XCTAssertEqual(made.status, .success, made.message ?? "")
         let file = try XCTUnwrap(made.result?.bytes)
         XCTAssertEqual(Array(file.prefix(8)), Array("KCBACKUP".utf8))
         let blob = Data(file)
-        for needle in [marker, "secret-", "svc-", "acct-", "label-", "TEAM.tests", "backup passphrase", "keychain passphrase"] {
+        for needle in [
+            marker, "secret-", "svc-", "acct-", "label-", "TEAM.tests", "backup passphrase", "keychain passphrase",
+        ] {
             XCTAssertNil(blob.range(of: Data(needle.utf8)), "\(needle) in plaintext in the backup")
         }
         XCTAssertFalse(source.log.contains("backup passphrase"))
@@ -426,29 +488,47 @@ final class ProtectionTests: XCTestCase {
         let target = try harness()
         let t = try target.connect()
         // An item that already exists there: kept, the backup's copy skipped.
-        XCTAssertEqual(try t.call("add", query: item("svc-\(marker)-ck", "acct-\(marker)", ["v_Data": bytes("already here"), "pdmn": .text("ck")])).status, .success)
-        XCTAssertEqual(try t.call("restore", arguments: ["passphrase": bytes("wrong"), "data": .bytes(file)]).status, .authFailed)
+        XCTAssertEqual(
+            try t.call(
+                "add",
+                query: item(
+                    "svc-\(marker)-ck", "acct-\(marker)", ["v_Data": bytes("already here"), "pdmn": .text("ck")])
+            ).status, .success)
+        XCTAssertEqual(
+            try t.call("restore", arguments: ["passphrase": bytes("wrong"), "data": .bytes(file)]).status, .authFailed)
         var damaged = file
         damaged[damaged.count / 2] ^= 1
-        XCTAssertEqual(try t.call("restore", arguments: ["passphrase": bytes("backup passphrase"), "data": .bytes(damaged)]).status, .decode)
-        XCTAssertEqual(try t.call("restore", arguments: ["passphrase": bytes("backup passphrase"), "data": .bytes(Array(file.dropLast(3)))]).status, .decode)
-        let restored = try t.call("restore", arguments: ["passphrase": bytes("backup passphrase"), "data": .bytes(file)])
+        XCTAssertEqual(
+            try t.call("restore", arguments: ["passphrase": bytes("backup passphrase"), "data": .bytes(damaged)])
+                .status, .decode)
+        XCTAssertEqual(
+            try t.call(
+                "restore",
+                arguments: ["passphrase": bytes("backup passphrase"), "data": .bytes(Array(file.dropLast(3)))]
+            ).status, .decode)
+        let restored = try t.call(
+            "restore", arguments: ["passphrase": bytes("backup passphrase"), "data": .bytes(file)])
         XCTAssertEqual(restored.status, .success, restored.message ?? "")
         XCTAssertEqual(restored.result?.map?["restored"]?.int, 2)
         XCTAssertEqual(restored.result?.map?["skipped"]?.int, 1)
 
         for code in ["aku", "cku", "dku", "akpu"] {
-            XCTAssertEqual(try read(t, "svc-\(marker)-\(code)", "acct-\(marker)").status, .itemNotFound, "\(code) must not travel")
+            XCTAssertEqual(
+                try read(t, "svc-\(marker)-\(code)", "acct-\(marker)").status, .itemNotFound, "\(code) must not travel")
         }
-        XCTAssertEqual(try read(t, "svc-\(marker)-ck", "acct-\(marker)").result, bytes("already here"), "existing item kept")
-        let byRef = Dictionary(uniqueKeysWithValues: (originals.result?.array ?? []).compactMap { v -> (String, [String: Value])? in
-            guard let m = v.map, let s = m["svce"]?.text else { return nil }
-            return (s, m)
-        })
+        XCTAssertEqual(
+            try read(t, "svc-\(marker)-ck", "acct-\(marker)").result, bytes("already here"), "existing item kept")
+        let byRef = Dictionary(
+            uniqueKeysWithValues: (originals.result?.array ?? []).compactMap { v -> (String, [String: Value])? in
+                guard let m = v.map, let s = m["svce"]?.text else { return nil }
+                return (s, m)
+            })
         for code in ["ak", "dk"] {
             let service = "svc-\(marker)-\(code)"
             XCTAssertEqual(try read(t, service, "acct-\(marker)").result, bytes("secret-\(marker)-\(code)"))
-            let got = try t.call("copy", query: item(service, "acct-\(marker)", ["r_Attributes": .bool(true), "r_PersistentRef": .bool(true)]))
+            let got = try t.call(
+                "copy",
+                query: item(service, "acct-\(marker)", ["r_Attributes": .bool(true), "r_PersistentRef": .bool(true)]))
             let attributes = try XCTUnwrap(got.result?.map)
             let original = try XCTUnwrap(byRef[service])
             for key in ["cdat", "mdat", "labl", "pdmn", "agrp", "sync", "acct", "v_PersistentRef"] {

@@ -1,8 +1,8 @@
 import Foundation
-import XCTest
+import KeychainClient
 import KeychainCore
 import KeychainWire
-import KeychainClient
+import XCTest
 
 /// Regressions for what the code review found: each test fails on the code before its fix.
 final class ReviewRegressionTests: XCTestCase {
@@ -16,16 +16,23 @@ final class ReviewRegressionTests: XCTestCase {
     func testKeychainctlAddUpdateExistingChangesOnlyTheItemItCollidedWith() throws {
         let d = try DaemonHarness(apps: DaemonHarness.defaultApps + [KeychainctlTests.cliAdmin])
         let app = try d.connect()
-        let appItem: [String: Value] = ["class": .text("genp"), "svce": .text("svc"), "acct": .text("acct"),
-                                        "agrp": .text("TEAM.shared"), "v_Data": .bytes(Array("app's".utf8))]
+        let appItem: [String: Value] = [
+            "class": .text("genp"), "svce": .text("svc"), "acct": .text("acct"),
+            "agrp": .text("TEAM.shared"), "v_Data": .bytes(Array("app's".utf8)),
+        ]
         XCTAssertEqual(try app.call("add", query: appItem).status, .success)
         let cli = DaemonHarness.cliPath
         XCTAssertEqual(try d.run(cli, ["add", "-s", "svc", "-a", "acct", "-w", "admin's"]).status, 0)
         XCTAssertEqual(try d.run(cli, ["add", "-s", "svc", "-a", "acct", "-w", "admin's v2", "-U"]).status, 0)
-        let read = try app.call("copy", query: ["class": .text("genp"), "svce": .text("svc"), "acct": .text("acct"),
-                                                "agrp": .text("TEAM.shared"), "r_Data": .bool(true)])
+        let read = try app.call(
+            "copy",
+            query: [
+                "class": .text("genp"), "svce": .text("svc"), "acct": .text("acct"),
+                "agrp": .text("TEAM.shared"), "r_Data": .bool(true),
+            ])
         XCTAssertEqual(read.result, .bytes(Array("app's".utf8)), "another group's item was overwritten")
-        XCTAssertEqual(try d.run(cli, ["find", "-s", "svc", "-a", "acct", "-g", "keychainctl", "-w"]).stdout, "admin's v2\n")
+        XCTAssertEqual(
+            try d.run(cli, ["find", "-s", "svc", "-a", "acct", "-g", "keychainctl", "-w"]).stdout, "admin's v2\n")
     }
 
     func testAbsurdDatesAreRefusedSoClientsCanAlwaysFormatThem() throws {
@@ -40,10 +47,17 @@ final class ReviewRegressionTests: XCTestCase {
     }
 
     func testEmptyAccessGroupIsRefused() throws {
-        let d = try DaemonHarness(apps: [DaemonHarness.App(id: "TEAM.admin", groups: ["TEAM.admin"],
-                                                            executables: [DaemonHarness.runnerExecutable], admin: true)])
-        let r = try d.connect().call("add", query: ["class": .text("genp"), "svce": .text("s"), "agrp": .text(""),
-                                                    "v_Data": .bytes([1])])
+        let d = try DaemonHarness(apps: [
+            DaemonHarness.App(
+                id: "TEAM.admin", groups: ["TEAM.admin"],
+                executables: [DaemonHarness.runnerExecutable], admin: true)
+        ])
+        let r = try d.connect().call(
+            "add",
+            query: [
+                "class": .text("genp"), "svce": .text("s"), "agrp": .text(""),
+                "v_Data": .bytes([1]),
+            ])
         XCTAssertEqual(r.status, .param)
     }
 
@@ -51,10 +65,22 @@ final class ReviewRegressionTests: XCTestCase {
         let d = try DaemonHarness()
         let c = try d.connect()
         let big = [UInt8](repeating: 0x5A, count: 200_000)
-        XCTAssertEqual(try c.call("add", query: ["class": .text("genp"), "svce": .text("big"), "acct": .text("a"),
-                                                 "v_Data": .bytes(big)]).status, .success)
-        let frame = Frame.encode(Request(id: 1, op: "copy", query: ["class": .text("genp"), "svce": .text("big"),
-                                                                    "acct": .text("a"), "r_Data": .bool(true)]).value)
+        XCTAssertEqual(
+            try c.call(
+                "add",
+                query: [
+                    "class": .text("genp"), "svce": .text("big"), "acct": .text("a"),
+                    "v_Data": .bytes(big),
+                ]
+            ).status, .success)
+        let frame = Frame.encode(
+            Request(
+                id: 1, op: "copy",
+                query: [
+                    "class": .text("genp"), "svce": .text("big"),
+                    "acct": .text("a"), "r_Data": .bool(true),
+                ]
+            ).value)
         // 300 requests in one write: answers (60 MB) must flow while the daemon is still reading.
         let batch = Array([[UInt8]](repeating: frame, count: 300).joined())
         let socket = c.socket
@@ -85,33 +111,46 @@ final class ReviewRegressionTests: XCTestCase {
         chmod(dir, 0o1777)
         let path = dir + "/impostor.sock"
         let script = """
-        import socket, sys, os, time
-        s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); os.chmod(sys.argv[1], 0o777); s.listen(8)
-        s.settimeout(300)
-        try:
-            while True:
-                c, _ = s.accept(); time.sleep(0.2); c.close()
-        except Exception:
-            pass
-        """
+            import socket, sys, os, time
+            s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); os.chmod(sys.argv[1], 0o777); s.listen(8)
+            s.settimeout(300)
+            try:
+                while True:
+                    c, _ = s.accept(); time.sleep(0.2); c.close()
+            except Exception:
+                pass
+            """
         let server = Process()
         server.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
         server.arguments = ["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", script, path]
         try server.run()
-        defer { server.terminate(); server.waitUntilExit() }
-        XCTAssertTrue(d.waitFor { FileManager.default.fileExists(atPath: path) }, "the impostor server never bound \(path)")
-        let out = try d.run(DaemonHarness.cliPath, ["unlock", "--passphrase-file", "/dev/null"], environment: ["KEYCHAIND_SOCKET": path])
+        defer {
+            server.terminate()
+            server.waitUntilExit()
+        }
+        XCTAssertTrue(
+            d.waitFor { FileManager.default.fileExists(atPath: path) }, "the impostor server never bound \(path)")
+        let out = try d.run(
+            DaemonHarness.cliPath, ["unlock", "--passphrase-file", "/dev/null"], environment: ["KEYCHAIND_SOCKET": path]
+        )
         XCTAssertNotEqual(out.status, 0)
         XCTAssertTrue(out.stderr.contains("refusing"), out.stderr)
     }
 
     func testABackupThatNoRestoreCouldCarryIsRefusedWithTheRemedy() throws {
-        let d = try DaemonHarness(apps: DaemonHarness.defaultApps + [KeychainctlTests.cliAdmin],
-                                  config: #"{"maxFrameBytes": 4096, "kdfProfile": "interactive"}"#)
+        let d = try DaemonHarness(
+            apps: DaemonHarness.defaultApps + [KeychainctlTests.cliAdmin],
+            config: #"{"maxFrameBytes": 4096, "kdfProfile": "interactive"}"#)
         let c = try d.connect()
         for i in 0..<4 {
-            XCTAssertEqual(try c.call("add", query: ["class": .text("genp"), "svce": .text("bulk"), "acct": .text("a\(i)"),
-                                                     "v_Data": .bytes([UInt8](repeating: 1, count: 2000))]).status, .success)
+            XCTAssertEqual(
+                try c.call(
+                    "add",
+                    query: [
+                        "class": .text("genp"), "svce": .text("bulk"), "acct": .text("a\(i)"),
+                        "v_Data": .bytes([UInt8](repeating: 1, count: 2000)),
+                    ]
+                ).status, .success)
         }
         let pass = d.root + "/backup-pass"
         try "backup passphrase\n".write(toFile: pass, atomically: true, encoding: .utf8)
@@ -126,8 +165,10 @@ extension ReviewRegressionTests {
     func testARequestOverTheDaemonsFrameLimitGetsTheDaemonsReason() throws {
         let d = try DaemonHarness()
         let connection = KeychainConnection(socketPath: d.socketPath)
-        let big: [String: Value] = ["class": .text("genp"), "svce": .text("big"), "acct": .text("a"),
-                                    "v_Data": .bytes([UInt8](repeating: 1, count: 2 << 20))]
+        let big: [String: Value] = [
+            "class": .text("genp"), "svce": .text("big"), "acct": .text("a"),
+            "v_Data": .bytes([UInt8](repeating: 1, count: 2 << 20)),
+        ]
         XCTAssertThrowsError(try connection.call(.add, query: big)) { error in
             let e = error as? KeychainError
             XCTAssertEqual(e?.status, .param)
@@ -142,8 +183,14 @@ extension ReviewRegressionTests {
         let d = try DaemonHarness(apps: DaemonHarness.defaultApps + [KeychainctlTests.cliAdmin])
         let app = try d.connect()
         for account in ["a", "b"] {
-            XCTAssertEqual(try app.call("add", query: ["class": .text("genp"), "svce": .text("count"), "acct": .text(account),
-                                                       "v_Data": .bytes([1])]).status, .success)
+            XCTAssertEqual(
+                try app.call(
+                    "add",
+                    query: [
+                        "class": .text("genp"), "svce": .text("count"), "acct": .text(account),
+                        "v_Data": .bytes([1]),
+                    ]
+                ).status, .success)
         }
         XCTAssertEqual(try d.run(DaemonHarness.cliPath, ["add", "-s", "admin-only", "-a", "x", "-w", "y"]).status, 0)
         XCTAssertEqual(try app.call("status").result?.map?["items"]?.int, 2, "an app sees the count of its own groups")

@@ -1,7 +1,7 @@
 import Foundation
-import XCTest
 import KeychainCore
 import KeychainWire
+import XCTest
 
 /// Whole-file tampering with a stopped daemon's data directory, then the real daemon on it: flipped
 /// bytes, a truncated or emptied database, rows swapped or replayed from an older copy, a deleted or
@@ -19,8 +19,12 @@ final class TamperTests: XCTestCase {
         let d = try DaemonHarness()
         let c = try d.connect()
         for i in 0..<count {
-            let r = try c.call("add", query: ["class": .text("genp"), "svce": .text(Self.service), "acct": .text("a\(i)"),
-                                              "v_Data": .bytes(secret(i))])
+            let r = try c.call(
+                "add",
+                query: [
+                    "class": .text("genp"), "svce": .text(Self.service), "acct": .text("a\(i)"),
+                    "v_Data": .bytes(secret(i)),
+                ])
             XCTAssertEqual(r.status, .success, r.message ?? "")
         }
         XCTAssertEqual(d.stop(), 0)
@@ -32,33 +36,51 @@ final class TamperTests: XCTestCase {
 
     /// Starts the daemon; nil (and the daemon's reason in `reason`) when it refuses to start.
     func startOrReason(_ d: DaemonHarness) -> (started: Bool, reason: String) {
-        do { try d.start(); return (true, "") } catch { return (false, d.log) }
+        do {
+            try d.start()
+            return (true, "")
+        } catch { return (false, d.log) }
     }
 
     /// Every item's outcome: its own secret, or a clear error. Never another item's secret, never a
     /// successful empty answer where items were.
-    func checkNoWrongSecrets(_ d: DaemonHarness, count: Int, file: StaticString = #filePath, line: UInt = #line) throws -> [Status: Int] {
+    func checkNoWrongSecrets(_ d: DaemonHarness, count: Int, file: StaticString = #filePath, line: UInt = #line) throws
+        -> [Status: Int]
+    {
         let c = try d.connect()
         var outcomes: [Status: Int] = [:]
         for i in 0..<count {
-            let r = try c.call("copy", query: ["class": .text("genp"), "svce": .text(Self.service), "acct": .text("a\(i)"),
-                                               "r_Data": .bool(true)])
+            let r = try c.call(
+                "copy",
+                query: [
+                    "class": .text("genp"), "svce": .text(Self.service), "acct": .text("a\(i)"),
+                    "r_Data": .bool(true),
+                ])
             outcomes[r.status, default: 0] += 1
             if r.status == .success {
-                XCTAssertEqual(r.result, .bytes(secret(i)), "item a\(i) returned a secret that is not its own", file: file, line: line)
+                XCTAssertEqual(
+                    r.result, .bytes(secret(i)), "item a\(i) returned a secret that is not its own", file: file,
+                    line: line)
             } else {
                 XCTAssertNotNil(r.message, file: file, line: line)
-                XCTAssertTrue([.decode, .notAvailable, .itemNotFound, .io].contains(r.status),
-                              "a\(i): unexpected \(r.status) \(r.message ?? "")", file: file, line: line)
+                XCTAssertTrue(
+                    [.decode, .notAvailable, .itemNotFound, .io].contains(r.status),
+                    "a\(i): unexpected \(r.status) \(r.message ?? "")", file: file, line: line)
             }
         }
         // A listing either fails clearly or returns items paired with their own secrets.
-        let all = try c.call("copy", query: ["class": .text("genp"), "svce": .text(Self.service), "m_Limit": .text("m_LimitAll"),
-                                             "r_Attributes": .bool(true), "r_Data": .bool(true)])
+        let all = try c.call(
+            "copy",
+            query: [
+                "class": .text("genp"), "svce": .text(Self.service), "m_Limit": .text("m_LimitAll"),
+                "r_Attributes": .bool(true), "r_Data": .bool(true),
+            ])
         if all.status == .success {
             for entry in all.result?.array ?? [] {
                 guard case .text(let acct)? = entry.map?["acct"], let i = Int(acct.dropFirst()) else { continue }
-                XCTAssertEqual(entry.map?["v_Data"], .bytes(secret(i)), "listing paired \(acct) with another secret", file: file, line: line)
+                XCTAssertEqual(
+                    entry.map?["v_Data"], .bytes(secret(i)), "listing paired \(acct) with another secret", file: file,
+                    line: line)
             }
         } else {
             XCTAssertNotNil(all.message, file: file, line: line)
@@ -68,7 +90,9 @@ final class TamperTests: XCTestCase {
 
     func sql(_ d: DaemonHarness, _ statement: String, database: String? = nil) throws -> String {
         guard FileManager.default.isExecutableFile(atPath: Self.sqlite) else {
-            struct Missing: Error, CustomStringConvertible { let description = "sqlite3 CLI missing (scripts/deps installs it)" }
+            struct Missing: Error, CustomStringConvertible {
+                let description = "sqlite3 CLI missing (scripts/deps installs it)"
+            }
             throw Missing()
         }
         let out = try d.run(Self.sqlite, [database ?? db(d), statement])
@@ -157,11 +181,14 @@ final class TamperTests: XCTestCase {
         let d = try stoppedKeychain(count: 60)
         let original = try Data(contentsOf: URL(fileURLWithPath: db(d)))
         var generator = SystemRandomNumberGenerator()
-        var refused = 0, served = 0, decode = 0
+        var refused = 0
+        var served = 0
+        var decode = 0
         for round in 0..<12 {
             var bytes = [UInt8](original)
             // Several flips per round: in the header page, in the middle, near the end.
-            let offsets = round == 0 ? [100] : (0..<4).map { _ in Int.random(in: 4096..<bytes.count, using: &generator) }
+            let offsets =
+                round == 0 ? [100] : (0..<4).map { _ in Int.random(in: 4096..<bytes.count, using: &generator) }
             for o in offsets { bytes[o] ^= UInt8.random(in: 1...255, using: &generator) }
             try Data(bytes).write(to: URL(fileURLWithPath: db(d)))
             let (started, reason) = startOrReason(d)
@@ -190,7 +217,9 @@ final class TamperTests: XCTestCase {
     func testRowsSwappedBetweenItemsRefuseToStartAndOnceAcceptedAreErrSecDecode() throws {
         let d = try stoppedKeychain(count: 4)
         // Swap everything sealed between rows 1 and 2 (keeping each row's ref and digests).
-        _ = try sql(d, """
+        _ = try sql(
+            d,
+            """
             CREATE TEMP TABLE t AS SELECT rowid AS r, item_key, attributes, secret FROM items WHERE rowid IN (1, 2);
             UPDATE items SET item_key = (SELECT item_key FROM t WHERE r = 3 - items.rowid),
                              attributes = (SELECT attributes FROM t WHERE r = 3 - items.rowid),
@@ -198,7 +227,9 @@ final class TamperTests: XCTestCase {
             """)
         let (started, reason) = startOrReason(d)
         XCTAssertFalse(started, "started over swapped rows")
-        XCTAssertTrue(reason.contains("cannot start") && reason.contains("swapped") && reason.contains("--accept-database"), reason)
+        XCTAssertTrue(
+            reason.contains("cannot start") && reason.contains("swapped") && reason.contains("--accept-database"),
+            reason)
         // The user accepts the file anyway: the swapped items are errSecDecode, never each other's secret.
         XCTAssertTrue(try acceptDatabase(d).contains("as it is now (4 items)"))
         try d.start()
@@ -215,21 +246,33 @@ final class TamperTests: XCTestCase {
         try d.start()
         let c = try d.connect()
         let newSecret: [UInt8] = Array("changed-after-the-copy".utf8)
-        XCTAssertEqual(try c.call("update", query: ["class": .text("genp"), "svce": .text(Self.service), "acct": .text("a0")],
-                                  attributes: ["v_Data": .bytes(newSecret), "labl": .text("new label")]).status, .success)
-        XCTAssertEqual(try c.call("delete", query: ["class": .text("genp"), "svce": .text(Self.service), "acct": .text("a1")]).status, .success)
+        XCTAssertEqual(
+            try c.call(
+                "update", query: ["class": .text("genp"), "svce": .text(Self.service), "acct": .text("a0")],
+                attributes: ["v_Data": .bytes(newSecret), "labl": .text("new label")]
+            ).status, .success)
+        XCTAssertEqual(
+            try c.call("delete", query: ["class": .text("genp"), "svce": .text(Self.service), "acct": .text("a1")])
+                .status, .success)
         XCTAssertEqual(d.stop(), 0)
         let current = try Data(contentsOf: URL(fileURLWithPath: db(d)))
 
         // 1. Only the old secret column put back into the updated row.
-        _ = try sql(d, "ATTACH '\(old)' AS old; UPDATE items SET secret = (SELECT secret FROM old.items WHERE old.items.rowid = 1) WHERE rowid = 1;")
+        _ = try sql(
+            d,
+            "ATTACH '\(old)' AS old; UPDATE items SET secret = (SELECT secret FROM old.items WHERE old.items.rowid = 1) WHERE rowid = 1;"
+        )
         var (started, reason) = startOrReason(d)
         XCTAssertFalse(started, "started with an item's secret replayed from an older copy")
-        XCTAssertTrue(reason.contains("not the versions of its items or settings keychaind last wrote") && reason.contains("older copy"), reason)
+        XCTAssertTrue(
+            reason.contains("not the versions of its items or settings keychaind last wrote")
+                && reason.contains("older copy"), reason)
 
         // 2. The whole old row of a0 back, and the deleted a1 resurrected from the copy.
         try current.write(to: URL(fileURLWithPath: db(d)))
-        _ = try sql(d, """
+        _ = try sql(
+            d,
+            """
             ATTACH '\(old)' AS old;
             DELETE FROM items WHERE rowid = 1;
             INSERT INTO items SELECT * FROM old.items WHERE rowid IN (1, 2);
@@ -244,7 +287,11 @@ final class TamperTests: XCTestCase {
         try d.start()
         let c2 = try d.connect()
         for (i, expected) in [(0, Value.bytes(newSecret)), (1, nil), (2, .bytes(secret(2))), (3, .bytes(secret(3)))] {
-            let r = try c2.call("copy", query: ["class": .text("genp"), "svce": .text(Self.service), "acct": .text("a\(i)"), "r_Data": .bool(true)])
+            let r = try c2.call(
+                "copy",
+                query: [
+                    "class": .text("genp"), "svce": .text(Self.service), "acct": .text("a\(i)"), "r_Data": .bool(true),
+                ])
             XCTAssertEqual(r.status, expected == nil ? .itemNotFound : .success, "a\(i)")
             XCTAssertEqual(r.result, expected, "a\(i)")
         }
@@ -254,15 +301,21 @@ final class TamperTests: XCTestCase {
         let d = try stoppedKeychain(count: 3)
         let old = try Data(contentsOf: URL(fileURLWithPath: db(d)))
         try d.start()
-        XCTAssertEqual(try d.connect().call("delete", query: ["class": .text("genp"), "svce": .text(Self.service), "acct": .text("a2")]).status, .success)
+        XCTAssertEqual(
+            try d.connect().call(
+                "delete", query: ["class": .text("genp"), "svce": .text(Self.service), "acct": .text("a2")]
+            ).status, .success)
         XCTAssertEqual(d.stop(), 0)
         try old.write(to: URL(fileURLWithPath: db(d)))
         let (started, reason) = startOrReason(d)
         XCTAssertFalse(started, "started on an older copy of the whole database")
-        XCTAssertTrue(reason.contains("cannot start") && reason.contains("is an older copy") && reason.contains("--accept-database"), reason)
+        XCTAssertTrue(
+            reason.contains("cannot start") && reason.contains("is an older copy")
+                && reason.contains("--accept-database"), reason)
         XCTAssertTrue(try acceptDatabase(d).contains("as it is now (3 items)"))
         try d.start()
-        XCTAssertEqual(try checkNoWrongSecrets(d, count: 3), [.success: 3])   // the deleted a2 is back, by the user's choice
+        // The deleted a2 is back, by the user's choice.
+        XCTAssertEqual(try checkNoWrongSecrets(d, count: 3), [.success: 3])
     }
 
     func testAcceptDatabaseRefusesWhileTheDaemonRunsAndSaysWhenThereIsNothingToAccept() throws {
@@ -275,7 +328,8 @@ final class TamperTests: XCTestCase {
         XCTAssertTrue(try acceptDatabase(d).contains("already matches"))
         // A mistyped --data-dir does not create a keychain to "accept".
         let elsewhere = d.root + "/no-such-data"
-        let missing = try d.run(DaemonHarness.daemonPath, ["--data-dir", elsewhere, "--config", d.configFile, "--accept-database"])
+        let missing = try d.run(
+            DaemonHarness.daemonPath, ["--data-dir", elsewhere, "--config", d.configFile, "--accept-database"])
         XCTAssertEqual(missing.status, 1)
         XCTAssertTrue(missing.stderr.contains("nothing to accept"), missing.stderr)
         XCTAssertFalse(FileManager.default.fileExists(atPath: elsewhere + "/device.key"))

@@ -1,9 +1,10 @@
 import Foundation
-import XCTest
-@testable import KeychainServices
 import KeychainClient
 import KeychainCore
 import KeychainWire
+import XCTest
+
+@testable import KeychainServices
 
 /// KeychainServices without a daemon: constants, the CF stand-ins, conversions both ways, errors.
 final class ClientUnitTests: XCTestCase {
@@ -45,22 +46,28 @@ final class ClientUnitTests: XCTestCase {
     /// The spellings iOS code uses compile unchanged and convert to the same request.
     func testTypicalDictionarySpellingsAllConvert() throws {
         let data = Data("s3cret".utf8)
-        let a: [String: Any] = [kSecClass as String: kSecClassGenericPassword, kSecAttrService as String: "svc",
-                                kSecValueData as String: data, kSecReturnData as String: kCFBooleanTrue!]
+        let a: [String: Any] = [
+            kSecClass as String: kSecClassGenericPassword, kSecAttrService as String: "svc",
+            kSecValueData as String: data, kSecReturnData as String: kCFBooleanTrue!,
+        ]
         var b = [String: AnyObject]()
         b[kSecClass as String] = kSecClassGenericPassword
         b[kSecAttrService as String] = "svc" as AnyObject?
         b[kSecValueData as String] = data as AnyObject?
         b[kSecReturnData as String] = kCFBooleanTrue
-        let c: [CFString: Any] = [kSecClass: kSecClassGenericPassword, kSecAttrService: "svc", kSecValueData: data,
-                                  kSecReturnData: true]
+        let c: [CFString: Any] = [
+            kSecClass: kSecClassGenericPassword, kSecAttrService: "svc", kSecValueData: data,
+            kSecReturnData: true,
+        ]
         let d = NSMutableDictionary()
         d.setObject(kSecClassGenericPassword, forKey: kSecClass)
         d.setObject("svc", forKey: kSecAttrService)
         d.setObject(data, forKey: kSecValueData)
         d.setObject(kCFBooleanTrue!, forKey: kSecReturnData)
-        let expected: [String: Value] = ["class": .text("genp"), "svce": .text("svc"), "v_Data": .bytes(Array(data)),
-                                         "r_Data": .bool(true)]
+        let expected: [String: Value] = [
+            "class": .text("genp"), "svce": .text("svc"), "v_Data": .bytes(Array(data)),
+            "r_Data": .bool(true),
+        ]
         for dict in [a as CFDictionary, b as CFDictionary, c as CFDictionary, d as CFDictionary, d] {
             XCTAssertEqual(try Conversion.map(dict, what: "the query"), expected)
         }
@@ -76,16 +83,22 @@ final class ClientUnitTests: XCTestCase {
             kSecReturnRef as String: true, "custom": 3.5,
         ]
         let m = try Conversion.map(dict as CFDictionary, what: "the query")
-        XCTAssertEqual(m, [
-            "invi": .bool(true), "nega": .bool(false), "sync": .text("syna"), "crtr": .int(0x41424344),
-            "type": .int(7), "cdat": .date(1_700_000_000.5), "gena": .text("text-is-tolerated"),
-            "m_Limit": .int(5), "m_CaseInsensitive": .bool(false), "r_Attributes": .bool(true), "custom": .float(3.5),
-        ])
+        XCTAssertEqual(
+            m,
+            [
+                "invi": .bool(true), "nega": .bool(false), "sync": .text("syna"), "crtr": .int(0x41424344),
+                "type": .int(7), "cdat": .date(1_700_000_000.5), "gena": .text("text-is-tolerated"),
+                "m_Limit": .int(5), "m_CaseInsensitive": .bool(false), "r_Attributes": .bool(true),
+                "custom": .float(3.5),
+            ])
     }
 
     func testValuesWithoutAWireFormAreErrSecParamNamingTheKey() {
         func failure(_ dict: [String: Any]) -> KeychainError? {
-            do throws(KeychainError) { _ = try Conversion.map(dict as CFDictionary, what: "the query"); return nil } catch { return error }
+            do throws(KeychainError) {
+                _ = try Conversion.map(dict as CFDictionary, what: "the query")
+                return nil
+            } catch { return error }
         }
         let stringSecret = failure([kSecValueData as String: "not data"])
         XCTAssertEqual(stringSecret?.status, .param)
@@ -102,8 +115,9 @@ final class ClientUnitTests: XCTestCase {
     }
 
     func testResultsComeBackAsAppleHandsThemOut() throws {
-        let archived = try NSKeyedArchiver.archivedData(withRootObject: "9D820D3A-4429-4918-97F7-A69588B388A4",
-                                                        requiringSecureCoding: false)
+        let archived = try NSKeyedArchiver.archivedData(
+            withRootObject: "9D820D3A-4429-4918-97F7-A69588B388A4",
+            requiringSecureCoding: false)
         let attrs: Value = .map([
             "acct": .text("alice"), "svce": .text("svc"), "agrp": .text("TEAM.tests"), "pdmn": .text("ak"),
             "sync": .bool(false), "invi": .bool(true), "crtr": .int(42), "cdat": .date(1_700_000_000),
@@ -120,8 +134,9 @@ final class ClientUnitTests: XCTestCase {
         XCTAssertEqual(dict[kSecAttrCreationDate as String] as? Date, Date(timeIntervalSince1970: 1_700_000_000))
         XCTAssertEqual(dict[kSecAttrGeneric as String] as? Data, Data([1, 2]))
         let secret = try XCTUnwrap(dict[kSecValueData as String] as? Data)
-        XCTAssertEqual(try NSKeyedUnarchiver.unarchiveTopLevelObjectWithData(secret) as? String,
-                       "9D820D3A-4429-4918-97F7-A69588B388A4")
+        XCTAssertEqual(
+            try NSKeyedUnarchiver.unarchiveTopLevelObjectWithData(secret) as? String,
+            "9D820D3A-4429-4918-97F7-A69588B388A4")
         XCTAssertNotNil(item as? [String: AnyObject])
         XCTAssertNotNil(item as? NSDictionary)
 
@@ -147,9 +162,12 @@ final class ClientUnitTests: XCTestCase {
         XCTAssertNil(item, "the result is cleared on failure")
         let message = SecCopyErrorMessageString(status, nil) as String?
         XCTAssertTrue(message?.contains(path) ?? false, message ?? "")
-        XCTAssertEqual(SecCopyErrorMessageString(errSecItemNotFound, nil) as String?,
-                       "The specified item could not be found in the keychain.")
-        XCTAssertThrowsError(try Keychain(service: "svc", connection: KeychainConnection(socketPath: path)).string(forKey: "k")) {
+        XCTAssertEqual(
+            SecCopyErrorMessageString(errSecItemNotFound, nil) as String?,
+            "The specified item could not be found in the keychain.")
+        XCTAssertThrowsError(
+            try Keychain(service: "svc", connection: KeychainConnection(socketPath: path)).string(forKey: "k")
+        ) {
             XCTAssertEqual(($0 as? KeychainError)?.osStatus, errSecNotAvailable)
         }
     }
@@ -161,8 +179,9 @@ final class ClientUnitTests: XCTestCase {
             XCTAssertEqual(UUID(uuidString: s)?.uuidString, s)
             XCTAssertEqual(Array(s)[14], "4")
         }
-        XCTAssertEqual(DeviceIdentifierConvention.canonicalUUID(Array("9d820d3a-4429-4918-97f7-a69588b388a4".utf8)),
-                       "9D820D3A-4429-4918-97F7-A69588B388A4")
+        XCTAssertEqual(
+            DeviceIdentifierConvention.canonicalUUID(Array("9d820d3a-4429-4918-97f7-a69588b388a4".utf8)),
+            "9D820D3A-4429-4918-97F7-A69588B388A4")
         XCTAssertNil(DeviceIdentifierConvention.canonicalUUID(Array("9d820d3a-4429-4918-97f7-a69588b388a".utf8)))
         XCTAssertNil(DeviceIdentifierConvention.canonicalUUID(Array("9d820d3a+4429-4918-97f7-a69588b388a4".utf8)))
     }
@@ -171,7 +190,8 @@ final class ClientUnitTests: XCTestCase {
         let k = Keychain(service: "svc", accessGroup: "TEAM.tests").accessibility(.afterFirstUnlock).label("L")
         XCTAssertEqual(k.accessibility, .afterFirstUnlock)
         XCTAssertEqual(k.label, "L")
-        XCTAssertEqual(k, Keychain(service: "svc", accessGroup: "TEAM.tests", accessibility: .afterFirstUnlock).label("L"))
+        XCTAssertEqual(
+            k, Keychain(service: "svc", accessGroup: "TEAM.tests", accessibility: .afterFirstUnlock).label("L"))
         XCTAssertFalse(String(describing: Value.bytes(Array("s3cret".utf8))).contains("s3cret"))
         XCTAssertFalse(String(describing: k).contains("s3cret"))
     }

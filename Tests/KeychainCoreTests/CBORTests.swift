@@ -1,5 +1,5 @@
-import Testing
 import KeychainCore
+import Testing
 
 @Suite("CBOR codec")
 struct CBORTests {
@@ -41,9 +41,11 @@ struct CBORTests {
     func roundTrip() throws {
         let value: Value = .map([
             "v": .int(1), "id": .int(Int64.max), "neg": .int(Int64.min), "op": .text("copy"),
-            "query": .map(["svce": .text("com.example ✓"), "v_Data": .bytes(Array(0...255)),
-                           "sync": .bool(true), "cdat": .date(1_700_000_000.25), "n": .null,
-                           "list": .array([.float(-2.5), .date(5)])]),
+            "query": .map([
+                "svce": .text("com.example ✓"), "v_Data": .bytes(Array(0...255)),
+                "sync": .bool(true), "cdat": .date(1_700_000_000.25), "n": .null,
+                "list": .array([.float(-2.5), .date(5)]),
+            ]),
         ])
         #expect(try CBOR.decode(CBOR.encode(value)) == value)
     }
@@ -98,7 +100,10 @@ struct CBORTests {
         #expect(!Value.bytes(Array(secret.utf8)).description.contains("104"))
         var bytes = CBOR.encode(.map(["k": .text(secret)]))
         bytes.append(0)
-        do { _ = try CBOR.decode(bytes); Issue.record("trailing byte accepted") } catch {
+        do {
+            _ = try CBOR.decode(bytes)
+            Issue.record("trailing byte accepted")
+        } catch {
             #expect(!error.message.contains(secret))
         }
     }

@@ -1,6 +1,6 @@
-import Testing
 import KeychainCore
 import KeychainWire
+import Testing
 
 @Suite("Frames and messages")
 struct FrameTests {
@@ -15,7 +15,9 @@ struct FrameTests {
     @Test("pipelined frames arriving byte by byte come out whole and in order")
     func incrementalFrames() throws {
         var stream: [UInt8] = []
-        for i in 0..<5 { stream += Frame.encode(Request(id: Int64(i), op: "copy", query: ["class": .text("genp")]).value) }
+        for i in 0..<5 {
+            stream += Frame.encode(Request(id: Int64(i), op: "copy", query: ["class": .text("genp")]).value)
+        }
         var buffer = FrameBuffer()
         var ids: [Int64] = []
         for byte in stream {
@@ -37,12 +39,22 @@ struct FrameTests {
     func requestEnvelope() throws {
         let r = Request(id: 42, op: "update", query: ["svce": .text("s")], attributes: ["labl": .text("l")])
         let back = try Request(r.value)
-        #expect(back.id == 42 && back.op == "update" && back.query == ["svce": .text("s")] && back.attributes == ["labl": .text("l")])
-        #expect(throws: KeychainError(.param, "request lacks \"v\" (protocol version)")) { try Request(.map(["id": .int(1), "op": .text("copy")])) }
-        do { _ = try Request(.map(["v": .int(2), "id": .int(1), "op": .text("copy")])); Issue.record("v2 accepted") } catch {
+        #expect(
+            back.id == 42 && back.op == "update" && back.query == ["svce": .text("s")]
+                && back.attributes == ["labl": .text("l")])
+        #expect(throws: KeychainError(.param, "request lacks \"v\" (protocol version)")) {
+            try Request(.map(["id": .int(1), "op": .text("copy")]))
+        }
+        do {
+            _ = try Request(.map(["v": .int(2), "id": .int(1), "op": .text("copy")]))
+            Issue.record("v2 accepted")
+        } catch {
             #expect(error.status == .param)
         }
-        do { _ = try Request(.map(["v": .int(1), "id": .int(1), "op": .text("copy"), "query": .text("x")])); Issue.record("query text accepted") } catch {
+        do {
+            _ = try Request(.map(["v": .int(1), "id": .int(1), "op": .text("copy"), "query": .text("x")]))
+            Issue.record("query text accepted")
+        } catch {
             #expect(error.status == .param)
         }
     }

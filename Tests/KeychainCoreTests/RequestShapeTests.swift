@@ -1,6 +1,6 @@
-import Testing
 import KeychainCore
 import KeychainWire
+import Testing
 
 /// The daemon recognises the common request shape from its bytes (to reuse a compiled copy query):
 /// it must agree with the full decoder on every request it accepts, and refuse every other shape.
@@ -14,7 +14,9 @@ struct RequestShapeTests {
 
     @Test("the requests clients write are recognised with the decoder's id, op and query")
     func agreesWithTheDecoder() throws {
-        let query: [String: Value] = ["class": .text("genp"), "svce": .text("s"), "acct": .text("a"), "r_Data": .bool(true)]
+        let query: [String: Value] = [
+            "class": .text("genp"), "svce": .text("s"), "acct": .text("a"), "r_Data": .bool(true),
+        ]
         for id: Int64 in [0, 1, 23, 24, 255, 256, 65_535, 65_536, 1 << 40, Int64.max] {
             for op in ["copy", "add", "delete"] {
                 let bytes = body(Request(id: id, op: op, query: query).value)
@@ -36,10 +38,10 @@ struct RequestShapeTests {
     func otherShapes() {
         let query: Value = .map(["class": .text("genp")])
         let refused: [Value] = [
-            .map(["v": .int(1), "id": .int(1), "op": .text("copy")]),                                   // no query
+            .map(["v": .int(1), "id": .int(1), "op": .text("copy")]),  // no query
             .map(["v": .int(1), "id": .int(1), "op": .text("update"), "query": query, "attributes": .map([:])]),
-            .map(["v": .int(2), "id": .int(1), "op": .text("copy"), "query": query]),                  // version
-            .map(["v": .int(1), "id": .int(-1), "op": .text("copy"), "query": query]),                 // negative id
+            .map(["v": .int(2), "id": .int(1), "op": .text("copy"), "query": query]),  // version
+            .map(["v": .int(1), "id": .int(-1), "op": .text("copy"), "query": query]),  // negative id
             .map(["v": .int(1), "id": .text("1"), "op": .text("copy"), "query": query]),
             .map(["v": .int(1), "id": .int(1), "op": .bytes(Array("copy".utf8)), "query": query]),
             .map(["v": .int(1), "id": .int(1), "op": .text("copy"), "query": .array([])]),

@@ -1,12 +1,14 @@
-#if canImport(Glibc)
-import Glibc
-#endif
 import Foundation
-import Testing
 import KeychainCore
 import KeychainItems
-@testable import KeychainDaemon
 import KeychainSystem
+import Testing
+
+@testable import KeychainDaemon
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// The access policy as a table (docs/security.md §2): every op for every kind of caller, then the item-level
 /// group rules, then what identification makes of peers that are not who they claim to be.
@@ -49,7 +51,8 @@ struct AccessPolicyTableTests {
     func everyOpForEveryCaller(_ action: Action) {
         for who in Who.allCases {
             for passphraseSet in [false, true] {
-                let decision = AccessPolicy.decide(action, caller: who.caller, unidentified: "not registered", passphraseSet: passphraseSet)
+                let decision = AccessPolicy.decide(
+                    action, caller: who.caller, unidentified: "not registered", passphraseSet: passphraseSet)
                 let got: Expect
                 switch decision {
                 case .allow: got = .allow
@@ -58,15 +61,20 @@ struct AccessPolicyTableTests {
                     #expect(e.status == .missingEntitlement, "\(action) \(who): \(e)")
                     got = .missingEntitlement
                 }
-                #expect(got == Self.expected(action, who, passphraseSet: passphraseSet),
-                        "\(action.rawValue) by \(who.rawValue), passphrase \(passphraseSet)")
+                #expect(
+                    got == Self.expected(action, who, passphraseSet: passphraseSet),
+                    "\(action.rawValue) by \(who.rawValue), passphrase \(passphraseSet)")
             }
         }
     }
 
     @Test func anUnregisteredCallerIsToldWhy() {
-        guard case .deny(let e) = AccessPolicy.decide(.copy, caller: nil, unidentified: "executable /x is not registered", passphraseSet: true) else {
-            Issue.record("not denied"); return
+        guard
+            case .deny(let e) = AccessPolicy.decide(
+                .copy, caller: nil, unidentified: "executable /x is not registered", passphraseSet: true)
+        else {
+            Issue.record("not denied")
+            return
         }
         #expect(e.message == "executable /x is not registered")
     }
@@ -75,7 +83,9 @@ struct AccessPolicyTableTests {
 
     @Test func anAppNamingAForeignGroupIsMissingEntitlement() throws {
         let app = Who.app.caller!
-        #expect(throws: KeychainError(.missingEntitlement, "the caller is not entitled to the access group named in agrp")) {
+        #expect(
+            throws: KeychainError(.missingEntitlement, "the caller is not entitled to the access group named in agrp")
+        ) {
             try AccessPolicy.checkEntitlement("T.other", app)
         }
         try AccessPolicy.checkEntitlement("T.shared", app)
@@ -84,7 +94,8 @@ struct AccessPolicyTableTests {
     }
 
     @Test func groupsCompareByteForByte() throws {
-        let nfc = "caf\u{E9}", nfd = "cafe\u{301}"
+        let nfc = "caf\u{E9}"
+        let nfd = "cafe\u{301}"
         #expect(nfc == nfd, "Swift calls them equal")
         let app = Caller(accessGroups: [nfc])
         #expect(throws: KeychainError.self) { try AccessPolicy.checkEntitlement(nfd, app) }
@@ -112,12 +123,18 @@ struct AccessPolicyTableTests {
 
     @Test func everyFrameComesFromTheIdentifiedProcess() {
         #expect(AccessPolicy.checkWriter(writerPID: 10, identifiedPID: 10, identifiedIsRunning: true) == nil)
-        #expect(AccessPolicy.checkWriter(writerPID: 11, identifiedPID: 10, identifiedIsRunning: true)?.status == .missingEntitlement,
-                "a foreign frame sender")
-        #expect(AccessPolicy.checkWriter(writerPID: 10, identifiedPID: 10, identifiedIsRunning: false)?.status == .missingEntitlement,
-                "the identified process is gone: its pid may be someone else's now")
-        #expect(AccessPolicy.checkWriter(writerPID: 0, identifiedPID: 10, identifiedIsRunning: true)?.status == .missingEntitlement,
-                "no credentials on the bytes")
+        #expect(
+            AccessPolicy.checkWriter(writerPID: 11, identifiedPID: 10, identifiedIsRunning: true)?.status
+                == .missingEntitlement,
+            "a foreign frame sender")
+        #expect(
+            AccessPolicy.checkWriter(writerPID: 10, identifiedPID: 10, identifiedIsRunning: false)?.status
+                == .missingEntitlement,
+            "the identified process is gone: its pid may be someone else's now")
+        #expect(
+            AccessPolicy.checkWriter(writerPID: 0, identifiedPID: 10, identifiedIsRunning: true)?.status
+                == .missingEntitlement,
+            "no credentials on the bytes")
     }
 
     @Test func onlyTheDaemonsOwnUserIsAdmitted() {
@@ -136,7 +153,8 @@ struct AccessPolicyTableTests {
         #expect(FileManager.default.createFile(atPath: exe, contents: Data("#!".utf8)))
         let other = dir + "/other"
         #expect(FileManager.default.createFile(atPath: other, contents: Data("#!".utf8)))
-        let entry = AppEntry(applicationIdentifier: "T.app", accessGroups: ["T.app"], executables: [exe], admin: false, file: "t")
+        let entry = AppEntry(
+            applicationIdentifier: "T.app", accessGroups: ["T.app"], executables: [exe], admin: false, file: "t")
         let registry = AppRegistry(apps: [entry], bundledCLI: nil)
         func peer(_ path: String?, file: FileIdentity?, problem: String? = nil) -> PeerIdentity {
             PeerIdentity(pid: 42, uid: getuid(), executable: path, executableFile: file, problem: problem)
@@ -147,7 +165,8 @@ struct AccessPolicyTableTests {
         let replaced = registry.identify(peer(exe, file: FileIdentity.of(path: other)))
         #expect(replaced.failureMessage?.contains("does not run the file registered at \(exe)") == true)
         // Another mount namespace: PeerIdentity refuses before any lookup.
-        let namespaced = registry.identify(peer(nil, file: nil, problem: "pid 42 runs in another mount namespace than keychaind"))
+        let namespaced = registry.identify(
+            peer(nil, file: nil, problem: "pid 42 runs in another mount namespace than keychaind"))
         #expect(namespaced.failureMessage?.contains("another mount namespace") == true)
         // Unregistered: says how to register.
         let unknown = registry.identify(peer(other, file: FileIdentity.of(path: other)))
@@ -158,7 +177,10 @@ struct AccessPolicyTableTests {
         var fds: [Int32] = [-1, -1]
         #expect(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &fds) == 0)
         let socket = Socket(adopting: fds[0])
-        defer { socket.close(); close(fds[1]) }
+        defer {
+            socket.close()
+            close(fds[1])
+        }
         let me = try PeerIdentity.of(socket: socket)
         #expect(me.pid == getpid() && me.uid == getuid() && me.problem == nil)
         #expect(me.executableFile == FileIdentity.of(path: "/proc/self/exe"))

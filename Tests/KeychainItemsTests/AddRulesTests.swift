@@ -1,5 +1,6 @@
-import Testing
 import KeychainCore
+import Testing
+
 @testable import KeychainItems
 
 @Suite struct AddRules {
@@ -21,7 +22,9 @@ import KeychainCore
     @Test func uniquenessIgnoresNonKeyAttributes() throws {
         try withKeychain { (fx) throws in
             try fx.add("svc", "alice", ["labl": .text("one"), "pdmn": .text("ak")])
-            #expect(status { try fx.add("svc", "alice", ["labl": .text("two"), "pdmn": .text("dk"), "gena": bytes("g")]) } == .duplicateItem)
+            #expect(
+                status { try fx.add("svc", "alice", ["labl": .text("two"), "pdmn": .text("dk"), "gena": bytes("g")]) }
+                    == .duplicateItem)
         }
     }
 
@@ -106,7 +109,8 @@ import KeychainCore
 
     @Test func addWithReturnDataAndRefReturnsOneMap() throws {
         try withKeychain { (fx) throws in
-            let result = try fx.add("svc", "alice", secret: "s", ["r_Data": .bool(true), "r_PersistentRef": .bool(true)])
+            let result = try fx.add(
+                "svc", "alice", secret: "s", ["r_Data": .bool(true), "r_PersistentRef": .bool(true)])
             let map = try #require(result?.map)
             #expect(map["v_Data"] == bytes("s"))
             #expect(map["v_PersistentRef"]?.bytes?.count == 20)
@@ -116,7 +120,12 @@ import KeychainCore
 
     @Test func persistentRefInAddIsParam() throws {
         try withKeychain { (fx) throws in
-            #expect(status { try fx.add("svc", "alice", ["v_PersistentRef": .bytes(Array("genp".utf8) + [UInt8](repeating: 0, count: 16))]) } == .param)
+            #expect(
+                status {
+                    try fx.add(
+                        "svc", "alice",
+                        ["v_PersistentRef": .bytes(Array("genp".utf8) + [UInt8](repeating: 0, count: 16))])
+                } == .param)
         }
     }
 
@@ -166,4 +175,3 @@ import KeychainCore
         }
     }
 }
-

@@ -1,8 +1,9 @@
 import Foundation
-import Testing
 import KeychainCore
-@testable import KeychainCrypto
 import KeychainStore
+import Testing
+
+@testable import KeychainCrypto
 @testable import KeychainItems
 
 @Suite struct BackupTests {
@@ -12,9 +13,14 @@ import KeychainStore
     func populated(_ fx: ProtectedFixture) throws {
         try fx.service.changePassphrase(old: nil, new: pass("kc"))
         for code in allCodes {
-            _ = try fx.service.add(item("svc-\(Self.marker)-\(code)", "acct", secret: "secret-\(Self.marker)-\(code)",
-                                    ["pdmn": .text(code), "labl": .text("label-\(Self.marker)"), "gena": .bytes([1, 2, 3]), "crtr": .int(42)]),
-                               caller: Fixture.app)
+            _ = try fx.service.add(
+                item(
+                    "svc-\(Self.marker)-\(code)", "acct", secret: "secret-\(Self.marker)-\(code)",
+                    [
+                        "pdmn": .text(code), "labl": .text("label-\(Self.marker)"), "gena": .bytes([1, 2, 3]),
+                        "crtr": .int(42),
+                    ]),
+                caller: Fixture.app)
         }
     }
 
@@ -104,10 +110,14 @@ import KeychainStore
         defer { target.cleanup() }
         try populated(source)
         let file = try source.service.backup(passphrase: pass("bk"))
-        let all: [String: Value] = ["class": .text("genp"), "m_Limit": .text("m_LimitAll"), "r_Attributes": .bool(true), "r_PersistentRef": .bool(true)]
+        let all: [String: Value] = [
+            "class": .text("genp"), "m_Limit": .text("m_LimitAll"), "r_Attributes": .bool(true),
+            "r_PersistentRef": .bool(true),
+        ]
         let before = (try source.service.copyMatching(all, caller: Fixture.app)?.array ?? []).compactMap(\.map)
         #expect(before.count == 7)
-        _ = try target.service.add(item("svc-\(Self.marker)-dk", "acct", secret: "mine", ["pdmn": .text("dk")]), caller: Fixture.app)
+        _ = try target.service.add(
+            item("svc-\(Self.marker)-dk", "acct", secret: "mine", ["pdmn": .text("dk")]), caller: Fixture.app)
         let result = try target.service.restore(passphrase: pass("bk"), data: file)
         #expect(result.restored == 2 && result.skipped == 1)
         #expect(try target.secret("svc-\(Self.marker)-dk", "acct") == "mine")
@@ -121,15 +131,21 @@ import KeychainStore
         // A locked target refuses.
         try target.service.changePassphrase(old: nil, new: pass("t"))
         try target.service.lock()
-        #expect(failure { try target.service.restore(passphrase: pass("bk"), data: file) }?.status == .interactionNotAllowed)
+        #expect(
+            failure { try target.service.restore(passphrase: pass("bk"), data: file) }?.status == .interactionNotAllowed
+        )
     }
 
     @Test func restoreRejectsItemsThatDoNotLookLikeStoredOnes() {
-        let good: [String: Value] = ["svce": .text("s"), "acct": .text("a"), "agrp": .text("g"), "pdmn": .text("ak"),
-                                     "sync": .bool(false), "cdat": .date(1), "mdat": .date(2)]
+        let good: [String: Value] = [
+            "svce": .text("s"), "acct": .text("a"), "agrp": .text("g"), "pdmn": .text("ak"),
+            "sync": .bool(false), "cdat": .date(1), "mdat": .date(2),
+        ]
         #expect((try? ItemService.validatedBackupAttributes(good, index: 0)) != nil)
-        for (key, value) in [("pdmn", Value.text("aku")), ("pdmn", .text("akpu")), ("agrp", .text("")), ("cdat", .int(1)),
-                             ("zzzz", .text("x")), ("crtr", .int(-1)), ("sync", .int(1))] {
+        for (key, value) in [
+            ("pdmn", Value.text("aku")), ("pdmn", .text("akpu")), ("agrp", .text("")), ("cdat", .int(1)),
+            ("zzzz", .text("x")), ("crtr", .int(-1)), ("sync", .int(1)),
+        ] {
             var bad = good
             bad[key] = value
             #expect(failure { try ItemService.validatedBackupAttributes(bad, index: 0) }?.status == .decode, "\(key)")

@@ -1,8 +1,10 @@
-import Testing
 import KeychainCore
-import KeychainSystem
-@testable import KeychainItems
 import KeychainCrypto
+import KeychainStore
+import KeychainSystem
+import Testing
+
+@testable import KeychainItems
 
 @Suite struct CopyRules {
     @Test func noMatchIsItemNotFound() throws {
@@ -24,7 +26,8 @@ import KeychainCrypto
         try withKeychain { (fx) throws in
             try fx.add("svc", "alice", secret: "local")
             try fx.add("svc", "alice", secret: "synced", ["sync": .bool(true)])
-            let all = try fx.copy(query("svc", "alice", ["sync": .text("syna"), "m_Limit": .text("m_LimitAll"), "r_Data": .bool(true)]))
+            let all = try fx.copy(
+                query("svc", "alice", ["sync": .text("syna"), "m_Limit": .text("m_LimitAll"), "r_Data": .bool(true)]))
             #expect(Set(all?.array ?? []) == [bytes("local"), bytes("synced")])
             // Without service/account (no point lookup) too.
             let scan = try fx.copy(["class": .text("genp"), "sync": .text("syna"), "m_Limit": .text("m_LimitAll")])
@@ -45,7 +48,9 @@ import KeychainCrypto
     @Test func everySuppliedAttributeMustMatch() throws {
         try withKeychain { (fx) throws in
             try fx.add("svc", "alice", ["labl": .text("Label"), "gena": .bytes([1, 2]), "crtr": .int(7)])
-            #expect(try fx.secret("svc", "alice", ["labl": .text("Label"), "gena": .bytes([1, 2]), "crtr": .int(7)]) == "pw")
+            #expect(
+                try fx.secret("svc", "alice", ["labl": .text("Label"), "gena": .bytes([1, 2]), "crtr": .int(7)]) == "pw"
+            )
             #expect(status { try fx.copy(query("svc", "alice", ["labl": .text("label")])) } == .itemNotFound)
             #expect(status { try fx.copy(query("svc", "alice", ["gena": .bytes([1, 3])])) } == .itemNotFound)
             #expect(status { try fx.copy(query("svc", "alice", ["crtr": .int(8)])) } == .itemNotFound)
@@ -76,7 +81,10 @@ import KeychainCrypto
         try withKeychain { (fx) throws in
             try fx.add("svc", "a", ["pdmn": .text("dk")])
             try fx.add("svc", "b", ["pdmn": .text("ck")])
-            let found = try fx.copy(["class": .text("genp"), "pdmn": .text("dk"), "m_Limit": .text("m_LimitAll"), "r_Attributes": .bool(true)])
+            let found = try fx.copy([
+                "class": .text("genp"), "pdmn": .text("dk"), "m_Limit": .text("m_LimitAll"),
+                "r_Attributes": .bool(true),
+            ])
             #expect(found?.array?.compactMap { $0.map?["acct"] } == [.text("a")])
         }
     }
@@ -86,14 +94,18 @@ import KeychainCrypto
             try fx.add("svc", "a", secret: "1")
             try fx.add("svc", "b", secret: "2")
             #expect(try fx.copy(["class": .text("genp"), "svce": .text("svc"), "r_Data": .bool(true)]) == bytes("1"))
-            #expect(try fx.copy(["class": .text("genp"), "svce": .text("svc"), "r_Data": .bool(true), "m_Limit": .int(1)]) == bytes("1"))
+            #expect(
+                try fx.copy(["class": .text("genp"), "svce": .text("svc"), "r_Data": .bool(true), "m_Limit": .int(1)])
+                    == bytes("1"))
         }
     }
 
     @Test func limitAllReturnsAnArrayEvenForOneMatch() throws {
         try withKeychain { (fx) throws in
             try fx.add("svc", "a")
-            #expect(try fx.copy(query("svc", "a", ["r_Data": .bool(true), "m_Limit": .text("m_LimitAll")])) == .array([bytes("pw")]))
+            #expect(
+                try fx.copy(query("svc", "a", ["r_Data": .bool(true), "m_Limit": .text("m_LimitAll")]))
+                    == .array([bytes("pw")]))
         }
     }
 
@@ -119,14 +131,18 @@ import KeychainCrypto
             let ref = try #require(copy(["r_PersistentRef"])?.bytes)
             #expect(ref.count == 20 && ref.starts(with: Array("genp".utf8)))
             let attrs = try #require(copy(["r_Attributes"])?.map)
-            for key in ["agrp", "pdmn", "sync", "cdat", "mdat", "svce", "acct", "labl"] { #expect(attrs[key] != nil, "\(key)") }
+            for key in ["agrp", "pdmn", "sync", "cdat", "mdat", "svce", "acct", "labl"] {
+                #expect(attrs[key] != nil, "\(key)")
+            }
             #expect(attrs["v_Data"] == nil && attrs["v_PersistentRef"] == nil && attrs["class"] == nil)
             let dataAndRef = try #require(copy(["r_Data", "r_PersistentRef"])?.map)
             #expect(dataAndRef == ["v_Data": bytes("s"), "v_PersistentRef": .bytes(ref)])
             let all = try #require(copy(["r_Data", "r_Attributes", "r_PersistentRef"])?.map)
             #expect(all["v_Data"] == bytes("s") && all["v_PersistentRef"] == .bytes(ref) && all["labl"] == .text("L"))
             let attrsAndData = try #require(copy(["r_Data", "r_Attributes"])?.map)
-            #expect(attrsAndData["v_Data"] == bytes("s") && attrsAndData["v_PersistentRef"] == nil && attrsAndData["acct"] == .text("alice"))
+            #expect(
+                attrsAndData["v_Data"] == bytes("s") && attrsAndData["v_PersistentRef"] == nil
+                    && attrsAndData["acct"] == .text("alice"))
             // False flags are the same as absent ones.
             var q = query("svc", "alice")
             q["r_Data"] = .bool(false)
@@ -139,7 +155,9 @@ import KeychainCrypto
             try fx.add("svc", "always", ["pdmn": .text("dk")])
             try fx.add("svc", "unlocked", ["pdmn": .text("ak")])
             fx.service.vault.lock([.whenUnlocked, .whenUnlockedThisDeviceOnly])
-            let all: [String: Value] = ["class": .text("genp"), "m_Limit": .text("m_LimitAll"), "r_Attributes": .bool(true)]
+            let all: [String: Value] = [
+                "class": .text("genp"), "m_Limit": .text("m_LimitAll"), "r_Attributes": .bool(true),
+            ]
             #expect(status { try fx.copy(all) } == .interactionNotAllowed)
             #expect(status { try fx.copy(query("svc", "unlocked", ["r_Data": .bool(true)])) } == .interactionNotAllowed)
             #expect(status { try fx.add("svc", "new") } == .interactionNotAllowed)
@@ -164,19 +182,19 @@ import KeychainCrypto
             let parsed = try ParsedQuery(query("svc", "alice", ["r_Data": .bool(true)]), for: .copy)
             let scope = try AccessPolicy.scope(naming: parsed.attributes[.accessGroup]?.text, Fixture.app)
             let filter = fx.service.rowFilter(parsed, scope: scope, withSecret: true)
-            #expect(filter.uniqueIndexes?.count == 2)      // one digest per caller group
+            #expect(filter.uniqueIndexes?.count == 2)  // one digest per caller group
             let plan = try explain(fx, filter.sql, parameters: filter.uniqueIndexes!)
             #expect(plan.contains("USING INDEX sqlite_autoindex_items_2"), "\(plan)")
             #expect(!plan.contains("SCAN"), "\(plan)")
             // Service only: through the (svce_ix, acct_ix) index.
-            let svcOnly = fx.service.rowFilter(try ParsedQuery(["class": .text("genp"), "svce": .text("svc")], for: .copy), scope: scope, withSecret: false)
+            let svcOnly = fx.service.rowFilter(
+                try ParsedQuery(["class": .text("genp"), "svce": .text("svc")], for: .copy), scope: scope,
+                withSecret: false)
             let plan2 = try explain(fx, svcOnly.sql, parameters: [svcOnly.serviceIndex!] + svcOnly.accessGroupIndexes!)
             #expect(plan2.contains("INDEX items_by_service_account"), "\(plan2)")
         }
     }
 }
-
-import KeychainStore
 
 func explain(_ fx: Fixture, _ sql: String, parameters: [[UInt8]]) throws -> String {
     let db = try SQLiteConnection(path: fx.databasePath, create: false)

@@ -1,6 +1,7 @@
 import Foundation
-import Testing
 import KeychainCore
+import Testing
+
 @testable import KeychainItems
 
 /// Concurrent writes share commits (ItemStore.write); each must still be atomic and durable on its own.
@@ -12,7 +13,8 @@ struct GroupCommitTests {
             let results = ResultBox()
             onThreads(8) { t in
                 for i in 0..<50 {
-                    results.append(status { try service.add(item("gc", "t\(t)-\(i)", secret: "\(t)/\(i)"), caller: Fixture.app) })
+                    results.append(
+                        status { try service.add(item("gc", "t\(t)-\(i)", secret: "\(t)/\(i)"), caller: Fixture.app) })
                 }
             }
             #expect(results.values.count == 400)

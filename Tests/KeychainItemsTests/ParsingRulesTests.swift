@@ -1,5 +1,6 @@
-import Testing
 import KeychainCore
+import Testing
+
 @testable import KeychainItems
 
 @Suite struct ParsingRules {
@@ -10,7 +11,10 @@ import KeychainCore
             #expect(status { try fx.service.add(q, caller: Fixture.app) } == .param)
             #expect(status { try fx.copy(["svce": .text("svc")]) } == .param)
             #expect(status { try fx.service.delete(["svce": .text("svc")], caller: Fixture.app) } == .param)
-            #expect(status { try fx.service.update(["svce": .text("svc")], attributes: ["labl": .text("x")], caller: Fixture.app) } == .param)
+            #expect(
+                status {
+                    try fx.service.update(["svce": .text("svc")], attributes: ["labl": .text("x")], caller: Fixture.app)
+                } == .param)
         }
     }
 
@@ -54,9 +58,11 @@ import KeychainCore
 
     @Test func wrongTypeIsParamNamingTheKeyNotTheValue() throws {
         try withKeychain { (fx) throws in
-            let cases: [(String, Value)] = [("svce", .int(7)), ("agrp", bytes("TEAM.app")), ("labl", .bool(true)),
-                                            ("crtr", .text("not-a-number-zz")), ("invi", .text("maybe-zz")),
-                                            ("cdat", .text("yesterday-zz")), ("gena", .int(3)), ("pdmn", .int(6))]
+            let cases: [(String, Value)] = [
+                ("svce", .int(7)), ("agrp", bytes("TEAM.app")), ("labl", .bool(true)),
+                ("crtr", .text("not-a-number-zz")), ("invi", .text("maybe-zz")),
+                ("cdat", .text("yesterday-zz")), ("gena", .int(3)), ("pdmn", .int(6)),
+            ]
             for (key, value) in cases {
                 let error = try #require(failure { try fx.add("svc", "alice", [key: value]) })
                 #expect(error.status == .param, "\(key)")
@@ -76,7 +82,8 @@ import KeychainCore
 
     @Test func numbersAndFlagsAreCoercedAsApple() throws {
         try withKeychain { (fx) throws in
-            try fx.add("svc", "a", ["crtr": .int(0x61626364), "type": .text("42"), "invi": .int(1), "nega": .text("0")])
+            try fx.add(
+                "svc", "a", ["crtr": .int(0x61626364), "type": .text("42"), "invi": .int(1), "nega": .text("0")])
             let attrs = try fx.attributes("svc", "a")
             #expect(attrs["crtr"] == .int(0x61626364))
             #expect(attrs["type"] == .int(42))
@@ -95,7 +102,8 @@ import KeychainCore
             q["acct"] = bytes("raw-account")
             q["gena"] = .bytes([0, 1, 2, 255])
             _ = try fx.service.add(q, caller: Fixture.app)
-            let attrs = try fx.copy(["class": .text("genp"), "acct": bytes("raw-account"), "r_Attributes": .bool(true)])?.map
+            let attrs = try fx.copy(["class": .text("genp"), "acct": bytes("raw-account"), "r_Attributes": .bool(true)]
+            )?.map
             #expect(attrs?["acct"] == bytes("raw-account"))
             #expect(attrs?["svce"] == .text("svc"))
             #expect(attrs?["gena"] == .bytes([0, 1, 2, 255]))

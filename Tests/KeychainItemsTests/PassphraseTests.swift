@@ -1,9 +1,10 @@
 import Foundation
-import Testing
 import KeychainCore
-import KeychainSystem
 import KeychainCrypto
 import KeychainStore
+import KeychainSystem
+import Testing
+
 @testable import KeychainItems
 
 /// A settable wall clock for the wrong-passphrase delays.
@@ -39,14 +40,19 @@ final class ProtectedFixture {
     }
 
     @discardableResult
-    func add(_ svce: String, _ acct: String, secret: String = "pw", pdmn: String, group: String = "TEAM.app") throws -> Value? {
-        try service.add(item(svce, acct, secret: secret, ["pdmn": .text(pdmn), "agrp": .text(group)]), caller: Fixture.app)
+    func add(_ svce: String, _ acct: String, secret: String = "pw", pdmn: String, group: String = "TEAM.app") throws
+        -> Value?
+    {
+        try service.add(
+            item(svce, acct, secret: secret, ["pdmn": .text(pdmn), "agrp": .text(group)]), caller: Fixture.app)
     }
 
     func secret(_ svce: String, _ acct: String) throws -> String? {
         var q = query(svce, acct)
         q["r_Data"] = .bool(true)
-        guard let b = try service.copyMatching(q, caller: Fixture.app)?.secretBytes?.unprotectedArray else { return nil }
+        guard let b = try service.copyMatching(q, caller: Fixture.app)?.secretBytes?.unprotectedArray else {
+            return nil
+        }
         return String(decoding: b, as: UTF8.self)
     }
 
@@ -61,8 +67,9 @@ final class ProtectedFixture {
         var secret: [UInt8]
 
         var stored: StoredItem {
-            StoredItem(rowid: rowid, ref: ref, protectionClass: protectionClass, accessGroupIndex: [], serviceIndex: [],
-                       accountIndex: [], uniqueIndex: keyIndex, wrappedKey: itemKey, attributes: attributes, secret: secret)
+            StoredItem(
+                rowid: rowid, ref: ref, protectionClass: protectionClass, accessGroupIndex: [], serviceIndex: [],
+                accountIndex: [], uniqueIndex: keyIndex, wrappedKey: itemKey, attributes: attributes, secret: secret)
         }
     }
 
@@ -72,10 +79,13 @@ final class ProtectedFixture {
         let db = try SQLiteConnection(path: database ?? directory + "/" + ItemService.databaseName, create: false)
         defer { db.close() }
         var rows: [RawRow] = []
-        try db.withStatement("SELECT rowid, ref, class, key_ix, item_key, attributes, secret FROM items ORDER BY rowid") { (s) throws(KeychainError) in
+        try db.withStatement("SELECT rowid, ref, class, key_ix, item_key, attributes, secret FROM items ORDER BY rowid")
+        { (s) throws(KeychainError) in
             while try s.step() {
-                rows.append(RawRow(rowid: s.int64(0), ref: s.blob(1), protectionClass: UInt8(s.int64(2)), keyIndex: s.blob(3),
-                                   itemKey: s.blob(4), attributes: s.blob(5), secret: s.blob(6)))
+                rows.append(
+                    RawRow(
+                        rowid: s.int64(0), ref: s.blob(1), protectionClass: UInt8(s.int64(2)), keyIndex: s.blob(3),
+                        itemKey: s.blob(4), attributes: s.blob(5), secret: s.blob(6)))
             }
         }
         return rows
@@ -138,13 +148,22 @@ let allCodes = ["ak", "ck", "dk", "aku", "cku", "dku", "akpu"]
             try fx.service.lock()
             #expect(fx.service.isLocked)
             #expect(available(fx) == ["ck", "cku", "dk", "dku"])
-            for code in ["ak", "aku", "akpu"] { #expect(failure { try fx.secret("svc", code) }?.status == .interactionNotAllowed) }
+            for code in ["ak", "aku", "akpu"] {
+                #expect(failure { try fx.secret("svc", code) }?.status == .interactionNotAllowed)
+            }
             for code in ["ck", "cku", "dk", "dku"] { #expect(try fx.secret("svc", code) == "pw") }
             // A locked row aborts a copy of everything; update and delete too.
-            let all: [String: Value] = ["class": .text("genp"), "m_Limit": .text("m_LimitAll"), "r_Attributes": .bool(true)]
+            let all: [String: Value] = [
+                "class": .text("genp"), "m_Limit": .text("m_LimitAll"), "r_Attributes": .bool(true),
+            ]
             #expect(failure { try fx.service.copyMatching(all, caller: Fixture.app) }?.status == .interactionNotAllowed)
-            #expect(failure { try fx.service.update(query("svc", "ak"), attributes: ["labl": .text("x")], caller: Fixture.app) }?.status == .interactionNotAllowed)
-            #expect(failure { try fx.service.delete(query("svc", "ak"), caller: Fixture.app) }?.status == .interactionNotAllowed)
+            #expect(
+                failure {
+                    try fx.service.update(query("svc", "ak"), attributes: ["labl": .text("x")], caller: Fixture.app)
+                }?.status == .interactionNotAllowed)
+            #expect(
+                failure { try fx.service.delete(query("svc", "ak"), caller: Fixture.app) }?.status
+                    == .interactionNotAllowed)
             try fx.service.unlock(passphrase: pass("pw1"))
             #expect(try fx.service.copyMatching(all, caller: Fixture.app)?.array?.count == 7)
         }
@@ -159,14 +178,18 @@ let allCodes = ["ak", "ck", "dk", "aku", "cku", "dku", "akpu"]
             for code in allCodes { try fx.add("svc", code, secret: code, pdmn: code) }
             let before = try fx.rawColumns()
             #expect(failure { try fx.service.changePassphrase(old: nil, new: pass("new")) }?.status == .authFailed)
-            #expect(failure { try fx.service.changePassphrase(old: pass("wrong"), new: pass("new")) }?.status == .authFailed)
+            #expect(
+                failure { try fx.service.changePassphrase(old: pass("wrong"), new: pass("new")) }?.status == .authFailed
+            )
             #expect(try fx.rawColumns() == before, "a refused change touches no row")
             try fx.service.changePassphrase(old: pass("old"), new: pass("new"))
             let after = try fx.rawColumns()
             #expect(after.count == before.count)
             for (b, a) in zip(before, after) {
                 let code = ProtectionClass(rawValue: b.protectionClass)!.code
-                #expect(a.ref == b.ref && a.attributes == b.attributes && a.secret == b.secret && a.keyIndex == b.keyIndex, "\(code)")
+                #expect(
+                    a.ref == b.ref && a.attributes == b.attributes && a.secret == b.secret && a.keyIndex == b.keyIndex,
+                    "\(code)")
                 if ["dk", "dku"].contains(code) {
                     #expect(a.itemKey == b.itemKey, "\(code): Always classes are not rotated")
                 } else {
@@ -216,7 +239,10 @@ let allCodes = ["ak", "ck", "dk", "aku", "cku", "dku", "akpu"]
     @Test func akpuUpdateWithoutAPassphraseIsAuthFailed() throws {
         try withProtectedKeychain { fx in
             try fx.add("svc", "a", pdmn: "ak")
-            #expect(failure { try fx.service.update(query("svc", "a"), attributes: ["pdmn": .text("akpu")], caller: Fixture.app) }?.status == .authFailed)
+            #expect(
+                failure {
+                    try fx.service.update(query("svc", "a"), attributes: ["pdmn": .text("akpu")], caller: Fixture.app)
+                }?.status == .authFailed)
         }
     }
 
@@ -248,9 +274,13 @@ let allCodes = ["ak", "ck", "dk", "aku", "cku", "dku", "akpu"]
             try fx.reopen()
             let afterRestart = fx.service.protectionStatus
             #expect(afterRestart.failedUnlocks == 6 && afterRestart.unlockDelay > 4.9)
-            #expect(failure { try fx.service.unlock(passphrase: pass("right")) }?.message.contains("try again in 5 seconds") == true)
+            #expect(
+                failure { try fx.service.unlock(passphrase: pass("right")) }?.message.contains("try again in 5 seconds")
+                    == true)
             // A wrong old passphrase in passwd is refused by the same delay.
-            #expect(failure { try fx.service.changePassphrase(old: pass("right"), new: pass("x")) }?.message.contains("try again") == true)
+            #expect(
+                failure { try fx.service.changePassphrase(old: pass("right"), new: pass("x")) }?.message.contains(
+                    "try again") == true)
             fx.clock.advance(5)
             try fx.service.unlock(passphrase: pass("right"))
             #expect(fx.service.protectionStatus.failedUnlocks == 0 && fx.service.protectionStatus.unlockDelay == 0)
@@ -270,10 +300,14 @@ let allCodes = ["ak", "ck", "dk", "aku", "cku", "dku", "akpu"]
         try withProtectedKeychain { fx in
             try fx.service.changePassphrase(old: nil, new: pass("pw"))
             let params = try #require(fx.service.vault.kdfParameters)
-            #expect(params.opsLimit == KDFProfile.interactive.opsLimit && params.memLimit == KDFProfile.interactive.memLimit)
+            #expect(
+                params.opsLimit == KDFProfile.interactive.opsLimit && params.memLimit == KDFProfile.interactive.memLimit
+            )
             #expect(params.salt.count == 16)
             #expect(throws: KeychainError.self) { try KDFParameters(opsLimit: 3, memLimit: 8 << 30, salt: params.salt) }
-            #expect(throws: KeychainError.self) { try KDFParameters(opsLimit: 1000, memLimit: 1 << 20, salt: params.salt) }
+            #expect(throws: KeychainError.self) {
+                try KDFParameters(opsLimit: 1000, memLimit: 1 << 20, salt: params.salt)
+            }
             // Each change draws a fresh salt.
             try fx.service.changePassphrase(old: pass("pw"), new: pass("pw"))
             #expect(fx.service.vault.kdfParameters?.salt != params.salt)

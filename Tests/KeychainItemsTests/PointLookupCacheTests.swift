@@ -1,6 +1,7 @@
 import Foundation
-import Testing
 import KeychainCore
+import Testing
+
 @testable import KeychainItems
 
 /// Warm point lookups are served from a cache of sealed rows; every write must be visible at once.
@@ -11,7 +12,8 @@ struct PointLookupCacheTests {
             try fx.add("cache", "a", secret: "one")
             #expect(try fx.secret("cache", "a") == "one")
             #expect(try fx.secret("cache", "a") == "one")
-            try fx.service.update(query("cache", "a"), attributes: ["v_Data": .bytes(Array("two".utf8))], caller: Fixture.app)
+            try fx.service.update(
+                query("cache", "a"), attributes: ["v_Data": .bytes(Array("two".utf8))], caller: Fixture.app)
             #expect(try fx.secret("cache", "a") == "two")
         }
     }
@@ -56,7 +58,8 @@ struct PointLookupCacheTests {
             }
             readers.start()
             for i in 1...200 {
-                try service.update(query("cache", "counter"), attributes: ["v_Data": .bytes(Array("\(i)".utf8))], caller: Fixture.app)
+                try service.update(
+                    query("cache", "counter"), attributes: ["v_Data": .bytes(Array("\(i)".utf8))], caller: Fixture.app)
                 #expect(try fx.secret("cache", "counter") == "\(i)")
             }
             stop.append(.success)

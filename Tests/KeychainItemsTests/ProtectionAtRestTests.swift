@@ -1,23 +1,30 @@
 import Foundation
-import Testing
 import KeychainCore
-import KeychainSystem
 import KeychainCrypto
 import KeychainStore
+import KeychainSystem
+import Testing
+
 @testable import KeychainItems
 
 @Suite struct ProtectionAtRest {
-    static let stored = ["svc-Zanzibar-7731", "acct-Quixotic-5512", "TEAM.grp-Marzipan-9920", "label-Obsidian-4410",
-                         "desc-Periwinkle-3307", "comment-Gossamer-2231", "generic-Halcyon-6658", "secret-Vermilion-1184"]
+    static let stored = [
+        "svc-Zanzibar-7731", "acct-Quixotic-5512", "TEAM.grp-Marzipan-9920", "label-Obsidian-4410",
+        "desc-Periwinkle-3307", "comment-Gossamer-2231", "generic-Halcyon-6658", "secret-Vermilion-1184",
+    ]
 
     func addRevealingItem(_ fx: Fixture) throws {
         let caller = Caller(accessGroups: [Self.stored[2]])
-        _ = try fx.service.add([
-            "class": .text("genp"), "svce": .text(Self.stored[0]), "acct": .text(Self.stored[1]), "agrp": .text(Self.stored[2]),
-            "labl": .text(Self.stored[3]), "desc": .text(Self.stored[4]), "icmt": .text(Self.stored[5]),
-            "gena": bytes(Self.stored[6]), "v_Data": bytes(Self.stored[7]),
-        ], caller: caller)
-        try fx.service.update(["class": .text("genp"), "svce": .text(Self.stored[0])], attributes: ["labl": .text(Self.stored[3] + "-2")], caller: caller)
+        _ = try fx.service.add(
+            [
+                "class": .text("genp"), "svce": .text(Self.stored[0]), "acct": .text(Self.stored[1]),
+                "agrp": .text(Self.stored[2]),
+                "labl": .text(Self.stored[3]), "desc": .text(Self.stored[4]), "icmt": .text(Self.stored[5]),
+                "gena": bytes(Self.stored[6]), "v_Data": bytes(Self.stored[7]),
+            ], caller: caller)
+        try fx.service.update(
+            ["class": .text("genp"), "svce": .text(Self.stored[0])], attributes: ["labl": .text(Self.stored[3] + "-2")],
+            caller: caller)
     }
 
     /// Every file of the data directory, read as bytes.
@@ -38,7 +45,9 @@ import KeychainStore
                 let word = String(s.split(separator: "-")[1])
                 for needle in [s, word] {
                     #expect(data.range(of: Data(needle.utf8)) == nil, "\(name) contains \(needle)")
-                    #expect(data.range(of: needle.data(using: .utf16LittleEndian)!) == nil, "\(name) contains \(needle) (UTF-16)")
+                    #expect(
+                        data.range(of: needle.data(using: .utf16LittleEndian)!) == nil,
+                        "\(name) contains \(needle) (UTF-16)")
                 }
             }
         }
@@ -48,9 +57,9 @@ import KeychainStore
         try withKeychain { (fx) throws in
             try addRevealingItem(fx)
             #expect(FileManager.default.fileExists(atPath: fx.databasePath + "-wal"))
-            try expectNoPlaintext(fx)           // while open: the WAL holds the recent pages
+            try expectNoPlaintext(fx)  // while open: the WAL holds the recent pages
             fx.service.close()
-            try expectNoPlaintext(fx)           // after the checkpoint
+            try expectNoPlaintext(fx)  // after the checkpoint
         }
     }
 
@@ -102,10 +111,13 @@ import KeychainStore
                 b[b.count / 2] ^= 0x01
                 try set(db, column, rowid: 1, b)
             }
-            let error = try #require(failure { try fx.copy(query("svc", "alice", ["r_Data": .bool(true), "r_Attributes": .bool(true)])) })
+            let error = try #require(
+                failure { try fx.copy(query("svc", "alice", ["r_Data": .bool(true), "r_Attributes": .bool(true)])) })
             #expect(error.status == .decode)
             // Data-only point lookups skip the attributes but still never return damaged data.
-            if column != "attributes" { #expect(status { try fx.copy(query("svc", "alice", ["r_Data": .bool(true)])) } == .decode) }
+            if column != "attributes" {
+                #expect(status { try fx.copy(query("svc", "alice", ["r_Data": .bool(true)])) } == .decode)
+            }
         }
     }
 
@@ -115,8 +127,12 @@ import KeychainStore
             try fx.add("svc", "alice", secret: "alice-secret")
             try fx.add("svc", "bob", secret: "bob-secret")
             try withDatabase(fx) { db in try set(db, column, rowid: 2, try blob(db, column, acctIndex: 1)) }
-            #expect(status { try fx.copy(query("svc", "bob", ["r_Data": .bool(true), "r_Attributes": .bool(true)])) } == .decode)
-            if column != "attributes" { #expect(status { try fx.copy(query("svc", "bob", ["r_Data": .bool(true)])) } == .decode) }
+            #expect(
+                status { try fx.copy(query("svc", "bob", ["r_Data": .bool(true), "r_Attributes": .bool(true)])) }
+                    == .decode)
+            if column != "attributes" {
+                #expect(status { try fx.copy(query("svc", "bob", ["r_Data": .bool(true)])) } == .decode)
+            }
         }
     }
 
@@ -133,7 +149,8 @@ import KeychainStore
             try fx.add("svc", "alice", secret: "alice-secret")
             try fx.add("svc", "bob", secret: "bob-secret")
             try withDatabase(fx) { db in
-                let a = try blob(db, "key_ix", acctIndex: 1), b = try blob(db, "key_ix", acctIndex: 2)
+                let a = try blob(db, "key_ix", acctIndex: 1)
+                let b = try blob(db, "key_ix", acctIndex: 2)
                 try set(db, "key_ix", rowid: 1, Array(repeating: 0, count: 32))
                 try set(db, "key_ix", rowid: 2, a)
                 try set(db, "key_ix", rowid: 1, b)
@@ -151,7 +168,9 @@ import KeychainStore
             try fx.add("svc", "bob", caller: Fixture.other)
             // Point the app's row at the other app's group digest: the decrypted agrp still decides.
             try withDatabase(fx) { db in try set(db, "agrp_ix", rowid: 1, try blob(db, "agrp_ix", acctIndex: 2)) }
-            let all = try fx.copy(["class": .text("genp"), "m_Limit": .text("m_LimitAll"), "r_Attributes": .bool(true)], caller: Fixture.other)
+            let all = try fx.copy(
+                ["class": .text("genp"), "m_Limit": .text("m_LimitAll"), "r_Attributes": .bool(true)],
+                caller: Fixture.other)
             #expect(all?.array?.compactMap { $0.map?["acct"] } == [.text("bob")])
         }
     }
@@ -164,10 +183,22 @@ import KeychainStore
 
     @Test func sealedBoxesAuthenticateTheirAssociatedData() throws {
         let key = SecureBytes(random: 32)
-        let sealed = key.withUnsafeBytes { k in Array("ad1".utf8).withUnsafeBytes { AEAD.seal(Array("hello".utf8), key: k, ad: $0) } }
-        let opened = try key.withUnsafeBytes { (k) throws(KeychainError) in try withBytes(Array("ad1".utf8)) { (ad) throws(KeychainError) in try AEAD.open(sealed, key: k, ad: ad, what: "test") } }
+        let sealed = key.withUnsafeBytes { k in
+            Array("ad1".utf8).withUnsafeBytes { AEAD.seal(Array("hello".utf8), key: k, ad: $0) }
+        }
+        let opened = try key.withUnsafeBytes { (k) throws(KeychainError) in
+            try withBytes(Array("ad1".utf8)) { (ad) throws(KeychainError) in
+                try AEAD.open(sealed, key: k, ad: ad, what: "test")
+            }
+        }
         #expect(opened == Array("hello".utf8))
-        let wrongAD = failure { try key.withUnsafeBytes { (k) throws(KeychainError) in try withBytes(Array("ad2".utf8)) { (ad) throws(KeychainError) in try AEAD.open(sealed, key: k, ad: ad, what: "test") } } }
+        let wrongAD = failure {
+            try key.withUnsafeBytes { (k) throws(KeychainError) in
+                try withBytes(Array("ad2".utf8)) { (ad) throws(KeychainError) in
+                    try AEAD.open(sealed, key: k, ad: ad, what: "test")
+                }
+            }
+        }
         #expect(wrongAD?.status == .decode)
     }
 }

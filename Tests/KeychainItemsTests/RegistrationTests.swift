@@ -1,16 +1,19 @@
 import Foundation
-import Testing
 import KeychainCore
-import KeychainSystem
 import KeychainCrypto
-@testable import KeychainStore
-@testable import KeychainItems
+import KeychainSystem
+import Testing
 
-let app1 = ApprovedRegistration(applicationIdentifier: "ABCDE12345.com.example.app1",
-                                accessGroups: ["ABCDE12345.com.example.app1", "ABCDE12345.com.example.shared"],
-                                executables: ["/usr/local/bin/app1"])
-let tool = ApprovedRegistration(applicationIdentifier: "ABCDE12345.com.example.tool", accessGroups: ["ABCDE12345.tool"],
-                                executables: ["/usr/local/bin/tool", "/opt/tool/bin/tool"], admin: true)
+@testable import KeychainItems
+@testable import KeychainStore
+
+let app1 = ApprovedRegistration(
+    applicationIdentifier: "ABCDE12345.com.example.app1",
+    accessGroups: ["ABCDE12345.com.example.app1", "ABCDE12345.com.example.shared"],
+    executables: ["/usr/local/bin/app1"])
+let tool = ApprovedRegistration(
+    applicationIdentifier: "ABCDE12345.com.example.tool", accessGroups: ["ABCDE12345.tool"],
+    executables: ["/usr/local/bin/tool", "/opt/tool/bin/tool"], admin: true)
 
 extension ProtectedFixture {
     /// Replaces a meta value in place (the row state follows, as for any write of keychaind's own).
@@ -87,7 +90,9 @@ struct RegistrationTests {
             #expect(missing?.status == .authFailed && fx.service.protectionStatus.failedUnlocks == 0)
             for n in 1...5 {
                 let wrong = failure { try fx.service.setApprovedRegistrations([tool], passphrase: pass("wrong")) }
-                #expect(wrong?.status == .authFailed && wrong?.message.contains("\(n) failed attempt") == true, "\(wrong?.message ?? "")")
+                #expect(
+                    wrong?.status == .authFailed && wrong?.message.contains("\(n) failed attempt") == true,
+                    "\(wrong?.message ?? "")")
             }
             #expect(fx.service.protectionStatus.failedUnlocks == 5)
             let delayed = failure { try fx.service.setApprovedRegistrations([tool], passphrase: pass("right")) }
@@ -115,11 +120,16 @@ struct RegistrationTests {
             try fx.reopen()
             #expect(failure { try fx.service.verifyPresence(passphrase: nil) }?.status == .authFailed)
             #expect(fx.service.protectionStatus.failedUnlocks == 0)
-            for _ in 1...5 { #expect(failure { try fx.service.verifyPresence(passphrase: pass("wrong")) }?.status == .authFailed) }
+            for _ in 1...5 {
+                #expect(failure { try fx.service.verifyPresence(passphrase: pass("wrong")) }?.status == .authFailed)
+            }
             #expect(fx.service.protectionStatus.failedUnlocks == 5)
-            #expect(failure { try fx.service.verifyPresence(passphrase: pass("right")) }?.message.contains("try again") == true)
-            #expect(failure { try fx.service.unlock(passphrase: pass("right")) }?.message.contains("try again") == true,
-                    "presence failures delay unlocks too: one counter")
+            #expect(
+                failure { try fx.service.verifyPresence(passphrase: pass("right")) }?.message.contains("try again")
+                    == true)
+            #expect(
+                failure { try fx.service.unlock(passphrase: pass("right")) }?.message.contains("try again") == true,
+                "presence failures delay unlocks too: one counter")
             fx.clock.advance(1.01)
             try fx.service.verifyPresence(passphrase: pass("right"))
             #expect(fx.service.protectionStatus.failedUnlocks == 0)
@@ -139,7 +149,8 @@ struct RegistrationTests {
             let error = failure { try fx.service.approvedRegistrations() }
             #expect(error?.status == .decode && error?.message.contains("approve the registrations again") == true)
             // Sealed under a key of someone's choosing: refused the same way.
-            try fx.setMeta("apps", Vault.sealRegistry(ApprovedRegistration.encode([tool]), key: SecureBytes(random: 32)))
+            try fx.setMeta(
+                "apps", Vault.sealRegistry(ApprovedRegistration.encode([tool]), key: SecureBytes(random: 32)))
             #expect(failure { try fx.service.approvedRegistrations() }?.status == .decode)
             // Approving again replaces it.
             try fx.service.setApprovedRegistrations([tool], passphrase: nil)
@@ -178,7 +189,9 @@ struct RegistrationTests {
         try withProtectedKeychain { fx in
             if withPassphrase { try fx.service.changePassphrase(old: nil, new: pass("pw")) }
             try fx.add("svc", "a", secret: "kept", pdmn: "ck")
-            guard case .map(var map) = try CBOR.decode(try fx.keyring()) else { throw KeychainError(.decode, "keyring") }
+            guard case .map(var map) = try CBOR.decode(try fx.keyring()) else {
+                throw KeychainError(.decode, "keyring")
+            }
             #expect(map.removeValue(forKey: "apps") != nil)
             try fx.setMeta("keyring", CBOR.encode(.map(map)))
             try fx.reopen()
@@ -200,8 +213,10 @@ struct RegistrationTests {
     /// Strings are compared byte for byte: "é" precomposed and decomposed are different groups,
     /// and each comes back from the database with the bytes it went in with.
     @Test func registrationsCompareByteForByteAndRoundTripExactly() throws {
-        let composed = ApprovedRegistration(applicationIdentifier: "T.caf\u{E9}", accessGroups: ["caf\u{E9}"], executables: ["/bin/caf\u{E9}"])
-        let decomposed = ApprovedRegistration(applicationIdentifier: "T.cafe\u{301}", accessGroups: ["cafe\u{301}"], executables: ["/bin/cafe\u{301}"])
+        let composed = ApprovedRegistration(
+            applicationIdentifier: "T.caf\u{E9}", accessGroups: ["caf\u{E9}"], executables: ["/bin/caf\u{E9}"])
+        let decomposed = ApprovedRegistration(
+            applicationIdentifier: "T.cafe\u{301}", accessGroups: ["cafe\u{301}"], executables: ["/bin/cafe\u{301}"])
         #expect("caf\u{E9}" == "cafe\u{301}", "Swift's String equality is Unicode equivalence")
         #expect(composed != decomposed)
         #expect(Set([composed, decomposed]).count == 2)

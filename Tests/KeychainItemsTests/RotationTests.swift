@@ -1,10 +1,11 @@
 import Foundation
-import Testing
 import KeychainCore
-import KeychainSystem
 import KeychainCrypto
-@testable import KeychainStore
+import KeychainSystem
+import Testing
+
 @testable import KeychainItems
+@testable import KeychainStore
 
 extension ProtectedFixture {
     /// The `keyring` meta value as it is now (what a copy of the database taken now would hold).
@@ -23,11 +24,15 @@ extension ProtectedFixture {
 
     /// Every item's secret, by account, read as an administrator.
     func allSecrets() throws -> [String: String] {
-        let all: [String: Value] = ["class": .text("genp"), "m_Limit": .text("m_LimitAll"), "r_Attributes": .bool(true),
-                                    "r_Data": .bool(true)]
+        let all: [String: Value] = [
+            "class": .text("genp"), "m_Limit": .text("m_LimitAll"), "r_Attributes": .bool(true),
+            "r_Data": .bool(true),
+        ]
         var out: [String: String] = [:]
         for entry in try service.copyMatching(all, caller: Fixture.admin)?.array ?? [] {
-            guard let map = entry.map, let account = map["acct"]?.text, let data = map["v_Data"]?.secretBytes?.unprotectedArray else { continue }
+            guard let map = entry.map, let account = map["acct"]?.text,
+                let data = map["v_Data"]?.secretBytes?.unprotectedArray
+            else { continue }
             out[account] = String(decoding: data, as: UTF8.self)
         }
         return out
@@ -35,7 +40,9 @@ extension ProtectedFixture {
 }
 
 /// Runs `body` with the item key of `row` as `vault` unwraps it (errSecDecode when it does not).
-func withItemKey<R>(_ row: ProtectedFixture.RawRow, _ vault: Vault, _ body: (UnsafeRawBufferPointer) throws(KeychainError) -> R) throws(KeychainError) -> R {
+func withItemKey<R>(
+    _ row: ProtectedFixture.RawRow, _ vault: Vault, _ body: (UnsafeRawBufferPointer) throws(KeychainError) -> R
+) throws(KeychainError) -> R {
     let protection = ProtectionClass(rawValue: row.protectionClass)!
     let classKey = try vault.classKey(protection)
     let ad = ItemCodec.associatedData(ref: row.ref, protection: protection, part: .itemKey, uniqueIndex: row.keyIndex)
@@ -75,12 +82,15 @@ struct RotationTests {
         try withProtectedKeychain { fx in
             let before: String? = hadPassphrase ? "before" : nil
             if let before { try fx.service.changePassphrase(old: nil, new: pass(before)) }
-            for code in allCodes where code != "akpu" || hadPassphrase { try fx.add("svc", "old-" + code, secret: "o-" + code, pdmn: code) }
+            for code in allCodes where code != "akpu" || hadPassphrase {
+                try fx.add("svc", "old-" + code, secret: "o-" + code, pdmn: code)
+            }
             let savedKeyring = try fx.keyring()
             let olderRows = try fx.rawColumns()
             try fx.service.changePassphrase(old: before.map(pass), new: pass("after"))
             for code in allCodes { try fx.add("svc", "new-" + code, secret: "n-" + code, pdmn: code) }
-            try fx.service.update(query("svc", "old-ak"), attributes: ["labl": .text("only the label")], caller: Fixture.app)
+            try fx.service.update(
+                query("svc", "old-ak"), attributes: ["labl": .text("only the label")], caller: Fixture.app)
             try fx.service.update(query("svc", "old-ck"), attributes: ["v_Data": bytes("changed")], caller: Fixture.app)
 
             let attacker = try fx.vault(fromKeyring: savedKeyring, passphrase: before)
@@ -121,7 +131,8 @@ struct RotationTests {
             let older = try fx.rawColumns()
             try fx.service.changePassphrase(old: nil, new: pass("pw"))
             try fx.service.update(query("svc", "label-only"), attributes: ["labl": .text("x")], caller: Fixture.app)
-            try fx.service.update(query("svc", "new-secret"), attributes: ["v_Data": bytes("second")], caller: Fixture.app)
+            try fx.service.update(
+                query("svc", "new-secret"), attributes: ["v_Data": bytes("second")], caller: Fixture.app)
             let attacker = try fx.vault(fromKeyring: savedKeyring, passphrase: nil)
             let current = try fx.rawColumns()
             for old in older {
@@ -131,8 +142,16 @@ struct RotationTests {
                 let results = try withItemKey(old, attacker) { (ik) -> (secret: Status, attributes: Status) in
                     let secretAD = ItemCodec.associatedData(ref: now.ref, protection: protection, part: .secret)
                     let attributesAD = ItemCodec.associatedData(ref: now.ref, protection: protection, part: .attributes)
-                    let s = status { try secretAD.withUnsafeBytes { (a) throws(KeychainError) in try AEAD.open(now.secret, key: ik, ad: a, what: "secret") } }
-                    let a = status { try attributesAD.withUnsafeBytes { (a) throws(KeychainError) in try AEAD.open(now.attributes, key: ik, ad: a, what: "attributes") } }
+                    let s = status {
+                        try secretAD.withUnsafeBytes { (a) throws(KeychainError) in
+                            try AEAD.open(now.secret, key: ik, ad: a, what: "secret")
+                        }
+                    }
+                    let a = status {
+                        try attributesAD.withUnsafeBytes { (a) throws(KeychainError) in
+                            try AEAD.open(now.attributes, key: ik, ad: a, what: "attributes")
+                        }
+                    }
                     return (s, a)
                 }
                 #expect(results.secret == .decode && results.attributes == .decode)
@@ -151,12 +170,16 @@ struct RotationTests {
             onThreads(4) { t in
                 for i in 0..<perThread {
                     let code = allCodes[(t * perThread + i) % allCodes.count]
-                    _ = try? service.add(item("bulk", "\(code)-\(t)-\(i)", secret: "s\(t)-\(i)", ["pdmn": .text(code)]), caller: Fixture.app)
+                    _ = try? service.add(
+                        item("bulk", "\(code)-\(t)-\(i)", secret: "s\(t)-\(i)", ["pdmn": .text(code)]),
+                        caller: Fixture.app)
                 }
             }
             let expected = try fx.allSecrets()
             #expect(expected.count == 4 * perThread)
-            #expect(try fx.rawColumns().filter { masterCodes.contains(ProtectionClass(rawValue: $0.protectionClass)!.code) }.count
+            #expect(
+                try fx.rawColumns().filter { masterCodes.contains(ProtectionClass(rawValue: $0.protectionClass)!.code) }
+                    .count
                     > StoreWriter.rewrapBatchSize, "the change must cross batch boundaries")
             try fx.service.changePassphrase(old: pass("one"), new: pass("two"))
             #expect(try fx.allSecrets() == expected)
@@ -177,7 +200,9 @@ struct RotationTests {
             onThreads(4) { t in
                 for i in 0..<125 {
                     let code = masterCodes[i % masterCodes.count]
-                    _ = try? service.add(item("bulk", "\(code)-\(t)-\(i)", secret: "s\(t)-\(i)", ["pdmn": .text(code)]), caller: Fixture.app)
+                    _ = try? service.add(
+                        item("bulk", "\(code)-\(t)-\(i)", secret: "s\(t)-\(i)", ["pdmn": .text(code)]),
+                        caller: Fixture.app)
                 }
             }
             let secrets = try fx.allSecrets()
@@ -227,16 +252,19 @@ struct RotationTests {
             }
             // ~200 KiB of registrations: far more than two free pages.
             let many = (0..<2000).map {
-                ApprovedRegistration(applicationIdentifier: "TEAM.app\($0)", accessGroups: ["TEAM.group-\($0)"],
-                                     executables: ["/usr/local/bin/app-number-\($0)"])
+                ApprovedRegistration(
+                    applicationIdentifier: "TEAM.app\($0)", accessGroups: ["TEAM.group-\($0)"],
+                    executables: ["/usr/local/bin/app-number-\($0)"])
             }
             let error = failure { try fx.service.changePassphrase(old: nil, new: pass("pw"), approving: many) }
-            #expect(error?.status == .io && error?.message.contains("disk is full") == true, "\(error?.message ?? "no error")")
+            #expect(
+                error?.status == .io && error?.message.contains("disk is full") == true,
+                "\(error?.message ?? "no error")")
             #expect(!fx.service.hasPassphrase && !fx.service.isLocked)
             #expect(try fx.rawColumns() == rows && fx.keyring() == keyring)
             #expect(try fx.allSecrets() == secrets)
             #expect(try fx.service.approvedRegistrations() == [])
-            try fx.reopen()             // the cap belonged to the writer connection
+            try fx.reopen()  // the cap belonged to the writer connection
             #expect(!fx.service.rowCheck.resealed && !fx.service.hasPassphrase)
             #expect(try fx.allSecrets() == secrets)
         }
@@ -268,7 +296,9 @@ struct RotationTests {
         try withProtectedKeychain { fx in
             try fx.service.changePassphrase(old: nil, new: pass("pw"))
             for code in allCodes { try fx.add("svc", code, secret: code, pdmn: code) }
-            let kept = try fx.rawColumns().filter { $0.protectionClass != ProtectionClass.whenPasscodeSetThisDeviceOnly.rawValue }
+            let kept = try fx.rawColumns().filter {
+                $0.protectionClass != ProtectionClass.whenPasscodeSetThisDeviceOnly.rawValue
+            }
             #expect(try fx.service.changePassphrase(old: pass("pw"), new: nil) == 1)
             #expect(try fx.rawColumns() == kept)
             try fx.reopen()
@@ -291,7 +321,8 @@ struct RotationTests {
                 try s.run()
             }
             db.close()
-            fx.service = try ItemService(directory: fx.directory, kdfProfile: .interactive, acceptCurrentRows: true, wallClock: fx.clock.read)
+            fx.service = try ItemService(
+                directory: fx.directory, kdfProfile: .interactive, acceptCurrentRows: true, wallClock: fx.clock.read)
             let damaged = try fx.rawColumns()[1]
             try fx.service.changePassphrase(old: nil, new: pass("pw"))
             #expect(try fx.rawColumns()[1] == damaged)
@@ -332,7 +363,10 @@ struct RotationTests {
                     // Runs with the writer held: start an add and wait until it is queued for the
                     // writer, which it is only after sealing its row.
                     let group = startThreads(1) { _ in
-                        let result = status { try service.add(item("svc", "during", secret: "d", ["pdmn": .text("ak")]), caller: Fixture.app) }
+                        let result = status {
+                            try service.add(
+                                item("svc", "during", secret: "d", ["pdmn": .text("ak")]), caller: Fixture.app)
+                        }
                         outcome.withLock { $0 = result }
                     }
                     started.withLock { $0 = group }
@@ -371,15 +405,21 @@ struct RotationTests {
                     do throws(KeychainError) {
                         if t == 0 {
                             let account = "w\(n)"
-                            _ = try service.add(item("conc", account, secret: "a\(n)", ["pdmn": .text(allCodes[n % allCodes.count])]), caller: Fixture.app)
+                            _ = try service.add(
+                                item("conc", account, secret: "a\(n)", ["pdmn": .text(allCodes[n % allCodes.count])]),
+                                caller: Fixture.app)
                             added.withLock { $0[account] = "a\(n)" }
                         } else if t == 1 {
-                            try service.update(query("conc", "base\(n % base)"), attributes: ["labl": .text("n\(n)")], caller: Fixture.app)
+                            try service.update(
+                                query("conc", "base\(n % base)"), attributes: ["labl": .text("n\(n)")],
+                                caller: Fixture.app)
                         } else {
                             var q = query("conc", "base\((n * 7 + t) % base)")
                             q["r_Data"] = .bool(true)
-                            guard let b = try service.copyMatching(q, caller: Fixture.app)?.secretBytes?.unprotectedArray,
-                                  String(decoding: b, as: UTF8.self) == "b\((n * 7 + t) % base)" else {
+                            guard
+                                let b = try service.copyMatching(q, caller: Fixture.app)?.secretBytes?.unprotectedArray,
+                                String(decoding: b, as: UTF8.self) == "b\((n * 7 + t) % base)"
+                            else {
                                 problems.withLock { $0.append("thread \(t): a copy returned something else") }
                                 continue
                             }

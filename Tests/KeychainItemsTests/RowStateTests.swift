@@ -1,9 +1,10 @@
 import Foundation
-import Testing
 import KeychainCore
 import KeychainSystem
-@testable import KeychainStore
+import Testing
+
 @testable import KeychainItems
+@testable import KeychainStore
 
 /// The row-state record (KeychainStore/RowState.swift): rows removed, added, swapped or replayed from
 /// an older copy of the database are refused when the keychain opens, with the way to accept them;
@@ -34,16 +35,20 @@ import KeychainSystem
     @Test func everyKindOfWriteKeepsTheRecordInStep() throws {
         try withKeychain { (fx) throws in
             for i in 0..<20 { try fx.add("svc", "a\(i)", secret: "s\(i)", i % 2 == 0 ? ["pdmn": .text("cku")] : [:]) }
-            #expect(status { try fx.add("svc", "a1") } == .duplicateItem)           // rolled back
+            #expect(status { try fx.add("svc", "a1") } == .duplicateItem)  // rolled back
             try fx.service.update(query("svc", "a2"), attributes: ["v_Data": bytes("new")], caller: Fixture.app)
-            try fx.service.update(query("svc", "a3"), attributes: ["labl": .text("only attributes")], caller: Fixture.app)
-            #expect(status { try fx.service.update(query("svc", "a4"), attributes: ["acct": .text("a5")], caller: Fixture.app) } == .duplicateItem)
+            try fx.service.update(
+                query("svc", "a3"), attributes: ["labl": .text("only attributes")], caller: Fixture.app)
+            #expect(
+                status {
+                    try fx.service.update(query("svc", "a4"), attributes: ["acct": .text("a5")], caller: Fixture.app)
+                } == .duplicateItem)
             try fx.service.delete(query("svc", "a6"), caller: Fixture.app)
             // Many writers at once, some failing, committed in shared groups.
             let service = fx.service
             onThreads(8) { t in
                 for j in 0..<25 {
-                    _ = try? service.add(item("threads", "t\(t)-\(j % 20)"), caller: Fixture.app)   // 5 duplicates each
+                    _ = try? service.add(item("threads", "t\(t)-\(j % 20)"), caller: Fixture.app)  // 5 duplicates each
                     if j % 7 == 0 { _ = try? service.delete(query("threads", "t\(t)-\(j)"), caller: Fixture.app) }
                 }
             }
@@ -64,8 +69,10 @@ import KeychainSystem
     @Test func aWriteThatFailsAfterChangingRowsLeavesTheRecordAsItWas() throws {
         try withKeychain { (fx) throws in
             try fx.add("svc", "a")
-            let row = StoredItem(ref: Array(repeating: 7, count: 16), protectionClass: 6, accessGroupIndex: [1], serviceIndex: [2],
-                                 accountIndex: [3], uniqueIndex: Array(repeating: 9, count: 32), wrappedKey: [4], attributes: [5], secret: [6])
+            let row = StoredItem(
+                ref: Array(repeating: 7, count: 16), protectionClass: 6, accessGroupIndex: [1], serviceIndex: [2],
+                accountIndex: [3], uniqueIndex: Array(repeating: 9, count: 32), wrappedKey: [4], attributes: [5],
+                secret: [6])
             var error: KeychainError?
             do {
                 try fx.service.store.write { (w) throws(KeychainError) in
@@ -113,7 +120,8 @@ import KeychainSystem
                 for j in 0..<30 {
                     let account = "t\(t)-\(j)"
                     do throws(KeychainError) {
-                        _ = try service.add(item("full", account, secret: String(repeating: "x", count: 3000)), caller: Fixture.app)
+                        _ = try service.add(
+                            item("full", account, secret: String(repeating: "x", count: 3000)), caller: Fixture.app)
                         acknowledged.withLock { _ = $0.insert(account) }
                     } catch {
                         failed.withLock { $0[error.status, default: 0] += 1 }
@@ -123,10 +131,12 @@ import KeychainSystem
             let failures = failed.withLock { $0 }
             #expect(failures[.io, default: 0] > 0, "the cap never filled the database: \(failures)")
             #expect(Set(failures.keys).isSubset(of: [.io]), "\(failures)")
-            try fx.reopen()        // the cap was the writer connection's: gone now
+            try fx.reopen()  // the cap was the writer connection's: gone now
             #expect(!fx.service.rowCheck.resealed)
-            let listed = try fx.copy(["class": .text("genp"), "svce": .text("full"), "m_Limit": .text("m_LimitAll"),
-                                      "r_Attributes": .bool(true)])
+            let listed = try fx.copy([
+                "class": .text("genp"), "svce": .text("full"), "m_Limit": .text("m_LimitAll"),
+                "r_Attributes": .bool(true),
+            ])
             let present = Set((listed?.array ?? []).compactMap { $0.map?["acct"]?.text })
             #expect(present == acknowledged.withLock { $0 })
             #expect(try fx.count() == 20 + present.count)
@@ -139,7 +149,10 @@ import KeychainSystem
             try fx.add("svc", "b", secret: "b")
             let older = try snapshot(fx)
             try fx.service.update(query("svc", "a"), attributes: ["v_Data": bytes("new")], caller: Fixture.app)
-            try tamper(fx, "ATTACH '\(older)' AS old; DELETE FROM items WHERE rowid = 1; INSERT INTO items SELECT * FROM old.items WHERE rowid = 1;")
+            try tamper(
+                fx,
+                "ATTACH '\(older)' AS old; DELETE FROM items WHERE rowid = 1; INSERT INTO items SELECT * FROM old.items WHERE rowid = 1;"
+            )
             let error = try openError(fx)
             #expect(error.status == .decode)
             #expect(error.message.contains("holds 2 items, as recorded") && error.message.contains("older copy"))
@@ -161,8 +174,12 @@ import KeychainSystem
             let older = try snapshot(fx)
             // Only the label changes: the item key stays, so the old secret blob would still open.
             try fx.service.update(query("svc", "a"), attributes: ["v_Data": bytes("new")], caller: Fixture.app)
-            try tamper(fx, "ATTACH '\(older)' AS old; UPDATE items SET secret = (SELECT secret FROM old.items WHERE rowid = 1) WHERE rowid = 1;")
-            #expect(try openError(fx).message.contains("not the versions of its items or settings keychaind last wrote"))
+            try tamper(
+                fx,
+                "ATTACH '\(older)' AS old; UPDATE items SET secret = (SELECT secret FROM old.items WHERE rowid = 1) WHERE rowid = 1;"
+            )
+            #expect(
+                try openError(fx).message.contains("not the versions of its items or settings keychaind last wrote"))
         }
     }
 
@@ -188,8 +205,12 @@ import KeychainSystem
             // Setting a passphrase re-wraps the same class keys: the older keyring would open the
             // keychain without it. Meta rows are in the sum, so it is refused instead.
             _ = try fx.service.changePassphrase(old: nil, new: pass("pw-1"))
-            try tamper(fx, "ATTACH '\(older)' AS old; UPDATE meta SET value = (SELECT value FROM old.meta WHERE name = 'keyring') WHERE name = 'keyring';")
-            #expect(try openError(fx).message.contains("not the versions of its items or settings keychaind last wrote"))
+            try tamper(
+                fx,
+                "ATTACH '\(older)' AS old; UPDATE meta SET value = (SELECT value FROM old.meta WHERE name = 'keyring') WHERE name = 'keyring';"
+            )
+            #expect(
+                try openError(fx).message.contains("not the versions of its items or settings keychaind last wrote"))
         }
     }
 
@@ -205,7 +226,7 @@ import KeychainSystem
         try withKeychain { (fx) throws in
             let second = try #require(failure { try ItemService(directory: fx.directory) })
             #expect(second.status == .notAvailable && second.message.contains("already serving"))
-            try fx.reopen()            // closing lets go of the lock
+            try fx.reopen()  // closing lets go of the lock
             #expect(try fx.count() == 0)
         }
     }
@@ -214,7 +235,9 @@ import KeychainSystem
         try withKeychain { (fx) throws in
             try fx.add("svc", "a", secret: "alice")
             try fx.add("svc", "b", secret: "bob")
-            try tamper(fx, """
+            try tamper(
+                fx,
+                """
                 CREATE TEMP TABLE t AS SELECT rowid AS r, secret FROM items;
                 UPDATE items SET secret = (SELECT secret FROM t WHERE r = 3 - items.rowid);
                 """)
@@ -232,12 +255,14 @@ import KeychainSystem
             try tamper(fx, "DELETE FROM meta WHERE name = 'rows'")
             let missing = try openError(fx)
             #expect(missing.status == .decode && missing.message.contains("no row-state record"))
-            #expect(try openError(fx).message.contains("no row-state record"))   // still refused: not recreated
+            #expect(try openError(fx).message.contains("no row-state record"))  // still refused: not recreated
             try fx.reopen(acceptCurrentRows: true)
             try tamper(fx, "UPDATE meta SET value = x'01' WHERE name = 'rows'")
             let damaged = try openError(fx)
-            #expect(damaged.message.contains("row-state record is damaged") && damaged.message.contains("--accept-database"))
-            try fx.reopen(acceptCurrentRows: true)     // a damaged record is rewritten like a missing one
+            #expect(
+                damaged.message.contains("row-state record is damaged") && damaged.message.contains("--accept-database")
+            )
+            try fx.reopen(acceptCurrentRows: true)  // a damaged record is rewritten like a missing one
             #expect(fx.service.rowCheck.resealed)
             try fx.reopen()
             // Emptying the table and dropping the record does not pass as a new, empty keychain.
@@ -254,7 +279,7 @@ import KeychainSystem
             try tamper(fx, "DELETE FROM items; DELETE FROM meta")
             let error = try openError(fx)
             #expect(error.status == .decode && error.message.contains("holds no keychain"), "\(error.message)")
-            #expect(try openError(fx).message.contains("holds no keychain"))       // nothing was created meanwhile
+            #expect(try openError(fx).message.contains("holds no keychain"))  // nothing was created meanwhile
         }
     }
 
@@ -351,7 +376,9 @@ import KeychainSystem
             fx.service.close()
             // 1 (create) + 30 adds: each add is its own commit here, so the generation moved 30 times.
             let mark = try Data(contentsOf: URL(fileURLWithPath: fx.databasePath + "-generation"))
-            let generation = mark[1..<9].enumerated().reduce(UInt64(0)) { $0 | UInt64($1.element) << (8 * UInt64($1.offset)) }
+            let generation = mark[1..<9].enumerated().reduce(UInt64(0)) {
+                $0 | UInt64($1.element) << (8 * UInt64($1.offset))
+            }
             #expect(generation == committed + 30)
             try fx.reopen()
             #expect(fx.service.rowCheck.generation == generation)

@@ -1,10 +1,11 @@
 import Foundation
-import Testing
 import KeychainCore
 import KeychainCrypto
 import KeychainSystem
-@testable import KeychainStore
+import Testing
+
 @testable import KeychainItems
+@testable import KeychainStore
 
 /// Secret Service items are keychain items (ItemService+SecretService.swift, docs/secret-service.md):
 /// how they look through SecItem and the reverse, search through the keyed attribute index (exact
@@ -15,19 +16,27 @@ import KeychainSystem
 
     func attrs(_ pairs: [(String, String)]) -> SecretServiceAttributes { SecretServiceAttributes(strings: pairs) }
 
-    func create(_ fx: Fixture, _ pairs: [(String, String)], secret: String = "s", label: String = "L",
-                group: String = "TEAM.app", replace: Bool = false, caller: Caller = Fixture.app) throws -> [UInt8] {
-        try fx.service.secretServiceCreate(group: group, label: label, attributes: attrs(pairs), secret: SecretBytes(Array(secret.utf8)),
-                                           contentType: "text/plain", replace: replace, caller: caller).id
+    func create(
+        _ fx: Fixture, _ pairs: [(String, String)], secret: String = "s", label: String = "L",
+        group: String = "TEAM.app", replace: Bool = false, caller: Caller = Fixture.app
+    ) throws -> [UInt8] {
+        try fx.service.secretServiceCreate(
+            group: group, label: label, attributes: attrs(pairs), secret: SecretBytes(Array(secret.utf8)),
+            contentType: "text/plain", replace: replace, caller: caller
+        ).id
     }
 
-    func search(_ fx: Fixture, _ pairs: [(String, String)], caller: Caller = Fixture.app) throws -> (unlocked: [[UInt8]], locked: [[UInt8]]) {
+    func search(_ fx: Fixture, _ pairs: [(String, String)], caller: Caller = Fixture.app) throws -> (
+        unlocked: [[UInt8]], locked: [[UInt8]]
+    ) {
         let found = try fx.service.secretServiceSearch(attrs(pairs), groups: caller.accessGroups, caller: caller)
         return (found.unlocked.map(\.id), found.locked.map(\.id))
     }
 
     func secret(_ fx: Fixture, _ id: [UInt8], caller: Caller = Fixture.app) throws -> String? {
-        try fx.service.secretServiceSecret(id: id, groups: caller.accessGroups, caller: caller).map { String(decoding: $0.secret.unprotectedArray, as: UTF8.self) }
+        try fx.service.secretServiceSecret(id: id, groups: caller.accessGroups, caller: caller).map {
+            String(decoding: $0.secret.unprotectedArray, as: UTF8.self)
+        }
     }
 
     @Test func serviceAndAccountMakeThePlainKeychainItemAndTheReverse() throws {
@@ -42,7 +51,8 @@ import KeychainSystem
             try fx.add("web", "bob", secret: "from-secitem", ["labl": .text("Web")])
             let found = try search(fx, [("service", "web"), ("account", "bob")])
             #expect(found.unlocked.count == 1 && found.locked.isEmpty)
-            let item = try #require(try fx.service.secretServiceItem(id: found.unlocked[0], groups: ["TEAM.app"], caller: Fixture.app))
+            let item = try #require(
+                try fx.service.secretServiceItem(id: found.unlocked[0], groups: ["TEAM.app"], caller: Fixture.app))
             #expect(item.label == "Web" && !item.ownAttributes && !item.locked)
             #expect(item.attributes == attrs([("service", "web"), ("account", "bob")]))
             #expect(try secret(fx, found.unlocked[0]) == "from-secitem")
@@ -68,14 +78,16 @@ import KeychainSystem
             #expect(try search(fx, [("username", "carol")]).unlocked == [id])
             #expect(try search(fx, [("xdg:schema", "org.example.Schema"), ("service", "svc")]).unlocked == [id])
             #expect(try search(fx, [("username", "CAROL")]).unlocked.isEmpty)
-            #expect(try search(fx, [("account", ItemService.hex(id))]).unlocked.isEmpty)   // its account is not an attribute
+            // Its account is not an attribute.
+            #expect(try search(fx, [("account", ItemService.hex(id))]).unlocked.isEmpty)
             // Two items with the same attributes may exist (CreateItem without replace) …
             let second = try create(fx, pairs, secret: "own-2")
             #expect(Set(try search(fx, [("username", "carol")]).unlocked) == [id, second])
             // … and replace takes the first whose attributes are exactly these.
-            let replaced = try fx.service.secretServiceCreate(group: "TEAM.app", label: "new", attributes: attrs(pairs),
-                                                              secret: SecretBytes(Array("replaced".utf8)), contentType: "text/plain",
-                                                              replace: true, caller: Fixture.app)
+            let replaced = try fx.service.secretServiceCreate(
+                group: "TEAM.app", label: "new", attributes: attrs(pairs),
+                secret: SecretBytes(Array("replaced".utf8)), contentType: "text/plain",
+                replace: true, caller: Fixture.app)
             #expect(replaced.replaced && replaced.id == id)
             #expect(try secret(fx, id) == "replaced")
             // The same attributes a second time as service+account: the second one keeps them as its own.
@@ -89,13 +101,21 @@ import KeychainSystem
     @Test func attributesAndLabelsChangeAndTheIndexFollows() throws {
         try withKeychain { (fx) throws in
             let id = try create(fx, [("service", "s"), ("k", "v1")])
-            #expect(try fx.service.secretServiceSetAttributes(id: id, groups: ["TEAM.app"], attributes: attrs([("service", "s"), ("k", "v2")]), caller: Fixture.app))
+            #expect(
+                try fx.service.secretServiceSetAttributes(
+                    id: id, groups: ["TEAM.app"], attributes: attrs([("service", "s"), ("k", "v2")]),
+                    caller: Fixture.app))
             #expect(try search(fx, [("k", "v1")]).unlocked.isEmpty)
             #expect(try search(fx, [("k", "v2")]).unlocked == [id])
-            #expect(try fx.service.secretServiceSetLabel(id: id, groups: ["TEAM.app"], label: "renamed", caller: Fixture.app))
-            #expect(try fx.service.secretServiceItem(id: id, groups: ["TEAM.app"], caller: Fixture.app)?.label == "renamed")
+            #expect(
+                try fx.service.secretServiceSetLabel(
+                    id: id, groups: ["TEAM.app"], label: "renamed", caller: Fixture.app))
+            #expect(
+                try fx.service.secretServiceItem(id: id, groups: ["TEAM.app"], caller: Fixture.app)?.label == "renamed")
             // SecItem's update of the same item keeps its Secret Service attributes.
-            try fx.service.update(["class": .text("genp"), "svce": .text("s")], attributes: ["labl": .text("via SecItem")], caller: Fixture.app)
+            try fx.service.update(
+                ["class": .text("genp"), "svce": .text("s")], attributes: ["labl": .text("via SecItem")],
+                caller: Fixture.app)
             #expect(try search(fx, [("k", "v2")]).unlocked == [id])
             #expect(try fx.service.secretServiceDelete(id: id, groups: ["TEAM.app"], caller: Fixture.app))
             #expect(try search(fx, [("k", "v2")]).unlocked.isEmpty)
@@ -111,14 +131,23 @@ import KeychainSystem
             #expect(try fx.service.secretServiceItem(id: id, groups: ["TEAM.other"], caller: Fixture.other) == nil)
             #expect(try !fx.service.secretServiceDelete(id: id, groups: ["TEAM.other"], caller: Fixture.other))
             // Naming a group one does not have is the keychain's own refusal.
-            #expect(failure { try fx.service.secretServiceSearch(attrs([]), groups: ["TEAM.app"], caller: Fixture.other) }?.status == .missingEntitlement)
-            #expect(failure { try create(fx, [("a", "b")], group: "TEAM.app", caller: Fixture.other) }?.status == .missingEntitlement)
+            #expect(
+                failure { try fx.service.secretServiceSearch(attrs([]), groups: ["TEAM.app"], caller: Fixture.other) }?
+                    .status == .missingEntitlement)
+            #expect(
+                failure { try create(fx, [("a", "b")], group: "TEAM.app", caller: Fixture.other) }?.status
+                    == .missingEntitlement)
             // The shared collection of unregistered bus callers is one more group.
-            let policy = AccessPolicy.secretServiceCaller(app: nil, unidentified: "not registered", unregistered: .shared)
+            let policy = AccessPolicy.secretServiceCaller(
+                app: nil, unidentified: "not registered", unregistered: .shared)
             #expect(try policy.get() == Self.shared)
-            #expect(AccessPolicy.secretServiceCaller(app: nil, unidentified: "not registered", unregistered: .refuse).failureStatus == .missingEntitlement)
-            let admin = try AccessPolicy.secretServiceCaller(app: Fixture.admin, unidentified: "", unregistered: .refuse).get()
-            #expect(!admin.isAdmin)         // no reach beyond its own groups on the bus
+            #expect(
+                AccessPolicy.secretServiceCaller(app: nil, unidentified: "not registered", unregistered: .refuse)
+                    .failureStatus == .missingEntitlement)
+            let admin = try AccessPolicy.secretServiceCaller(
+                app: Fixture.admin, unidentified: "", unregistered: .refuse
+            ).get()
+            #expect(!admin.isAdmin)  // no reach beyond its own groups on the bus
         }
     }
 
@@ -136,7 +165,8 @@ import KeychainSystem
             #expect(plain.locked.count == 1 && !plain.locked.contains(own))
             #expect(try search(fx, [("service", "s")]).locked.count == 2)
             #expect(failure { try secret(fx, own) }?.status == .interactionNotAllowed)
-            #expect(try fx.service.secretServiceItem(id: own, groups: ["TEAM.app"], caller: Fixture.app)?.locked == true)
+            #expect(
+                try fx.service.secretServiceItem(id: own, groups: ["TEAM.app"], caller: Fixture.app)?.locked == true)
             #expect(failure { try create(fx, [("a", "b")]) }?.status == .interactionNotAllowed)
         }
     }
@@ -153,14 +183,23 @@ import KeychainSystem
                 try db.execute(sql)
                 db.close()
                 let error = failure { try fx.reopen() }
-                try fx.reopen(acceptCurrentRows: true)      // back to a consistent state for the next case
+                try fx.reopen(acceptCurrentRows: true)  // back to a consistent state for the next case
                 return error
             }
             let hex = { (id: [UInt8]) in ItemService.hex(id) }
             // An entry removed (the item would vanish from searches), or moved to another item.
-            #expect(try tampered("DELETE FROM item_attributes WHERE ref = x'\(hex(first))' AND ix IN (SELECT ix FROM item_attributes WHERE ref = x'\(hex(first))' LIMIT 1)")?.status == .decode)
-            #expect(try tampered("UPDATE item_attributes SET ref = x'\(hex(second))' WHERE ref = x'\(hex(first))' AND ix = (SELECT ix FROM item_attributes WHERE ref = x'\(hex(first))' AND ix NOT IN (SELECT ix FROM item_attributes WHERE ref = x'\(hex(second))') LIMIT 1)")?.status == .decode)
-            #expect(try tampered("INSERT INTO item_attributes (ix, ref) VALUES (x'00112233445566778899aabbccddeeff', x'\(hex(first))')")?.status == .decode)
+            #expect(
+                try tampered(
+                    "DELETE FROM item_attributes WHERE ref = x'\(hex(first))' AND ix IN (SELECT ix FROM item_attributes WHERE ref = x'\(hex(first))' LIMIT 1)"
+                )?.status == .decode)
+            #expect(
+                try tampered(
+                    "UPDATE item_attributes SET ref = x'\(hex(second))' WHERE ref = x'\(hex(first))' AND ix = (SELECT ix FROM item_attributes WHERE ref = x'\(hex(first))' AND ix NOT IN (SELECT ix FROM item_attributes WHERE ref = x'\(hex(second))') LIMIT 1)"
+                )?.status == .decode)
+            #expect(
+                try tampered(
+                    "INSERT INTO item_attributes (ix, ref) VALUES (x'00112233445566778899aabbccddeeff', x'\(hex(first))')"
+                )?.status == .decode)
             try fx.reopen()
             #expect(!fx.service.rowCheck.resealed)
         }
@@ -195,13 +234,16 @@ import KeychainSystem
             let found = try search(fx, [("kind", "backup")])
             #expect(found.unlocked.count == 1)
             #expect(try secret(fx, found.unlocked[0]) == "backed-up")
-            #expect(try fx.service.secretServiceItem(id: found.unlocked[0], groups: ["TEAM.app"], caller: Fixture.app)?.attributes == attrs(pairs))
+            #expect(
+                try fx.service.secretServiceItem(id: found.unlocked[0], groups: ["TEAM.app"], caller: Fixture.app)?
+                    .attributes == attrs(pairs))
         }
     }
 
     @Test func namesAndValuesAreComparedByteForByte() throws {
         try withKeychain { (fx) throws in
-            let nfc = "caf\u{E9}", nfd = "cafe\u{301}"        // equal to Swift, two strings to D-Bus
+            let nfc = "caf\u{E9}"
+            let nfd = "cafe\u{301}"  // equal to Swift, two strings to D-Bus
             let id = try create(fx, [(nfc, nfd), ("service", "bytes")])
             #expect(try search(fx, [(nfc, nfd)]).unlocked == [id])
             #expect(try search(fx, [(nfd, nfd)]).unlocked.isEmpty)
@@ -222,16 +264,22 @@ import KeychainSystem
 
     @Test func nothingStoredThroughTheBusIsPlaintextAtRest() throws {
         try withKeychain { (fx) throws in
-            let marks = ["ssname-Tamarind-8812", "ssvalue-Cobalt-4471", "sslabel-Juniper-3309", "sssecret-Saffron-1926", "text/x-Ochre-5521"]
-            _ = try fx.service.secretServiceCreate(group: "TEAM.app", label: marks[2], attributes: attrs([(marks[0], marks[1])]),
-                                                   secret: SecretBytes(Array(marks[3].utf8)), contentType: marks[4], replace: false, caller: Fixture.app)
+            let marks = [
+                "ssname-Tamarind-8812", "ssvalue-Cobalt-4471", "sslabel-Juniper-3309", "sssecret-Saffron-1926",
+                "text/x-Ochre-5521",
+            ]
+            _ = try fx.service.secretServiceCreate(
+                group: "TEAM.app", label: marks[2], attributes: attrs([(marks[0], marks[1])]),
+                secret: SecretBytes(Array(marks[3].utf8)), contentType: marks[4], replace: false, caller: Fixture.app)
             for closed in [false, true] {
                 if closed { fx.service.close() }
                 for name in try FileManager.default.contentsOfDirectory(atPath: fx.directory) {
                     let data = try Data(contentsOf: URL(fileURLWithPath: fx.directory + "/" + name))
                     for mark in marks {
                         #expect(data.range(of: Data(mark.utf8)) == nil, "\(name) contains \(mark)")
-                        #expect(data.range(of: Data(String(mark.split(separator: "-")[1]).utf8)) == nil, "\(name) contains part of \(mark)")
+                        #expect(
+                            data.range(of: Data(String(mark.split(separator: "-")[1]).utf8)) == nil,
+                            "\(name) contains part of \(mark)")
                     }
                 }
             }

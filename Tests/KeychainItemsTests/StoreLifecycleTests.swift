@@ -1,7 +1,8 @@
 import Foundation
-import Testing
 import KeychainCore
 import KeychainStore
+import Testing
+
 @testable import KeychainItems
 
 @Suite struct StoreLifecycle {
@@ -94,7 +95,10 @@ import KeychainStore
                 group.enter()
                 Thread.detachNewThread {
                     for i in 0..<20 {
-                        results.append(status { try service.add(item("svc", "t\(t)-\(i)", secret: "\(t)-\(i)"), caller: Fixture.app) })
+                        results.append(
+                            status {
+                                try service.add(item("svc", "t\(t)-\(i)", secret: "\(t)-\(i)"), caller: Fixture.app)
+                            })
                         var q = query("svc", "t\(t)-\(i)")
                         q["r_Data"] = .bool(true)
                         let got = try? service.copyMatching(q, caller: Fixture.app)
@@ -113,6 +117,14 @@ import KeychainStore
 final class ResultBox: @unchecked Sendable {
     private let lock = NSLock()
     private var storage: [Status] = []
-    func append(_ s: Status) { lock.lock(); storage.append(s); lock.unlock() }
-    var values: [Status] { lock.lock(); defer { lock.unlock() }; return storage }
+    func append(_ s: Status) {
+        lock.lock()
+        storage.append(s)
+        lock.unlock()
+    }
+    var values: [Status] {
+        lock.lock()
+        defer { lock.unlock() }
+        return storage
+    }
 }

@@ -1,8 +1,9 @@
 import Foundation
-import Testing
 import KeychainCore
 import KeychainSystem
 import KeychainTestSupport
+import Testing
+
 @testable import KeychainItems
 
 /// A keychain in a fresh temporary directory, removed by `cleanup()`.
@@ -40,8 +41,10 @@ final class Fixture {
     // Shorthands
 
     @discardableResult
-    func add(_ svce: String, _ acct: String, secret: String = "pw", _ extra: [String: Value] = [:],
-             caller: Caller = Fixture.app) throws -> Value? {
+    func add(
+        _ svce: String, _ acct: String, secret: String = "pw", _ extra: [String: Value] = [:],
+        caller: Caller = Fixture.app
+    ) throws -> Value? {
         try service.add(item(svce, acct, secret: secret, extra), caller: caller)
     }
 
@@ -49,14 +52,18 @@ final class Fixture {
         try service.copyMatching(query, caller: caller)
     }
 
-    func secret(_ svce: String, _ acct: String, _ extra: [String: Value] = [:], caller: Caller = Fixture.app) throws -> String? {
+    func secret(_ svce: String, _ acct: String, _ extra: [String: Value] = [:], caller: Caller = Fixture.app) throws
+        -> String?
+    {
         var q = query(svce, acct, extra)
         q["r_Data"] = .bool(true)
         guard let b = try copy(q, caller: caller)?.secretBytes else { return nil }
         return String(decoding: b.unprotectedArray, as: UTF8.self)
     }
 
-    func attributes(_ svce: String, _ acct: String, _ extra: [String: Value] = [:], caller: Caller = Fixture.app) throws -> [String: Value] {
+    func attributes(_ svce: String, _ acct: String, _ extra: [String: Value] = [:], caller: Caller = Fixture.app) throws
+        -> [String: Value]
+    {
         var q = query(svce, acct, extra)
         q["r_Attributes"] = .bool(true)
         return try copy(q, caller: caller)?.map ?? [:]
@@ -70,8 +77,10 @@ func withKeychain(_ body: (Fixture) throws -> Void) throws {
 }
 
 func item(_ svce: String, _ acct: String, secret: String = "pw", _ extra: [String: Value] = [:]) -> [String: Value] {
-    var q: [String: Value] = ["class": .text("genp"), "svce": .text(svce), "acct": .text(acct),
-                              "v_Data": .bytes(Array(secret.utf8))]
+    var q: [String: Value] = [
+        "class": .text("genp"), "svce": .text(svce), "acct": .text(acct),
+        "v_Data": .bytes(Array(secret.utf8)),
+    ]
     for (k, v) in extra { q[k] = v }
     return q
 }
@@ -89,7 +98,10 @@ func status(_ body: () throws -> Any?) -> Status {
 
 /// The error a call throws (nil when it returns).
 func failure(_ body: () throws -> Any?) -> KeychainError? {
-    do { _ = try body(); return nil } catch let error as KeychainError { return error } catch {
+    do {
+        _ = try body()
+        return nil
+    } catch let error as KeychainError { return error } catch {
         return KeychainError(.internal, "unexpected error type \(type(of: error))")
     }
 }

@@ -1,6 +1,7 @@
-import Testing
 import KeychainCore
 import KeychainCrypto
+import Testing
+
 @testable import KeychainItems
 
 @Suite struct UpdateRules {
@@ -8,7 +9,8 @@ import KeychainCrypto
         try withKeychain { (fx) throws in
             for a in ["a", "b", "c"] { try fx.add("svc", a) }
             try fx.add("other", "a")
-            try fx.service.update(["class": .text("genp"), "svce": .text("svc")], attributes: ["labl": .text("new")], caller: Fixture.app)
+            try fx.service.update(
+                ["class": .text("genp"), "svce": .text("svc")], attributes: ["labl": .text("new")], caller: Fixture.app)
             for a in ["a", "b", "c"] { #expect(try fx.attributes("svc", a)["labl"] == .text("new")) }
             #expect(try fx.attributes("other", "a")["labl"] == nil)
         }
@@ -25,7 +27,11 @@ import KeychainCrypto
     @Test func updateMayChangeKeyAttributes() throws {
         try withKeychain { (fx) throws in
             try fx.add("svc", "alice", secret: "s")
-            try fx.service.update(query("svc", "alice"), attributes: ["svce": .text("svc2"), "acct": .text("bob"), "agrp": .text("TEAM.shared"), "sync": .bool(true)], caller: Fixture.app)
+            try fx.service.update(
+                query("svc", "alice"),
+                attributes: [
+                    "svce": .text("svc2"), "acct": .text("bob"), "agrp": .text("TEAM.shared"), "sync": .bool(true),
+                ], caller: Fixture.app)
             #expect(status { try fx.copy(query("svc", "alice")) } == .itemNotFound)
             #expect(try fx.secret("svc2", "bob", ["sync": .bool(true), "agrp": .text("TEAM.shared")]) == "s")
             // The old key is free again.
@@ -37,7 +43,12 @@ import KeychainCrypto
         try withKeychain { (fx) throws in
             try fx.add("svc", "a", secret: "1")
             try fx.add("svc", "b", secret: "2")
-            let error = try #require(failure { try fx.service.update(["class": .text("genp"), "svce": .text("svc")], attributes: ["acct": .text("same"), "labl": .text("x")], caller: Fixture.app) })
+            let error = try #require(
+                failure {
+                    try fx.service.update(
+                        ["class": .text("genp"), "svce": .text("svc")],
+                        attributes: ["acct": .text("same"), "labl": .text("x")], caller: Fixture.app)
+                })
             #expect(error.status == .duplicateItem)
             #expect(try fx.secret("svc", "a") == "1")
             #expect(try fx.secret("svc", "b") == "2")
@@ -49,8 +60,15 @@ import KeychainCrypto
     @Test func updateQueryMayNotHoldReturnOrMatchKeys() throws {
         try withKeychain { (fx) throws in
             try fx.add("svc", "alice")
-            for extra: [String: Value] in [["r_Data": .bool(true)], ["r_Attributes": .bool(false)], ["m_Limit": .text("m_LimitAll")], ["m_CaseInsensitive": .bool(true)]] {
-                #expect(status { try fx.service.update(query("svc", "alice", extra), attributes: ["labl": .text("x")], caller: Fixture.app) } == .param)
+            for extra: [String: Value] in [
+                ["r_Data": .bool(true)], ["r_Attributes": .bool(false)], ["m_Limit": .text("m_LimitAll")],
+                ["m_CaseInsensitive": .bool(true)],
+            ] {
+                #expect(
+                    status {
+                        try fx.service.update(
+                            query("svc", "alice", extra), attributes: ["labl": .text("x")], caller: Fixture.app)
+                    } == .param)
             }
         }
     }
@@ -58,8 +76,13 @@ import KeychainCrypto
     @Test func attributesToUpdateHoldingNonAttributesIsNoSuchAttr() throws {
         try withKeychain { (fx) throws in
             try fx.add("svc", "alice")
-            for bad: [String: Value] in [["class": .text("genp")], ["m_Limit": .text("m_LimitAll")], ["r_Data": .bool(true)], ["v_PersistentRef": .bytes([])], ["srvr": .text("x")]] {
-                #expect(status { try fx.service.update(query("svc", "alice"), attributes: bad, caller: Fixture.app) } == .noSuchAttr)
+            for bad: [String: Value] in [
+                ["class": .text("genp")], ["m_Limit": .text("m_LimitAll")], ["r_Data": .bool(true)],
+                ["v_PersistentRef": .bytes([])], ["srvr": .text("x")],
+            ] {
+                #expect(
+                    status { try fx.service.update(query("svc", "alice"), attributes: bad, caller: Fixture.app) }
+                        == .noSuchAttr)
             }
         }
     }
@@ -78,26 +101,36 @@ import KeychainCrypto
         try withKeychain { (fx) throws in
             try fx.add("svc", "alice")
             let before = try fx.attributes("svc", "alice")
-            try fx.service.update(query("svc", "alice"), attributes: ["labl": .text("1"), "mdat": .date(5)], caller: Fixture.app)
+            try fx.service.update(
+                query("svc", "alice"), attributes: ["labl": .text("1"), "mdat": .date(5)], caller: Fixture.app)
             let middle = try fx.attributes("svc", "alice")
             try fx.service.update(query("svc", "alice"), attributes: ["labl": .text("2")], caller: Fixture.app)
             let after = try fx.attributes("svc", "alice")
             #expect(middle["cdat"] == before["cdat"] && after["cdat"] == before["cdat"])
-            let m0 = try #require(before["mdat"]?.date), m1 = try #require(middle["mdat"]?.date), m2 = try #require(after["mdat"]?.date)
+            let m0 = try #require(before["mdat"]?.date)
+            let m1 = try #require(middle["mdat"]?.date)
+            let m2 = try #require(after["mdat"]?.date)
             #expect(m0 < m1 && m1 < m2)
         }
     }
 
     @Test func updateWithNoMatchIsItemNotFound() throws {
         try withKeychain { (fx) throws in
-            #expect(status { try fx.service.update(query("svc", "nobody"), attributes: ["labl": .text("x")], caller: Fixture.app) } == .itemNotFound)
+            #expect(
+                status {
+                    try fx.service.update(query("svc", "nobody"), attributes: ["labl": .text("x")], caller: Fixture.app)
+                } == .itemNotFound)
         }
     }
 
     @Test func updateIntoAGroupTheCallerLacksIsMissingEntitlement() throws {
         try withKeychain { (fx) throws in
             try fx.add("svc", "alice")
-            #expect(status { try fx.service.update(query("svc", "alice"), attributes: ["agrp": .text("TEAM.other")], caller: Fixture.app) } == .missingEntitlement)
+            #expect(
+                status {
+                    try fx.service.update(
+                        query("svc", "alice"), attributes: ["agrp": .text("TEAM.other")], caller: Fixture.app)
+                } == .missingEntitlement)
         }
     }
 }
@@ -117,7 +150,9 @@ import KeychainCrypto
         try withKeychain { (fx) throws in
             try fx.add("svc", "a")
             for limit: Value in [.text("m_LimitAll"), .text("m_LimitOne"), .int(1)] {
-                #expect(status { try fx.service.delete(query("svc", "a", ["m_Limit": limit]), caller: Fixture.app) } == .param)
+                #expect(
+                    status { try fx.service.delete(query("svc", "a", ["m_Limit": limit]), caller: Fixture.app) }
+                        == .param)
             }
             #expect(try fx.count() == 1)
         }
@@ -126,7 +161,9 @@ import KeychainCrypto
     @Test func returnKeysInDeleteAreParam() throws {
         try withKeychain { (fx) throws in
             try fx.add("svc", "a")
-            #expect(status { try fx.service.delete(query("svc", "a", ["r_Data": .bool(true)]), caller: Fixture.app) } == .param)
+            #expect(
+                status { try fx.service.delete(query("svc", "a", ["r_Data": .bool(true)]), caller: Fixture.app) }
+                    == .param)
         }
     }
 
@@ -156,11 +193,14 @@ import KeychainCrypto
     @Test func persistentRefFindsTheItemAcrossRestarts() throws {
         try withKeychain { (fx) throws in
             try fx.add("svc", "alice", secret: "s", ["sync": .bool(true)])
-            let r = try #require(try fx.copy(query("svc", "alice", ["sync": .bool(true), "r_PersistentRef": .bool(true)])))
+            let r = try #require(
+                try fx.copy(query("svc", "alice", ["sync": .bool(true), "r_PersistentRef": .bool(true)])))
             try fx.reopen()
             // Without class, and although the item is synchronizable (no implicit sync filter).
             #expect(try fx.copy(["v_PersistentRef": r, "r_Data": .bool(true)]) == bytes("s"))
-            #expect(try fx.copy(["class": .text("genp"), "v_PersistentRef": r, "r_Attributes": .bool(true)])?.map?["acct"] == .text("alice"))
+            #expect(
+                try fx.copy(["class": .text("genp"), "v_PersistentRef": r, "r_Attributes": .bool(true)])?.map?["acct"]
+                    == .text("alice"))
         }
     }
 
@@ -168,7 +208,9 @@ import KeychainCrypto
         try withKeychain { (fx) throws in
             try fx.add("svc", "alice")
             let r = try ref(fx, "svc", "alice")
-            try fx.service.update(["v_PersistentRef": r], attributes: ["acct": .text("bob"), "pdmn": .text("ck"), "v_Data": bytes("n")], caller: Fixture.app)
+            try fx.service.update(
+                ["v_PersistentRef": r], attributes: ["acct": .text("bob"), "pdmn": .text("ck"), "v_Data": bytes("n")],
+                caller: Fixture.app)
             #expect(try fx.copy(["v_PersistentRef": r, "r_Data": .bool(true)]) == bytes("n"))
             try fx.service.delete(["v_PersistentRef": r], caller: Fixture.app)
             #expect(status { try fx.copy(["v_PersistentRef": r]) } == .itemNotFound)
@@ -181,7 +223,9 @@ import KeychainCrypto
             let r = try ref(fx, "svc", "alice")
             #expect(status { try fx.copy(["v_PersistentRef": r, "svce": .text("svc")]) } == .param)
             #expect(status { try fx.copy(["v_PersistentRef": r, "agrp": .text("TEAM.app")]) } == .param)
-            #expect(status { try fx.service.delete(["v_PersistentRef": r, "acct": .text("alice")], caller: Fixture.app) } == .param)
+            #expect(
+                status { try fx.service.delete(["v_PersistentRef": r, "acct": .text("alice")], caller: Fixture.app) }
+                    == .param)
         }
     }
 
@@ -189,7 +233,10 @@ import KeychainCrypto
         try withKeychain { (fx) throws in
             #expect(status { try fx.copy(["v_PersistentRef": .bytes([1, 2, 3])]) } == .param)
             #expect(status { try fx.copy(["v_PersistentRef": .text("genp0123456789abcdef")]) } == .param)
-            #expect(status { try fx.copy(["v_PersistentRef": .bytes(Array("inet".utf8) + [UInt8](repeating: 0, count: 16))]) } == .param)
+            #expect(
+                status {
+                    try fx.copy(["v_PersistentRef": .bytes(Array("inet".utf8) + [UInt8](repeating: 0, count: 16))])
+                } == .param)
         }
     }
 
@@ -199,7 +246,11 @@ import KeychainCrypto
             let r = try ref(fx, "svc", "alice")
             #expect(status { try fx.copy(["v_PersistentRef": r], caller: Fixture.other) } == .itemNotFound)
             #expect(status { try fx.service.delete(["v_PersistentRef": r], caller: Fixture.other) } == .itemNotFound)
-            #expect(status { try fx.service.update(["v_PersistentRef": r], attributes: ["labl": .text("x")], caller: Fixture.other) } == .itemNotFound)
+            #expect(
+                status {
+                    try fx.service.update(
+                        ["v_PersistentRef": r], attributes: ["labl": .text("x")], caller: Fixture.other)
+                } == .itemNotFound)
         }
     }
 }
@@ -218,8 +269,14 @@ import KeychainCrypto
             let foreign: [String: Value] = ["agrp": .text("TEAM.other")]
             #expect(status { try fx.add("svc", "a", foreign) } == .missingEntitlement)
             #expect(status { try fx.copy(query("svc", "a", foreign)) } == .missingEntitlement)
-            #expect(status { try fx.service.update(query("svc", "a", foreign), attributes: ["labl": .text("x")], caller: Fixture.app) } == .missingEntitlement)
-            #expect(status { try fx.service.delete(query("svc", "a", foreign), caller: Fixture.app) } == .missingEntitlement)
+            #expect(
+                status {
+                    try fx.service.update(
+                        query("svc", "a", foreign), attributes: ["labl": .text("x")], caller: Fixture.app)
+                } == .missingEntitlement)
+            #expect(
+                status { try fx.service.delete(query("svc", "a", foreign), caller: Fixture.app) } == .missingEntitlement
+            )
         }
     }
 
@@ -256,7 +313,10 @@ import KeychainCrypto
         try withKeychain { (fx) throws in
             try fx.add("svc", "a", secret: "app")
             try fx.add("svc", "b", secret: "other", caller: Fixture.other)
-            #expect(try fx.copy(["class": .text("genp"), "m_Limit": .text("m_LimitAll"), "r_Data": .bool(true)], caller: Fixture.admin)?.array?.count == 2)
+            #expect(
+                try fx.copy(
+                    ["class": .text("genp"), "m_Limit": .text("m_LimitAll"), "r_Data": .bool(true)],
+                    caller: Fixture.admin)?.array?.count == 2)
             #expect(try fx.secret("svc", "a", ["agrp": .text("TEAM.app")], caller: Fixture.admin) == "app")
             try fx.add("svc", "c", ["agrp": .text("TEAM.other")], caller: Fixture.admin)
             #expect(try fx.secret("svc", "c", caller: Fixture.other) == "pw")

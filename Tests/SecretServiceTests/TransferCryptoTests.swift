@@ -1,6 +1,7 @@
-import Testing
 import CGcrypt
 import KeychainCrypto
+import Testing
+
 @testable import KeychainSecretService
 
 /// The transfer sessions' cryptography (TransferCrypto.swift): the DH exchange agrees with a client
@@ -14,16 +15,24 @@ import KeychainCrypto
         init() { x = Sodium.randomBytes(64) }
 
         func power(_ base: [UInt8]) -> [UInt8] {
-            var b: gcry_mpi_t?, e: gcry_mpi_t?, m: gcry_mpi_t?
+            var b: gcry_mpi_t?
+            var e: gcry_mpi_t?
+            var m: gcry_mpi_t?
             _ = base.withUnsafeBytes { gcry_mpi_scan(&b, GCRYMPI_FMT_USG, $0.baseAddress, $0.count, nil) }
             _ = x.withUnsafeBytes { gcry_mpi_scan(&e, GCRYMPI_FMT_USG, $0.baseAddress, $0.count, nil) }
-            _ = TransferCrypto.prime.withUnsafeBytes { gcry_mpi_scan(&m, GCRYMPI_FMT_USG, $0.baseAddress, $0.count, nil) }
+            _ = TransferCrypto.prime.withUnsafeBytes {
+                gcry_mpi_scan(&m, GCRYMPI_FMT_USG, $0.baseAddress, $0.count, nil)
+            }
             let r = gcry_mpi_new(1024)!
             gcry_mpi_powm(r, b, e, m)
             var out = [UInt8](repeating: 0, count: 128)
             var n = 0
             _ = gcry_mpi_print(GCRYMPI_FMT_USG, nil, 0, &n, r)
-            _ = out.withUnsafeMutableBytes { gcry_mpi_print(GCRYMPI_FMT_USG, $0.baseAddress!.advanced(by: 128 - n).assumingMemoryBound(to: UInt8.self), n, nil, r) }
+            _ = out.withUnsafeMutableBytes {
+                gcry_mpi_print(
+                    GCRYMPI_FMT_USG, $0.baseAddress!.advanced(by: 128 - n).assumingMemoryBound(to: UInt8.self), n, nil,
+                    r)
+            }
             for v in [b, e, m, r] { gcry_mpi_release(v) }
             return out
         }
@@ -37,7 +46,7 @@ import KeychainCrypto
         #expect(TransferCrypto.prime.count == 128)
         #expect(TransferCrypto.prime.prefix(8) == [0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF])
         #expect(TransferCrypto.prime.suffix(8) == [0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF])
-        #expect(TransferCrypto.prime[8..<12] == [0xC9, 0x0F, 0xDA, 0xA2])       // π's first bits
+        #expect(TransferCrypto.prime[8..<12] == [0xC9, 0x0F, 0xDA, 0xA2])  // π's first bits
     }
 
     @Test func bothSidesDeriveTheSameKey() throws {
@@ -51,7 +60,9 @@ import KeychainCrypto
             #expect(bytes(clientKey) == bytes(key))
             // And a secret sealed with one opens with the other.
             let sealed = try TransferCrypto.encrypt(Array("over the bus".utf8), key: key)
-            #expect(try TransferCrypto.decrypt(iv: sealed.iv, ciphertext: sealed.ciphertext, key: clientKey) == Array("over the bus".utf8))
+            #expect(
+                try TransferCrypto.decrypt(iv: sealed.iv, ciphertext: sealed.ciphertext, key: clientKey)
+                    == Array("over the bus".utf8))
         }
     }
 
@@ -88,13 +99,18 @@ import KeychainCrypto
         let sealed = try TransferCrypto.encrypt(Array("x".utf8), key: key)
         #expect(throws: BusError.self) { try TransferCrypto.decrypt(iv: [], ciphertext: sealed.ciphertext, key: key) }
         #expect(throws: BusError.self) { try TransferCrypto.decrypt(iv: sealed.iv, ciphertext: [], key: key) }
-        #expect(throws: BusError.self) { try TransferCrypto.decrypt(iv: sealed.iv, ciphertext: Array(sealed.ciphertext.dropLast()), key: key) }
-        #expect(throws: BusError.self) { try TransferCrypto.decrypt(iv: sealed.iv, ciphertext: sealed.ciphertext, key: SecureBytes(random: 16)) }
+        #expect(throws: BusError.self) {
+            try TransferCrypto.decrypt(iv: sealed.iv, ciphertext: Array(sealed.ciphertext.dropLast()), key: key)
+        }
+        #expect(throws: BusError.self) {
+            try TransferCrypto.decrypt(iv: sealed.iv, ciphertext: sealed.ciphertext, key: SecureBytes(random: 16))
+        }
     }
 
     @Test func collectionPathElementsAreSafeAndDistinct() {
         #expect(Collection.element(for: "ABCDE12345.com.example.app", first: true) == "login")
-        #expect(Collection.element(for: "ABCDE12345.com.example.app", first: false) == "ABCDE12345_2ecom_2eexample_2eapp")
+        #expect(
+            Collection.element(for: "ABCDE12345.com.example.app", first: false) == "ABCDE12345_2ecom_2eexample_2eapp")
         #expect(Collection.element(for: "login", first: false) == "_6cogin")
         #expect(Collection.element(for: "a_b", first: false) == "a_5fb")
         #expect(Collection.element(for: "é", first: false) == "_c3_a9")

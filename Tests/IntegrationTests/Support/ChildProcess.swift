@@ -6,14 +6,18 @@ typealias ProgramResult = (status: Int32, stdout: String, stderr: String)
 /// Runs `executable` with `arguments` to completion, feeding it `stdin` (then end of file) and
 /// collecting both of its outputs. Standard error is drained on a thread of its own, so a program
 /// that fills one pipe while the other is being read cannot stall the test.
-func runToCompletion(_ executable: String, _ arguments: [String], environment: [String: String],
-                     currentDirectory: String? = nil, stdin: String? = nil) throws -> ProgramResult {
+func runToCompletion(
+    _ executable: String, _ arguments: [String], environment: [String: String],
+    currentDirectory: String? = nil, stdin: String? = nil
+) throws -> ProgramResult {
     let p = Process()
     p.executableURL = URL(fileURLWithPath: executable)
     p.arguments = arguments
     p.environment = environment
     if let currentDirectory { p.currentDirectoryURL = URL(fileURLWithPath: currentDirectory) }
-    let out = Pipe(), err = Pipe(), input = Pipe()
+    let out = Pipe()
+    let err = Pipe()
+    let input = Pipe()
     p.standardOutput = out
     p.standardError = err
     p.standardInput = input

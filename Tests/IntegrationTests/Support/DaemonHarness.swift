@@ -1,7 +1,7 @@
 import Foundation
-import XCTest
 import KeychainCore
 import KeychainWire
+import XCTest
 
 /// Starts the real `keychaind` binary on a temporary socket, data dir and config, with registered apps.
 ///
@@ -17,15 +17,20 @@ final class DaemonHarness: @unchecked Sendable {
 
     /// The folder holding the built products (keychaind, keychainctl, the test bundle).
     static let productsDirectory: String = {
-        let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+        let exe =
+            (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
         return (exe as NSString).deletingLastPathComponent
     }()
 
     static var daemonPath: String { productsDirectory + "/keychaind" }
     static var cliPath: String { productsDirectory + "/keychainctl" }
-    static var runnerExecutable: String { (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? "" }
+    static var runnerExecutable: String {
+        (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? ""
+    }
 
-    static let defaultApps = [App(id: "TEAM.tests", groups: ["TEAM.tests", "TEAM.shared"], executables: [runnerExecutable])]
+    static let defaultApps = [
+        App(id: "TEAM.tests", groups: ["TEAM.tests", "TEAM.shared"], executables: [runnerExecutable])
+    ]
 
     let root: String
     let socketPath: String
@@ -55,7 +60,10 @@ final class DaemonHarness: @unchecked Sendable {
     }
 
     deinit {
-        if let p = process, p.isRunning { kill(p.processIdentifier, SIGKILL); p.waitUntilExit() }
+        if let p = process, p.isRunning {
+            kill(p.processIdentifier, SIGKILL)
+            p.waitUntilExit()
+        }
         try? FileManager.default.removeItem(atPath: root)
     }
 
@@ -63,16 +71,20 @@ final class DaemonHarness: @unchecked Sendable {
     /// passphrase); with `user: true` into the user's apps.d (counts while no passphrase is set, or
     /// once approved).
     func register(_ app: App, name: String, user: Bool = false) throws {
-        var object: [String: Any] = ["application-identifier": app.id, "keychain-access-groups": app.groups,
-                                     "executables": app.executables]
+        var object: [String: Any] = [
+            "application-identifier": app.id, "keychain-access-groups": app.groups,
+            "executables": app.executables,
+        ]
         if app.admin { object["admin"] = true }
         let data = try JSONSerialization.data(withJSONObject: object)
         try data.write(to: URL(fileURLWithPath: (user ? appsDirectory : systemAppsDirectory) + "/\(name).json"))
     }
 
     var arguments: [String] {
-        ["--socket", socketPath, "--data-dir", dataDirectory, "--config", configFile, "--log-level", "debug",
-         "--system-apps-dir", systemAppsDirectory]
+        [
+            "--socket", socketPath, "--data-dir", dataDirectory, "--config", configFile, "--log-level", "debug",
+            "--system-apps-dir", systemAppsDirectory,
+        ]
     }
 
     /// Launches the daemon and waits until its socket answers.
@@ -101,7 +113,10 @@ final class DaemonHarness: @unchecked Sendable {
     func waitUntilServing(timeout: TimeInterval = DaemonHarness.eventTimeout) throws {
         let deadline = Date().addingTimeInterval(timeout)
         while Date() < deadline {
-            if let s = try? UnixSocket.connect(to: socketPath) { s.close(); return }
+            if let s = try? UnixSocket.connect(to: socketPath) {
+                s.close()
+                return
+            }
             if let p = process, !p.isRunning {
                 throw HarnessError("keychaind exited with \(p.terminationStatus) before serving:\n\(log)")
             }
@@ -140,7 +155,8 @@ final class DaemonHarness: @unchecked Sendable {
 
     private var reloadCount: Int {
         let text = log
-        return text.components(separatedBy: "apps reloaded").count + text.components(separatedBy: "apps not reloaded").count - 2
+        return text.components(separatedBy: "apps reloaded").count
+            + text.components(separatedBy: "apps not reloaded").count - 2
     }
 
     /// Polls `condition` every 10 ms until it holds or `timeout` passes; returns whether it held.
@@ -158,7 +174,9 @@ final class DaemonHarness: @unchecked Sendable {
 
     /// Runs a program to completion; returns exit status and its output.
     @discardableResult
-    func run(_ executable: String, _ args: [String], stdin: String? = nil, environment: [String: String] = [:]) throws -> ProgramResult {
+    func run(_ executable: String, _ args: [String], stdin: String? = nil, environment: [String: String] = [:]) throws
+        -> ProgramResult
+    {
         var env = ProcessInfo.processInfo.environment
         env["KEYCHAIND_SOCKET"] = socketPath
         for (k, v) in environment { env[k] = v }
@@ -198,8 +216,10 @@ final class RawClient {
         (try? socket.readFrame(&frames)) == nil
     }
 
-    func call(_ op: String, query: [String: Value]? = nil, attributes: [String: Value]? = nil,
-              arguments: [String: Value] = [:]) throws -> Response {
+    func call(
+        _ op: String, query: [String: Value]? = nil, attributes: [String: Value]? = nil,
+        arguments: [String: Value] = [:]
+    ) throws -> Response {
         let id = nextID
         nextID += 1
         try send(Request(id: id, op: op, query: query, attributes: attributes, arguments: arguments))

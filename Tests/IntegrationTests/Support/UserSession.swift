@@ -32,7 +32,8 @@ final class UserSession: @unchecked Sendable {
 
     init(config: String = #"{"kdfProfile": "interactive"}"#) throws {
         guard getuid() == 0, FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv") else {
-            throw HarnessError("needs root and setpriv to run keychaind as a throwaway uid (scripts/deps installs util-linux)")
+            throw HarnessError(
+                "needs root and setpriv to run keychaind as a throwaway uid (scripts/deps installs util-linux)")
         }
         uid = 61_000 + UInt32.random(in: 0..<4_000)
         root = NSTemporaryDirectory() + "keychaind-user-" + UUID().uuidString.prefix(8)
@@ -49,12 +50,17 @@ final class UserSession: @unchecked Sendable {
             try fm.createDirectory(atPath: dir, withIntermediateDirectories: true)
         }
         chmod(root, 0o755)
-        for (from, to) in [(DaemonHarness.daemonPath, daemonPath), (DaemonHarness.cliPath, cliPath), (DaemonHarness.cliPath, adminCLIPath)] {
+        for (from, to) in [
+            (DaemonHarness.daemonPath, daemonPath), (DaemonHarness.cliPath, cliPath),
+            (DaemonHarness.cliPath, adminCLIPath),
+        ] {
             try fm.copyItem(atPath: from, toPath: to)
             chmod(to, 0o755)
         }
         let kcwire = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent("scripts/campaign/kcwire.py").path
+            .deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent(
+                "scripts/campaign/kcwire.py"
+            ).path
         try fm.copyItem(atPath: kcwire, toPath: bin + "/kcwire.py")
         try config.write(toFile: configFile, atomically: true, encoding: .utf8)
         // The home and everything in it belong to the throwaway user.
@@ -66,7 +72,10 @@ final class UserSession: @unchecked Sendable {
     }
 
     deinit {
-        if let p = process, p.isRunning { kill(p.processIdentifier, SIGKILL); p.waitUntilExit() }
+        if let p = process, p.isRunning {
+            kill(p.processIdentifier, SIGKILL)
+            p.waitUntilExit()
+        }
         try? FileManager.default.removeItem(atPath: root)
     }
 
@@ -92,8 +101,10 @@ final class UserSession: @unchecked Sendable {
     }
 
     private func write(_ app: DaemonHarness.App, to path: String) throws {
-        var object: [String: Any] = ["application-identifier": app.id, "keychain-access-groups": app.groups,
-                                     "executables": app.executables]
+        var object: [String: Any] = [
+            "application-identifier": app.id, "keychain-access-groups": app.groups,
+            "executables": app.executables,
+        ]
         if app.admin { object["admin"] = true }
         try JSONSerialization.data(withJSONObject: object).write(to: URL(fileURLWithPath: path))
     }
@@ -101,16 +112,21 @@ final class UserSession: @unchecked Sendable {
     var setpriv: [String] { ["--reuid=\(uid)", "--regid=\(uid)", "--clear-groups"] }
 
     var environment: [String: String] {
-        ["HOME": home, "KEYCHAIND_SOCKET": socketPath, "PATH": "/usr/bin:/bin", "PYTHONPATH": bin,
-         "XDG_CONFIG_HOME": home + "/config", "SWIFT_BACKTRACE": "enable=no"]
+        [
+            "HOME": home, "KEYCHAIND_SOCKET": socketPath, "PATH": "/usr/bin:/bin", "PYTHONPATH": bin,
+            "XDG_CONFIG_HOME": home + "/config", "SWIFT_BACKTRACE": "enable=no",
+        ]
     }
 
     /// Starts keychaind as `uid` and waits until its log says it serves.
     func start() throws {
         let p = Process()
         p.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
-        p.arguments = setpriv + [daemonPath, "--socket", socketPath, "--data-dir", dataDirectory, "--config", configFile,
-                                 "--log-level", "debug", "--system-apps-dir", systemAppsDirectory]
+        p.arguments =
+            setpriv + [
+                daemonPath, "--socket", socketPath, "--data-dir", dataDirectory, "--config", configFile,
+                "--log-level", "debug", "--system-apps-dir", systemAppsDirectory,
+            ]
         p.environment = environment
         let log = FileHandle(forWritingAtPath: logFile)!
         log.seekToEndOfFile()
@@ -149,8 +165,9 @@ final class UserSession: @unchecked Sendable {
     /// Runs `executable` as `uid` to completion.
     @discardableResult
     func run(_ executable: String, _ args: [String], stdin: String? = nil) throws -> ProgramResult {
-        try runToCompletion("/usr/bin/setpriv", setpriv + [executable] + args, environment: environment,
-                            currentDirectory: home, stdin: stdin)
+        try runToCompletion(
+            "/usr/bin/setpriv", setpriv + [executable] + args, environment: environment,
+            currentDirectory: home, stdin: stdin)
     }
 
     /// A file only `uid` can read (a passphrase file for keychainctl).
@@ -164,11 +181,14 @@ final class UserSession: @unchecked Sendable {
 
     /// Runs a Python script (with `kcwire` importable) through `interpreter`, as `uid`; returns the
     /// JSON object it prints last.
-    func script(_ code: String, interpreter: String = UserSession.python, _ args: [String] = [],
-                exitStatus: Int32? = 0) throws -> [String: Any] {
+    func script(
+        _ code: String, interpreter: String = UserSession.python, _ args: [String] = [],
+        exitStatus: Int32? = 0
+    ) throws -> [String: Any] {
         let out = try run(interpreter, ["-c", code] + args)
         guard exitStatus == nil || out.status == exitStatus, let line = out.stdout.split(separator: "\n").last,
-              let object = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any] else {
+            let object = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]
+        else {
             throw HarnessError("script failed (\(out.status)):\n\(out.stdout)\n\(out.stderr)")
         }
         return object
