@@ -9,7 +9,7 @@ import KeychainSystem
 public final class ItemService: Sendable {
     /// The database's file name inside the data directory.
     public static let databaseName = "keychain.db"
-    /// The file name, inside the data directory, of the key that seals the database to this device.
+    /// The file name, inside the data directory, of the device key (32 random bytes): the root of the key hierarchy.
     public static let deviceKeyName = "device.key"
 
     let store: ItemStore
