@@ -12,8 +12,11 @@ public import KeychainCore
 /// process won the race, so copy again. The database decides the race atomically, so every process
 /// of the group ends up with the winner's value.
 public enum DeviceIdentifierConvention {
+    /// The service (`svce`) of the device-identifier item.
     public static let service = "com.keychaind.device-identifier"
+    /// The account (`acct`) of the device-identifier item.
     public static let account = "device-id"
+    /// The accessibility (`pdmn`) of the item: after first unlock, this device only.
     public static let accessibility = "cku"
 
     /// The key attributes of the item (group optional: nil = the caller's default group for adds,

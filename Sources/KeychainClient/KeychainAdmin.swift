@@ -2,22 +2,30 @@ public import KeychainCore
 
 /// What `keychainctl status` shows: the daemon's state as the `status` operation reports it.
 public struct KeychainDaemonStatus: Sendable, Hashable {
+    /// The daemon's version string.
     public var version: String
+    /// Whether the keychain is locked now.
     public var locked: Bool
+    /// Whether a keychain passphrase has been set.
     public var passphraseSet: Bool
+    /// How many items the database holds (0 when the daemon does not report it).
     public var items: Int
+    /// Seconds since the daemon started.
     public var uptime: Double
+    /// How many clients are connected now.
     public var connections: Int
     /// Accessibility class (`ak`, `ck`, …) → whether its items can be read right now.
     public var classes: [String: Bool]
     /// The application-identifier the daemon gave the caller.
     public var caller: String
+    /// Whether the caller may make administrator calls.
     public var admin: Bool
     /// The caller's access groups in order (the first is the default for adds); empty if not reported.
     public var groups: [String]
     /// The whole result map, including keys this client does not know yet.
     public var raw: [String: Value]
 
+    /// Decodes a `status` result map; missing keys read as empty or zero; throws `.decode` if it is not a map.
     public init(_ value: Value) throws(KeychainError) {
         guard case .map(let m) = value else { throw KeychainError(.decode, "status result is not a map") }
         raw = m
@@ -45,21 +53,26 @@ public struct KeychainDaemonStatus: Sendable, Hashable {
 /// Passphrases are byte arrays so callers can wipe them after use; they are never logged or printed.
 /// Everything but `status` needs an admin caller (`errSecMissingEntitlement` otherwise).
 public struct KeychainAdmin: Sendable {
+    /// The connection the calls go through.
     public let connection: KeychainConnection
 
+    /// Administrator calls over `connection` (the shared one by default); sends nothing until a call.
     public init(connection: KeychainConnection = .shared) {
         self.connection = connection
     }
 
+    /// The daemon's state; any caller may ask; throws when the daemon cannot be reached.
     public func status() throws(KeychainError) -> KeychainDaemonStatus {
         guard let v = try connection.call(.status) else { throw KeychainError(.decode, "status returned no result") }
         return try KeychainDaemonStatus(v)
     }
 
+    /// Locks the keychain: items become unreadable until `unlock`; needs an admin caller.
     public func lock() throws(KeychainError) {
         _ = try connection.call(.lock)
     }
 
+    /// Unlocks the keychain with its passphrase; never logs the bytes.
     public func unlock(passphrase: [UInt8]) throws(KeychainError) {
         _ = try connection.call(.unlock, arguments: ["passphrase": .bytes(passphrase)])
     }
@@ -118,6 +131,7 @@ public struct KeychainAdmin: Sendable {
 
     // async variants: same calls, the task suspends instead of blocking a thread.
 
+    /// The daemon's state, suspending instead of blocking a thread.
     public func status() async throws(KeychainError) -> KeychainDaemonStatus {
         guard let v = try await connection.call(.status) else {
             throw KeychainError(.decode, "status returned no result")
@@ -125,10 +139,12 @@ public struct KeychainAdmin: Sendable {
         return try KeychainDaemonStatus(v)
     }
 
+    /// Locks the keychain, suspending instead of blocking a thread; needs an admin caller.
     public func lock() async throws(KeychainError) {
         _ = try await connection.call(.lock)
     }
 
+    /// Unlocks the keychain with its passphrase, suspending instead of blocking; never logs the bytes.
     public func unlock(passphrase: [UInt8]) async throws(KeychainError) {
         _ = try await connection.call(.unlock, arguments: ["passphrase": .bytes(passphrase)])
     }

@@ -3,6 +3,7 @@ import KeychainSystem
 
 /// One registration as the daemon sees it: the entry, where it was read, and whether it counts.
 public struct Registration: Sendable {
+    /// Where a registration was read from, which decides when it counts.
     public enum Source: String, Sendable {
         /// `/etc/keychaind/apps.d` or `/usr/share/keychaind/apps.d` (root-owned: packages, the admin).
         case system
@@ -12,7 +13,9 @@ public struct Registration: Sendable {
         case builtIn = "built-in"
     }
 
+    /// The registration as read from its file.
     public var entry: AppEntry
+    /// Where it was read from.
     public var source: Source
     /// Nil when it counts; else why not (shown by `keychainctl status`, and given to its executables).
     public var untrusted: String?
@@ -34,6 +37,7 @@ public struct RegistryContext: Sendable {
     /// keychain has not been unlocked since keychaind started).
     public var approvals: [AppEntry]?
 
+    /// A context from the daemon's settings and the keychain's state; reads nothing itself.
     public init(
         systemDirectories: [String], userDirectory: String, bundledCLI: String?, passphraseSet: Bool,
         approvals: [AppEntry]?
@@ -49,7 +53,9 @@ public struct RegistryContext: Sendable {
 /// Who an executable is: the registrations that count, looked up by the executable's real path,
 /// and checked against the file itself (device and inode) at identification time.
 public struct AppRegistry: Sendable {
+    /// Where root-owned registrations are read from by default, highest precedence first.
     public static let defaultSystemDirectories = ["/etc/keychaind/apps.d", "/usr/share/keychaind/apps.d"]
+    /// The access group of the built-in `keychainctl` registration.
     public static let bundledGroup = "keychainctl"
 
     /// Every registration read, trusted or not, in precedence order (then the built-in one).
@@ -199,6 +205,7 @@ public struct AppRegistry: Sendable {
 
 /// Why a peer is not a registered app: the message an unidentified caller gets with −34018.
 public struct KeychainIdentityError: Error, Sendable {
+    /// The one line the client gets, saying why the peer is not registered and what to do.
     public let message: String
     init(_ message: String) { self.message = message }
 }

@@ -6,12 +6,19 @@ public import KeychainItems
 /// Daemon settings: defaults, overridden by `keychaind.json`, overridden by command-line flags.
 /// Read and validated once at start; `apps` again on SIGHUP.
 public struct Settings: Sendable {
+    /// The Unix socket the daemon serves (`--socket`, `socket`); unused when systemd passes one.
     public var socketPath: String
+    /// The directory of the database and key files (`--data-dir`, `dataDirectory`).
     public var dataDirectory: String
+    /// The `keychaind.json` in use; `apps.d/` is read from beside it.
     public var configFile: String
+    /// The largest request frame accepted, in bytes (1 MiB by default).
     public var maxFrameBytes = 1 << 20
+    /// The most clients served at once.
     public var maxConnections = 4096
+    /// Seconds a connection may stay silent before the daemon closes it (0 = never).
     public var idleTimeoutSeconds = 900
+    /// Seconds without a request after which the daemon locks the keychain (0 = never).
     public var autoLockSeconds = 0
     /// Argon2id costs for new passphrases and backups: `moderate` (default: 3 passes over 256 MiB,
     /// ≈0.35 s per unlock on the 2-core VM) or `interactive` (2 over 64 MiB, ≈65 ms; tests, small machines).
@@ -22,6 +29,7 @@ public struct Settings: Sendable {
     public var maxBufferedBytes = 64 << 20
     /// Root-owned directories of registrations (packages, the administrator), highest precedence first.
     public var systemAppsDirectories = AppRegistry.defaultSystemDirectories
+    /// The least severe level logged to stderr (`--log-level`, `logLevel`); logs never carry secrets.
     public var logLevel: Log.Level = .info
     /// Also serve the freedesktop Secret Service on the session bus (`--secret-service`; SPEC §9).
     public var secretService = false
@@ -36,19 +44,28 @@ public struct Settings: Sendable {
 
 /// A configuration problem: which file, and why. The daemon refuses to start on one.
 public struct ConfigurationError: Error, CustomStringConvertible {
+    /// The file with the problem.
     public let file: String
+    /// One line saying what is wrong in it.
     public let reason: String
+    /// `file: reason`, as the daemon prints it before refusing to start.
     public var description: String { "\(file): \(reason)" }
 }
 
 /// One registered application (`apps.d/*.json`, docs/security.md §2).
 public struct AppEntry: Sendable, Equatable {
+    /// The identity the daemon gives the app's processes (`application-identifier`).
     public var applicationIdentifier: String
+    /// The access groups the app may use, in order; the first is the default for adds.
     public var accessGroups: [String]
+    /// Absolute paths of the executables whose processes are identified as this app.
     public var executables: [String]
+    /// Whether the app may make administrator calls (lock, passphrase, backup, approvals).
     public var admin: Bool
+    /// The registration file the entry was read from, for messages.
     public var file: String
 
+    /// An entry from its fields, as read from a registration file; validates nothing.
     public init(applicationIdentifier: String, accessGroups: [String], executables: [String], admin: Bool, file: String)
     {
         self.applicationIdentifier = applicationIdentifier
@@ -171,6 +188,7 @@ extension Settings {
     }
 }
 
+/// Reading the registration files (`apps.d/*.json`) into `AppEntry` values.
 public enum AppFiles {
     static let knownKeys = ["application-identifier", "keychain-access-groups", "executables", "admin"]
 

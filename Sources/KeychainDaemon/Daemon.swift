@@ -23,6 +23,7 @@ public final class Daemon: Sendable {
     /// closes (the Secret Service's thread stops there).
     let shutdownHooks = Locked<[@Sendable () -> Void]>([])
 
+    /// Opens the item store, loads the registrations and binds (or inherits) the socket; throws on failure.
     public init(settings: Settings) throws {
         self.settings = settings
         self.bundledCLI = Self.bundledCLIPath()
@@ -149,6 +150,7 @@ public final class Daemon: Sendable {
         drained.unlock()
     }
 
+    /// Starts a graceful stop: tells systemd, stops accepting, lets in-flight requests finish; repeats do nothing.
     public func stop() {
         guard !stopping.exchange(true, ordering: .acquiringAndReleasing) else { return }
         ServiceNotifier.send("STOPPING=1\nSTATUS=stopping")

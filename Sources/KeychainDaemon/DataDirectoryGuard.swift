@@ -8,6 +8,7 @@ import KeychainSystem
 /// The daemon itself never produces that state: it creates the database (and its schema) before the
 /// device key, so a key beside a missing or empty database means the database was lost.
 public enum DataDirectoryGuard {
+    /// Throws `errSecNotAvailable` when `directory` holds the device key beside a missing or empty database.
     public static func check(directory: String) throws(KeychainError) {
         let database = directory + "/" + ItemService.databaseName
         let key = directory + "/" + ItemService.deviceKeyName

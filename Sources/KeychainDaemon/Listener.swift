@@ -4,9 +4,11 @@ import KeychainWire
 
 /// The listening socket: inherited from systemd (`LISTEN_FDS`, fd 3) or bound at the configured path.
 public final class Listener: Sendable {
+    /// The listening socket connections are accepted from.
     public let socket: Socket
     /// The path we bound and must unlink at exit; nil for an inherited socket.
     public let boundPath: String?
+    /// Whether the socket came from systemd socket activation rather than being bound here.
     public let activated: Bool
 
     private init(socket: Socket, boundPath: String?, activated: Bool) {
@@ -138,6 +140,7 @@ public final class Listener: Sendable {
         socket.shutdown(.both)
     }
 
+    /// Unlinks the socket file this listener bound, if any; leaves an inherited socket's file alone.
     public func removeSocketFile() {
         if let boundPath { FileSystem.removeIfPresent(boundPath) }
     }

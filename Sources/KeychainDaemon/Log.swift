@@ -5,14 +5,17 @@ import KeychainSystem
 /// Messages are constant strings; details are key=value pairs of identifiers and counts only —
 /// never a secret and never an attribute value.
 public enum Log {
+    /// How serious a log line is; the raw value is the journald priority it is prefixed with.
     public enum Level: Int32, Sendable, Comparable {
         case error = 3
         case warning = 4
         case notice = 5
         case info = 6
         case debug = 7
+        /// Orders by priority number: `error` < `warning` < … < `debug`, the more severe first.
         public static func < (a: Level, b: Level) -> Bool { a.rawValue < b.rawValue }
 
+        /// The level named `name` (`error`, `warning`, `notice`, `info`, `debug`), or nil for any other name.
         public init?(name: String) {
             switch name {
             case "error": self = .error
@@ -25,8 +28,10 @@ public enum Log {
         }
     }
 
+    /// The least severe level written; set at start from the settings (`--log-level`, `logLevel`).
     nonisolated(unsafe) public static var threshold: Level = .info
 
+    /// Writes one line, `<priority>message key=value…`, to stderr when `level` passes the threshold.
     public static func write(_ level: Level, _ message: StaticString, _ details: [(String, String)] = []) {
         guard level <= threshold else { return }
         var line = "<\(level.rawValue)>\(message)"
@@ -35,8 +40,12 @@ public enum Log {
         FileDescriptor.standard(2).writeAll(Array(line.utf8))
     }
 
+    /// Logs `m` with details `d` at error level; details must never hold a secret or attribute value.
     public static func error(_ m: StaticString, _ d: [(String, String)] = []) { write(.error, m, d) }
+    /// Logs `m` with details `d` at warning level; details must never hold a secret or attribute value.
     public static func warning(_ m: StaticString, _ d: [(String, String)] = []) { write(.warning, m, d) }
+    /// Logs `m` with details `d` at info level; details must never hold a secret or attribute value.
     public static func info(_ m: StaticString, _ d: [(String, String)] = []) { write(.info, m, d) }
+    /// Logs `m` with details `d` at debug level; details must never hold a secret or attribute value.
     public static func debug(_ m: StaticString, _ d: [(String, String)] = []) { write(.debug, m, d) }
 }

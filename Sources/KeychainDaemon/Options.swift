@@ -2,19 +2,26 @@ import KeychainSystem
 
 /// Command-line flags of `keychaind`.
 public struct Options: Sendable {
+    /// `--socket PATH`: the socket to serve, overriding the configuration file.
     public var socketPath: String?
+    /// `--data-dir DIR`: the directory of the database and key files.
     public var dataDirectory: String?
+    /// `--config FILE`: the settings file to read instead of the default.
     public var configFile: String?
+    /// `--log-level LEVEL`, as typed; checked when the settings are resolved (`Settings.logLevel`).
     public var logLevel: String?
     /// Replaces the default system registration directories (repeatable).
     public var systemAppsDirectories: [String] = []
+    /// `--check-config`: validate the configuration and apps.d, print the apps, and exit.
     public var checkConfig = false
+    /// `--accept-database`: trust the database's rows as they are now, and exit.
     public var acceptDatabase = false
     /// Serve the Secret Service on the session bus too (or `"secretService": true`).
     public var secretService = false
     /// Take org.freedesktop.secrets from the provider that holds it, if it allows that.
     public var replaceBusName = false
 
+    /// The text `keychaind --help` prints: flags, settings, apps and signals.
     public static let help = """
         keychaind — Apple's Keychain Services for Linux: the per-user daemon that owns the encrypted item
         database and serves SecItemAdd / CopyMatching / Update / Delete on a Unix socket.
@@ -65,12 +72,14 @@ public struct Options: Sendable {
         With NOTIFY_SOCKET set it sends READY=1, STATUS=… and STOPPING=1 (systemd Type=notify).
         """
 
+    /// What the command line asks for: run with these options, print help, or print the version.
     public enum Parsed: Sendable {
         case run(Options)
         case help
         case version
     }
 
+    /// Parses `args` (without the program name); throws `OptionError` on an unknown flag or a missing value.
     public static func parse(_ args: [String]) throws(OptionError) -> Parsed {
         var o = Options()
         var i = 0
@@ -112,7 +121,9 @@ public struct Options: Sendable {
     }
 }
 
+/// A command-line mistake, with one line saying what is wrong and where to look.
 public struct OptionError: Error, CustomStringConvertible {
+    /// The message printed before exiting, such as "--socket needs a value".
     public let description: String
     init(_ d: String) { description = d }
 }

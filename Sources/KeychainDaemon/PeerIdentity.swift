@@ -4,9 +4,12 @@ public import KeychainSystem
 /// A file as the kernel knows it: device and inode. Two paths name the same file when these agree;
 /// a bind mount over a path, or a new file renamed over it, gives a different identity.
 public struct FileIdentity: Hashable, Sendable, CustomStringConvertible {
+    /// The device the file lives on (`st_dev`).
     public let device: UInt64
+    /// The file's inode number on that device (`st_ino`).
     public let inode: UInt64
 
+    /// An identity from a device and inode already read.
     public init(device: UInt64, inode: UInt64) {
         self.device = device
         self.inode = inode
@@ -18,12 +21,14 @@ public struct FileIdentity: Hashable, Sendable, CustomStringConvertible {
         return FileIdentity(device: st.device, inode: st.inode)
     }
 
+    /// `dev D ino I`, for log lines and messages.
     public var description: String { "dev \(device) ino \(inode)" }
 }
 
 /// A pidfd for the process on the other end of a connection, kept open for the connection's life:
 /// while it is open and the process runs, no other process can be that process.
 public final class PeerProcess: Sendable {
+    /// The process id the pidfd was opened for.
     public let pid: Int32
     private let handle: ProcessHandle
 
@@ -42,7 +47,9 @@ public final class PeerProcess: Sendable {
 /// The process on the other end of a connection, as far as the daemon could establish it at accept
 /// time: its uid, its executable file, and whether it shares the daemon's mount namespace.
 public struct PeerIdentity: Sendable {
+    /// The peer's process id, from the socket's credentials (`SO_PEERCRED`).
     public let pid: Int32
+    /// The peer's user id, from the socket's credentials.
     public let uid: UInt32
     /// The path of the peer's executable as `/proc/<pid>/exe` shows it, or nil when unreadable.
     public let executable: String?
@@ -53,6 +60,7 @@ public struct PeerIdentity: Sendable {
     /// The pinned process (nil when it could not be pinned): frames are checked against it.
     public let process: PeerProcess?
 
+    /// An identity from what was read at accept time; checks nothing itself.
     public init(
         pid: Int32, uid: UInt32, executable: String?, executableFile: FileIdentity?,
         problem: String?, process: PeerProcess? = nil

@@ -8,6 +8,7 @@ import Synchronization
 /// Turns one frame body into one response: decodes the request, finds who is calling, asks the
 /// access policy (KeychainItems/AccessPolicy.swift), and calls the item service. Knows no sockets.
 public final class RequestHandler: Sendable {
+    /// The daemon's version, as the `status` operation and `--version` report it.
     public static let version = "0.1.0"
 
     private let items: ItemService
@@ -44,7 +45,9 @@ public final class RequestHandler: Sendable {
     /// What to send back, and whether the connection must close after it (the bytes were not a
     /// CBOR map, so the stream can no longer be trusted).
     public struct Outcome {
+        /// The response to send back.
         public var response: Response
+        /// Whether to close the connection once the response is sent.
         public var closeAfter: Bool
     }
 

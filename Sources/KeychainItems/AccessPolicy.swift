@@ -14,6 +14,7 @@ public struct Caller: Sendable, Hashable {
     /// nothing to prove then: docs/security.md §2, "What each caller may do").
     public var hasPresence: Bool
 
+    /// A caller with these groups; by default not an admin, with presence proved (as when no passphrase is set).
     public init(
         applicationIdentifier: String = "", accessGroups: [String], isAdmin: Bool = false, hasPresence: Bool = true
     ) {

@@ -7,6 +7,7 @@ import KeychainSystem
 public struct ProtectionStatus: Sendable, Equatable {
     /// A passphrase is set and the WhenUnlocked classes are not available.
     public var locked: Bool
+    /// Whether a keychain passphrase has been set.
     public var passphraseSet: Bool
     /// `pdmn` code → whether items of that class can be used now.
     public var classes: [String: Bool]
@@ -23,12 +24,14 @@ public struct ProtectionStatus: Sendable, Equatable {
 extension ItemService {
     static let failuresMeta = "unlock-failures"
 
+    /// The wall-clock time in seconds since the epoch: the clock the wrong-passphrase delay uses.
     @Sendable public static func systemTime() -> Double {
         WallClock.now()
     }
 
     // MARK: State
 
+    /// The lock state, class availability and wrong-passphrase delay now; never touches a secret.
     public var protectionStatus: ProtectionStatus {
         var classes: [String: Bool] = [:]
         for c in ProtectionClass.allCases { classes[c.code] = vault.isAvailable(c) }
@@ -38,7 +41,9 @@ extension ItemService {
             failedUnlocks: failures.count, unlockDelay: failures.remaining(now: wallClock()))
     }
 
+    /// Whether the keychain is locked (a passphrase is set and the WhenUnlocked classes are unavailable).
     public var isLocked: Bool { vault.isLocked }
+    /// Whether a keychain passphrase has been set.
     public var hasPassphrase: Bool { vault.hasPassphrase }
 
     // MARK: Lock and unlock

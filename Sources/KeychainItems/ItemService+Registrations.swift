@@ -11,11 +11,16 @@ import KeychainSystem
 /// Equality and hashing compare every string byte for byte (UTF-8), never by Unicode equivalence: a
 /// group or path spelled with other code points is another group or path.
 public struct ApprovedRegistration: Sendable, Hashable, CustomStringConvertible {
+    /// The identity the registration gives its executables.
     public var applicationIdentifier: String
+    /// The access groups it grants, in order (the first is the default for adds).
     public var accessGroups: [String]
+    /// The executables' paths it covers.
     public var executables: [String]
+    /// Whether it grants administrator calls.
     public var admin: Bool
 
+    /// A registration with these fields; `admin` is off unless given.
     public init(applicationIdentifier: String, accessGroups: [String], executables: [String], admin: Bool = false) {
         self.applicationIdentifier = applicationIdentifier
         self.accessGroups = accessGroups
@@ -23,11 +28,13 @@ public struct ApprovedRegistration: Sendable, Hashable, CustomStringConvertible 
         self.admin = admin
     }
 
+    /// Equal when every field matches byte for byte (UTF-8), never by Unicode equivalence.
     public static func == (a: ApprovedRegistration, b: ApprovedRegistration) -> Bool {
         a.admin == b.admin && same(a.applicationIdentifier, b.applicationIdentifier)
             && same(a.accessGroups, b.accessGroups) && same(a.executables, b.executables)
     }
 
+    /// Hashes every field's UTF-8 bytes, consistent with the byte-for-byte `==`.
     public func hash(into hasher: inout Hasher) {
         hasher.combine(admin)
         Self.hash(applicationIdentifier, into: &hasher)

@@ -13,11 +13,15 @@ public struct SecretServiceItem: Sendable {
     /// Its class key is not available now (the keychain is locked): only `id`, `group` and `created`
     /// are known then.
     public var locked: Bool
+    /// The item's label (`kSecAttrLabel`), shown as the Secret Service `Label`.
     public var label: String
+    /// The attributes the Secret Service searches on; derived from service and account unless `ownAttributes`.
     public var attributes: SecretServiceAttributes
+    /// The MIME type of the secret, `text/plain` unless the creator gave another.
     public var contentType: String
     /// Seconds since the epoch.
     public var created: Double
+    /// When the item last changed, in seconds since the epoch.
     public var modified: Double
     /// It carries Secret Service attributes of its own (made through the bus); otherwise they are
     /// its service and account.
@@ -26,7 +30,9 @@ public struct SecretServiceItem: Sendable {
 
 /// One item a search found: its id and the group (collection) it is in.
 public struct SecretServiceMatch: Sendable, Hashable {
+    /// The item's 16-byte id, the last element of its object path.
     public var id: [UInt8]
+    /// The access group (collection) the item is in.
     public var group: String
 }
 

@@ -7,7 +7,9 @@ import KeychainSystem
 ///
 /// Thread-safe: reads run on a pool of reader connections, writes are serialised one transaction each.
 public final class ItemService: Sendable {
+    /// The database's file name inside the data directory.
     public static let databaseName = "keychain.db"
+    /// The file name, inside the data directory, of the device key (32 random bytes): the root of the key hierarchy.
     public static let deviceKeyName = "device.key"
 
     let store: ItemStore
@@ -101,6 +103,7 @@ public final class ItemService: Sendable {
 
     // MARK: SecItemAdd
 
+    /// `SecItemAdd` for `caller`: stores a new item in an access group it may write; returns what the query asks for.
     public func add(_ attributes: [String: Value], caller: Caller) throws(KeychainError) -> Value? {
         let query = try ParsedQuery(attributes, for: .add)
         let group: String
@@ -148,6 +151,7 @@ public final class ItemService: Sendable {
 
     // MARK: SecItemCopyMatching
 
+    /// `SecItemCopyMatching` for `caller`: the matching items it may see, shaped as the query's `kSecReturn…` ask.
     public func copyMatching(_ query: [String: Value], caller: Caller) throws(KeychainError) -> Value? {
         try copy(compileCopy(query, caller: caller))
     }
@@ -163,6 +167,7 @@ public final class ItemService: Sendable {
         let filter: RowFilter
         /// A point lookup that needs no attribute re-check (see `compileCopy`).
         let keyOnly: Bool
+        /// The caller the query was scoped to; a compiled query is run only for it.
         public let caller: Caller
         /// The query names `v_Data`: its compiled form holds those bytes and must not be remembered.
         public var carriesSecret: Bool { parsed.secret != nil }
@@ -225,6 +230,7 @@ public final class ItemService: Sendable {
 
     // MARK: SecItemUpdate
 
+    /// `SecItemUpdate` for `caller`: applies `attributes` to every matching item it may write.
     public func update(_ query: [String: Value], attributes: [String: Value], caller: Caller) throws(KeychainError) {
         let parsed = try ParsedQuery(query, for: .update)
         let changes = try ParsedChanges(attributes)
@@ -279,6 +285,7 @@ public final class ItemService: Sendable {
 
     // MARK: SecItemDelete
 
+    /// `SecItemDelete` for `caller`: removes every matching item it may write; none matching throws.
     public func delete(_ query: [String: Value], caller: Caller) throws(KeychainError) {
         let parsed = try ParsedQuery(query, for: .delete)
         let scope = try AccessPolicy.scope(naming: parsed.attributes[.accessGroup]?.text, caller)

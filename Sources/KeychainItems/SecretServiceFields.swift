@@ -7,16 +7,21 @@ public struct SecretServiceAttributes: Sendable, Hashable {
     /// name → value, both UTF-8.
     public private(set) var pairs: [[UInt8]: [UInt8]]
 
+    /// Attributes from name and value bytes as given; checks no limits (see `problem`).
     public init(_ pairs: [[UInt8]: [UInt8]] = [:]) { self.pairs = pairs }
 
+    /// Attributes from strings, stored as their UTF-8 bytes; a repeated name keeps the last value.
     public init(strings: [(String, String)]) {
         var p: [[UInt8]: [UInt8]] = [:]
         for (n, v) in strings { p[Array(n.utf8)] = Array(v.utf8) }
         pairs = p
     }
 
+    /// How many attributes there are.
     public var count: Int { pairs.count }
+    /// Whether there are no attributes.
     public var isEmpty: Bool { pairs.isEmpty }
+    /// The value bytes of the attribute whose name is `name` in UTF-8, or nil when there is none.
     public subscript(name: String) -> [UInt8]? { pairs[Array(name.utf8)] }
 
     /// Sorted by name bytes: the stored order and the order results are sent in.
@@ -34,7 +39,9 @@ public struct SecretServiceAttributes: Sendable, Hashable {
     /// anything: at most `maxCount` attributes, each name and value at most `maxFieldBytes`, all of
     /// them together at most `maxTotalBytes`.
     public static let maxCount = 256
+    /// The most bytes one attribute name or one value may have.
     public static let maxFieldBytes = 4096
+    /// The most bytes all names and values together may have.
     public static let maxTotalBytes = 64 * 1024
 
     /// Why these attributes are refused, or nil.
@@ -61,9 +68,11 @@ public struct SecretServiceAttributes: Sendable, Hashable {
 /// service and account (docs/secret-service.md).
 public enum SecretServiceFields {
     static let magic: [UInt8] = [0x6B, 0x63, 0x73, 0x73, 0x01]  // "kcss", version 1
+    /// The content type a secret gets when the caller names none, or its item has none stored.
     public static let defaultContentType = "text/plain"
     /// The attribute names of an item created through the keychain API.
     public static let serviceName = "service"
+    /// The attribute name that carries an item's account (`kSecAttrAccount`).
     public static let accountName = "account"
 
     /// The `gena` bytes for these attributes and content type.

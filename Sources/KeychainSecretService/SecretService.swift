@@ -9,6 +9,7 @@ import Synchronization
 
 /// Why the Secret Service cannot start (keychaind then refuses to start, saying so).
 public struct SecretServiceError: Error, CustomStringConvertible {
+    /// One line saying what prevented the start, such as another provider holding the bus name.
     public let description: String
 }
 
@@ -20,6 +21,7 @@ public struct SecretServiceError: Error, CustomStringConvertible {
 ///
 /// All bus state lives on the bus thread; other threads only set `stopping` and wake it.
 public final class SecretService: @unchecked Sendable {
+    /// The well-known bus name the service owns on the session bus.
     public static let busName = "org.freedesktop.secrets"
     static let root = "/org/freedesktop/secrets"
 

@@ -19,17 +19,29 @@ internal import KeychainCore
 
 /// Apple's status type: 0 success, negative `errSec…` codes for failures.
 public typealias OSStatus = Int32
+/// Any Core Foundation object: on Linux, any class instance (`NSDictionary`, `NSData`, `NSNumber`…).
 public typealias CFTypeRef = AnyObject
+/// A CF dictionary, which on Linux is Foundation's `NSDictionary` (so `query as CFDictionary` compiles).
 public typealias CFDictionary = NSDictionary
+/// A mutable CF dictionary, which on Linux is Foundation's `NSMutableDictionary`.
 public typealias CFMutableDictionary = NSMutableDictionary
+/// A CF string, which on Linux is Foundation's `NSString`; the type of every `kSec…` key.
 public typealias CFString = NSString
+/// CF bytes, which on Linux is Foundation's `NSData`; the type a secret comes back as.
 public typealias CFData = NSData
+/// A CF array, which on Linux is Foundation's `NSArray`; what a `kSecMatchLimitAll` copy returns.
 public typealias CFArray = NSArray
+/// A CF number, which on Linux is Foundation's `NSNumber`.
 public typealias CFNumber = NSNumber
+/// A CF boolean, which on Linux is an `NSNumber` holding true or false.
 public typealias CFBoolean = NSNumber
+/// A CF date, which on Linux is Foundation's `NSDate` (item creation and modification dates).
 public typealias CFDate = NSDate
+/// Apple's `…Ref` spelling of `CFDictionary`, kept so code written against either name compiles.
 public typealias CFDictionaryRef = NSDictionary
+/// Apple's `…Ref` spelling of `CFString`, kept so code written against either name compiles.
 public typealias CFStringRef = NSString
+/// Apple's `…Ref` spelling of `CFData`, kept so code written against either name compiles.
 public typealias CFDataRef = NSData
 
 /// `true` as a CF boolean. Implicitly unwrapped, as Apple declares it, so `kCFBooleanTrue!` compiles.
@@ -39,31 +51,57 @@ public let kCFBooleanFalse: CFBoolean! = NSNumber(value: false)
 
 // MARK: Status codes (Apple's values, SecBase.h)
 
+/// No error (0), the classic Mac OS spelling of success.
 public let noErr: OSStatus = 0
+/// The call succeeded (0).
 public let errSecSuccess: OSStatus = 0
+/// The function or operation is not implemented (-4).
 public let errSecUnimplemented: OSStatus = -4
+/// The disk is full (-34): the item could not be written.
 public let errSecDiskFull: OSStatus = -34
+/// An input or output error (-36) while reading or writing the keychain.
 public let errSecIO: OSStatus = -36
+/// A parameter is missing or invalid (-50), such as a key of the wrong type in the query.
 public let errSecParam: OSStatus = -50
+/// Write permission denied (-61).
 public let errSecWrPerm: OSStatus = -61
+/// Memory could not be allocated (-108).
 public let errSecAllocate: OSStatus = -108
+/// The user cancelled the operation (-128).
 public let errSecUserCanceled: OSStatus = -128
+/// The request was malformed or not allowed in this state (-909).
 public let errSecBadReq: OSStatus = -909
+/// An internal component failed (-2070).
 public let errSecInternalComponent: OSStatus = -2070
+/// No keychain is available (-25291).
 public let errSecNotAvailable: OSStatus = -25291
+/// The keychain is read-only (-25292).
 public let errSecReadOnly: OSStatus = -25292
+/// Authorization or authentication failed (-25293).
 public let errSecAuthFailed: OSStatus = -25293
+/// The named keychain does not exist (-25294).
 public let errSecNoSuchKeychain: OSStatus = -25294
+/// An item with the same primary key already exists (-25299).
 public let errSecDuplicateItem: OSStatus = -25299
+/// No item matches the query (-25300).
 public let errSecItemNotFound: OSStatus = -25300
+/// The data is too large for the item (-25302).
 public let errSecDataTooLarge: OSStatus = -25302
+/// The attribute does not exist for this item class (-25303).
 public let errSecNoSuchAttr: OSStatus = -25303
+/// The item class does not exist or is not supported (-25306).
 public let errSecNoSuchClass: OSStatus = -25306
+/// User interaction would be needed but is not allowed (-25308), e.g. the keychain is locked.
 public let errSecInteractionNotAllowed: OSStatus = -25308
+/// The attribute is read-only and cannot be changed (-25309).
 public let errSecReadOnlyAttr: OSStatus = -25309
+/// User interaction is required to complete the operation (-25315).
 public let errSecInteractionRequired: OSStatus = -25315
+/// The item's data is not available now, for example before the first unlock (-25316).
 public let errSecDataNotAvailable: OSStatus = -25316
+/// A stored value or a reply could not be decoded (-26275).
 public let errSecDecode: OSStatus = -26275
+/// The caller lacks the entitlement for the requested access group (-34018).
 public let errSecMissingEntitlement: OSStatus = -34018
 
 // swift-format-ignore: AlwaysUseLowerCamelCase

@@ -42,6 +42,7 @@ extension SecConstant: _HasCustomAnyHashableRepresentation {
 // MARK: Item class
 /// The item class key; the only class keychaind stores is `kSecClassGenericPassword`.
 nonisolated(unsafe) public let kSecClass: CFString = SecConstant("class")
+/// The generic-password item class: a secret found by service and account.
 nonisolated(unsafe) public let kSecClassGenericPassword: CFString = SecConstant("genp")
 /// Accepted by the compiler only: keychaind answers `errSecNoSuchClass`.
 nonisolated(unsafe) public let kSecClassInternetPassword: CFString = SecConstant("inet")
@@ -53,20 +54,35 @@ nonisolated(unsafe) public let kSecClassKey: CFString = SecConstant("keys")
 nonisolated(unsafe) public let kSecClassIdentity: CFString = SecConstant("idnt")
 
 // MARK: Attributes of a generic password
+/// The service the password belongs to (a string); part of the item's primary key.
 nonisolated(unsafe) public let kSecAttrService: CFString = SecConstant("svce")
+/// The account name (a string); part of the item's primary key.
 nonisolated(unsafe) public let kSecAttrAccount: CFString = SecConstant("acct")
+/// The access group the item belongs to, which decides which applications may see it.
 nonisolated(unsafe) public let kSecAttrAccessGroup: CFString = SecConstant("agrp")
+/// When the item may be read: one of the `kSecAttrAccessible…` values.
 nonisolated(unsafe) public let kSecAttrAccessible: CFString = SecConstant("pdmn")
+/// A user-visible label for the item (a string).
 nonisolated(unsafe) public let kSecAttrLabel: CFString = SecConstant("labl")
+/// A user-visible description of the item's kind (a string).
 nonisolated(unsafe) public let kSecAttrDescription: CFString = SecConstant("desc")
+/// A user-editable comment on the item (a string).
 nonisolated(unsafe) public let kSecAttrComment: CFString = SecConstant("icmt")
+/// Application-defined bytes stored with the item (`Data`), not secret and searchable.
 nonisolated(unsafe) public let kSecAttrGeneric: CFString = SecConstant("gena")
+/// The item's creator as a four-character code (a number).
 nonisolated(unsafe) public let kSecAttrCreator: CFString = SecConstant("crtr")
+/// The item's type as a four-character code (a number).
 nonisolated(unsafe) public let kSecAttrType: CFString = SecConstant("type")
+/// Whether the item is hidden from user interfaces (a boolean).
 nonisolated(unsafe) public let kSecAttrIsInvisible: CFString = SecConstant("invi")
+/// Whether the item is a negative entry, a placeholder saying "no password here" (a boolean).
 nonisolated(unsafe) public let kSecAttrIsNegative: CFString = SecConstant("nega")
+/// Whether the item is synchronized across devices (a boolean); part of the primary key.
 nonisolated(unsafe) public let kSecAttrSynchronizable: CFString = SecConstant("sync")
+/// When the item was created (a date, read-only).
 nonisolated(unsafe) public let kSecAttrCreationDate: CFString = SecConstant("cdat")
+/// When the item was last modified (a date, read-only).
 nonisolated(unsafe) public let kSecAttrModificationDate: CFString = SecConstant("mdat")
 /// Internet-password attribute: compiles, keychaind answers `errSecNoSuchAttr`.
 nonisolated(unsafe) public let kSecAttrServer: CFString = SecConstant("srvr")
@@ -82,28 +98,41 @@ nonisolated(unsafe) public let kSecAttrSynchronizableAny: CFString = SecConstant
 // MARK: Values of kSecAttrAccessible
 /// The default, as on Apple platforms.
 nonisolated(unsafe) public let kSecAttrAccessibleWhenUnlocked: CFString = SecConstant("ak")
+/// Readable after the first unlock since boot, until the next restart.
 nonisolated(unsafe) public let kSecAttrAccessibleAfterFirstUnlock: CFString = SecConstant("ck")
+/// Always readable, even while locked (deprecated by Apple).
 nonisolated(unsafe) public let kSecAttrAccessibleAlways: CFString = SecConstant("dk")
+/// Readable only while unlocked and only if a passcode is set; never migrates to another device.
 nonisolated(unsafe) public let kSecAttrAccessibleWhenPasscodeSetThisDeviceOnly: CFString = SecConstant("akpu")
+/// Readable only while unlocked; never migrates to another device.
 nonisolated(unsafe) public let kSecAttrAccessibleWhenUnlockedThisDeviceOnly: CFString = SecConstant("aku")
+/// Readable after the first unlock since boot; never migrates to another device.
 nonisolated(unsafe) public let kSecAttrAccessibleAfterFirstUnlockThisDeviceOnly: CFString = SecConstant("cku")
+/// Always readable, even while locked; never migrates to another device (deprecated by Apple).
 nonisolated(unsafe) public let kSecAttrAccessibleAlwaysThisDeviceOnly: CFString = SecConstant("dku")
 
 // MARK: Values
 /// The secret: `Data` only (a `String` is `errSecParam`, as on Apple platforms).
 nonisolated(unsafe) public let kSecValueData: CFString = SecConstant("v_Data")
+/// The item's persistent reference (`Data`): a handle that finds the same item again later.
 nonisolated(unsafe) public let kSecValuePersistentRef: CFString = SecConstant("v_PersistentRef")
 
 // MARK: Search
+/// How many items a copy or search returns: `kSecMatchLimitOne` or `kSecMatchLimitAll`.
 nonisolated(unsafe) public let kSecMatchLimit: CFString = SecConstant("m_Limit")
+/// Return at most one item (the default for a copy).
 nonisolated(unsafe) public let kSecMatchLimitOne: CFString = SecConstant("m_LimitOne")
+/// Return every matching item, as an array.
 nonisolated(unsafe) public let kSecMatchLimitAll: CFString = SecConstant("m_LimitAll")
 /// Accepted; matching stays byte-exact, as in Apple's data-protection keychain.
 nonisolated(unsafe) public let kSecMatchCaseInsensitive: CFString = SecConstant("m_CaseInsensitive")
 
 // MARK: Return types
+/// Return the item's secret as `Data`.
 nonisolated(unsafe) public let kSecReturnData: CFString = SecConstant("r_Data")
+/// Return the item's attributes as a dictionary (with the secret only if `kSecReturnData` is also set).
 nonisolated(unsafe) public let kSecReturnAttributes: CFString = SecConstant("r_Attributes")
+/// Return the item's persistent reference as `Data`.
 nonisolated(unsafe) public let kSecReturnPersistentRef: CFString = SecConstant("r_PersistentRef")
 /// Generic passwords have no reference type on iOS: the key is accepted and returns nothing.
 nonisolated(unsafe) public let kSecReturnRef: CFString = SecConstant("r_Ref")
@@ -111,9 +140,15 @@ nonisolated(unsafe) public let kSecReturnRef: CFString = SecConstant("r_Ref")
 // MARK: Use keys (accepted and ignored by the client, as Apple's client library strips them)
 /// A no-op: keychaind always behaves as the data-protection keychain.
 nonisolated(unsafe) public let kSecUseDataProtectionKeychain: CFString = SecConstant("nleg")
+/// The text Apple shows in the authentication prompt; accepted and ignored here.
 nonisolated(unsafe) public let kSecUseOperationPrompt: CFString = SecConstant("u_OpPrompt")
+/// Whether Apple may show authentication UI (deprecated); accepted and ignored here.
 nonisolated(unsafe) public let kSecUseAuthenticationUI: CFString = SecConstant("u_AuthUI")
+/// Allow authentication UI (a value of `kSecUseAuthenticationUI`); accepted and ignored here.
 nonisolated(unsafe) public let kSecUseAuthenticationUIAllow: CFString = SecConstant("u_AuthUIA")
+/// Fail with `errSecInteractionNotAllowed` rather than show UI; accepted and ignored here.
 nonisolated(unsafe) public let kSecUseAuthenticationUIFail: CFString = SecConstant("u_AuthUIF")
+/// Skip items that would need UI; accepted and ignored here.
 nonisolated(unsafe) public let kSecUseAuthenticationUISkip: CFString = SecConstant("u_AuthUIS")
+/// A LocalAuthentication context to reuse for authentication; accepted and ignored here.
 nonisolated(unsafe) public let kSecUseAuthenticationContext: CFString = SecConstant("u_AuthCtx")

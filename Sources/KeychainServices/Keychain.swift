@@ -42,12 +42,18 @@ public struct Keychain: Sendable, Equatable {
         case alwaysThisDeviceOnly = "dku"
     }
 
+    /// The service (`kSecAttrService`) of every item this keychain reads and writes.
     public let service: String
+    /// The access group items are confined to; nil means all of the app's groups, adding to the first.
     public let accessGroup: String?
+    /// The accessibility class written items get (`whenUnlocked` by default).
     public let accessibility: Accessibility
+    /// The user-visible label written items get, if any.
     public let label: String?
+    /// The connection to the daemon the calls go through.
     public let connection: KeychainConnection
 
+    /// A keychain for `service`'s items; sends nothing to the daemon until a call.
     public init(
         service: String, accessGroup: String? = nil, accessibility: Accessibility = .whenUnlocked,
         connection: KeychainConnection = .shared
@@ -68,6 +74,7 @@ public struct Keychain: Sendable, Equatable {
         self.connection = connection
     }
 
+    /// Equal when they name the same configuration and share the same connection object.
     public static func == (a: Keychain, b: Keychain) -> Bool {
         a.service == b.service && a.accessGroup == b.accessGroup && a.accessibility == b.accessibility
             && a.label == b.label && a.connection === b.connection
@@ -252,6 +259,7 @@ public struct Keychain: Sendable, Equatable {
 
     // MARK: async API (suspends; never blocks a cooperative thread while waiting for the daemon)
 
+    /// The item's data, or nil when there is no such item, suspending instead of blocking.
     public func data(forKey key: String) async throws(KeychainError) -> Data? {
         do throws(KeychainError) {
             return try Self.data(await connection.call(.copy, query: readQuery(key)))
@@ -260,10 +268,12 @@ public struct Keychain: Sendable, Equatable {
         }
     }
 
+    /// The item's data as UTF-8 text, or nil when there is no such item, suspending instead of blocking.
     public func string(forKey key: String) async throws(KeychainError) -> String? {
         try Self.string(await data(forKey: key))
     }
 
+    /// Whether an item exists for `key` (its data is not read), suspending instead of blocking.
     public func contains(_ key: String) async throws(KeychainError) -> Bool {
         do throws(KeychainError) {
             _ = try await connection.call(.copy, query: self.key(key))
@@ -273,6 +283,7 @@ public struct Keychain: Sendable, Equatable {
         }
     }
 
+    /// Stores `data` for `key` (adds, or updates if it exists), suspending instead of blocking.
     public func set(_ data: Data, forKey key: String) async throws(KeychainError) {
         let add = try addQuery(key, data)
         for _ in 0..<3 {
@@ -289,16 +300,19 @@ public struct Keychain: Sendable, Equatable {
         throw KeychainError(.duplicateItem, "the item kept being added and removed concurrently")
     }
 
+    /// Stores `string` as UTF-8 for `key`, suspending instead of blocking.
     public func set(_ string: String, forKey key: String) async throws(KeychainError) {
         try await set(Data(string.utf8), forKey: key)
     }
 
+    /// Removes the item for `key` (an absent item is not an error), suspending instead of blocking.
     public func removeValue(forKey key: String) async throws(KeychainError) {
         do throws(KeychainError) {
             _ = try await connection.call(.delete, query: self.key(key))
         } catch  where error.status == .itemNotFound {}
     }
 
+    /// The keys (accounts) of this service's items, sorted, suspending instead of blocking.
     public func allKeys() async throws(KeychainError) -> [String] {
         do throws(KeychainError) {
             return Self.accounts(try await connection.call(.copy, query: keysQuery()))
@@ -307,6 +321,7 @@ public struct Keychain: Sendable, Equatable {
         }
     }
 
+    /// Removes every item of this service, suspending instead of blocking.
     public func removeAll() async throws(KeychainError) {
         do throws(KeychainError) {
             _ = try await connection.call(.delete, query: base())

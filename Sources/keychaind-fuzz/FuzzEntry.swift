@@ -39,6 +39,7 @@ enum FuzzHarness {
     }
 }
 
+/// libFuzzer's entry point: hands one input to the request handler as a frame body; always returns 0.
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzzOne(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
     FuzzHarness.run(data, size)
