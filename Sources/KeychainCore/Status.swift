@@ -21,7 +21,7 @@ public struct Status: RawRepresentable, Hashable, Sendable, CustomStringConverti
     public static let notAvailable = Status(rawValue: -25291)
     /// `errSecReadOnly` (-25292): the keychain cannot be modified.
     public static let readOnly = Status(rawValue: -25292)
-    /// `errSecAuthFailed` (-25293): a passphrase was missing or wrong, or the caller may not do this.
+    /// `errSecAuthFailed` (-25293): a passphrase was missing, wrong or throttled, or one is needed and none is set.
     public static let authFailed = Status(rawValue: -25293)
     /// `errSecDuplicateItem` (-25299): an item with the same primary key already exists.
     public static let duplicateItem = Status(rawValue: -25299)
