@@ -7,20 +7,24 @@ public import KeychainSystem
 /// exactly one data item. Anything else is `KeychainError(.decode, …)` with a message that names the
 /// problem and its offset, never the data.
 public enum CBOR {
+    /// Bounds on what a decoder accepts, so a hostile frame cannot exhaust the stack or memory.
     public struct Limits: Sendable {
         /// Deepest nesting of arrays and maps.
         public var maxDepth: Int
         /// Most elements in one array or entries in one map.
         public var maxCount: Int
+        /// Limits of at most `maxDepth` nested arrays and maps and `maxCount` elements in each.
         public init(maxDepth: Int = 16, maxCount: Int = 4096) {
             self.maxDepth = maxDepth
             self.maxCount = maxCount
         }
+        /// The daemon's limits: 16 levels of nesting, 4096 elements per array or map.
         public static let `default` = Limits()
     }
 
     // MARK: Encoding
 
+    /// Encodes `value` as CBOR bytes in a plain array; use the `SecretBytes` overload when it may hold a secret.
     public static func encode(_ value: Value) -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(64)
@@ -28,6 +32,7 @@ public enum CBOR {
         return out
     }
 
+    /// Appends the CBOR encoding of `value` to `out`, a plain array (not wiped when freed).
     public static func encode(_ value: Value, into out: inout [UInt8]) {
         write(value, into: &out)
     }
@@ -140,6 +145,7 @@ public enum CBOR {
 
     // MARK: Decoding
 
+    /// Decodes exactly one data item from `bytes`; throws errSecDecode naming the problem and offset, never the data.
     public static func decode(
         _ bytes: [UInt8], limits: Limits = .default,
         secretKeys: Set<String> = []

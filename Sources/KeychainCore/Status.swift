@@ -2,24 +2,42 @@
 ///
 /// The numeric values are Apple's (`SecBase.h`); clients in any language see exactly these on the wire.
 public struct Status: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
+    /// The numeric `OSStatus` value, as Apple defines it and as it travels on the wire.
     public let rawValue: Int32
+    /// Wraps any `OSStatus` number, including ones keychaind does not name.
     public init(rawValue: Int32) { self.rawValue = rawValue }
 
+    /// `errSecSuccess` (0): the operation succeeded.
     public static let success = Status(rawValue: 0)
+    /// `errSecUnimplemented` (-4): the operation or option is not implemented.
     public static let unimplemented = Status(rawValue: -4)
+    /// `errSecIO` (-36): reading or writing the database or a file failed.
     public static let io = Status(rawValue: -36)
+    /// `errSecParam` (-50): a parameter (query key, attribute, value) is not valid.
     public static let param = Status(rawValue: -50)
+    /// `errSecAllocate` (-108): memory could not be allocated.
     public static let allocate = Status(rawValue: -108)
+    /// `errSecNotAvailable` (-25291): no keychain is available (daemon unreachable, database closed, busy or damaged).
     public static let notAvailable = Status(rawValue: -25291)
+    /// `errSecReadOnly` (-25292): the keychain cannot be modified.
     public static let readOnly = Status(rawValue: -25292)
+    /// `errSecAuthFailed` (-25293): a passphrase was missing, wrong or throttled, or one is needed and none is set.
     public static let authFailed = Status(rawValue: -25293)
+    /// `errSecDuplicateItem` (-25299): an item with the same primary key already exists.
     public static let duplicateItem = Status(rawValue: -25299)
+    /// `errSecItemNotFound` (-25300): no item matches the query.
     public static let itemNotFound = Status(rawValue: -25300)
+    /// `errSecNoSuchAttr` (-25303): the query or attributes name an attribute that does not exist.
     public static let noSuchAttr = Status(rawValue: -25303)
+    /// `errSecNoSuchClass` (-25306): the item class is not one keychaind stores.
     public static let noSuchClass = Status(rawValue: -25306)
+    /// `errSecInteractionNotAllowed` (-25308): the keychain is locked and the request may not unlock it.
     public static let interactionNotAllowed = Status(rawValue: -25308)
+    /// `errSecDecode` (-26275): bytes (a frame, a backup, a stored row) could not be decoded.
     public static let decode = Status(rawValue: -26275)
+    /// `errSecInternal` (-26276): an internal error occurred; the message says where.
     public static let `internal` = Status(rawValue: -26276)
+    /// `errSecMissingEntitlement` (-34018): the caller lacks the access group or entitlement it asked for.
     public static let missingEntitlement = Status(rawValue: -34018)
 
     /// Apple's symbolic name (`errSecItemNotFound`), or the number for codes keychaind does not name.
@@ -68,6 +86,7 @@ public struct Status: RawRepresentable, Hashable, Sendable, CustomStringConverti
         }
     }
 
+    /// The symbolic name and number, for example `errSecItemNotFound (-25300)`.
     public var description: String { "\(name) (\(rawValue))" }
 }
 
@@ -75,12 +94,15 @@ public struct Status: RawRepresentable, Hashable, Sendable, CustomStringConverti
 ///
 /// Messages never contain a secret or an attribute value; they name keys, not contents.
 public struct KeychainError: Error, Hashable, Sendable, CustomStringConvertible {
+    /// The `OSStatus` a client sees.
     public let status: Status
+    /// One line for a human saying what went wrong or what to do; never contains a secret or attribute value.
     public let message: String
     /// errSecAuthFailed because the request needs the keychain passphrase (an admin proving presence)
     /// and did not carry it: a client may ask the user and send the request again with it.
     public var needsPassphrase = false
 
+    /// An error with `status` and `message`, or the status's default message when `message` is nil.
     public init(_ status: Status, _ message: String? = nil) {
         self.status = status
         self.message = message ?? status.defaultMessage
@@ -93,7 +115,9 @@ public struct KeychainError: Error, Hashable, Sendable, CustomStringConvertible 
         return e
     }
 
+    /// The name, number and message on one line, for example `errSecParam (-50): …`; never shows a secret.
     public var description: String { "\(status.name) (\(status.rawValue)): \(message)" }
 
+    /// errSecParam with `message`: the request's shape or one of its values is not valid.
     public static func param(_ message: String) -> KeychainError { KeychainError(.param, message) }
 }

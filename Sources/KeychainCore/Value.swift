@@ -23,14 +23,17 @@ public enum Value: Hashable, Sendable {
 }
 
 extension Value {
+    /// The integer, when this is `.int`; nil for every other case.
     public var int: Int64? {
         if case .int(let v) = self { return v }
         return nil
     }
+    /// The string, when this is `.text`; nil for every other case.
     public var text: String? {
         if case .text(let v) = self { return v }
         return nil
     }
+    /// The bytes, when this is `.bytes`; nil for `.secret` (use `secretBytes`) and every other case.
     public var bytes: [UInt8]? {
         if case .bytes(let v) = self { return v }
         return nil
@@ -43,18 +46,22 @@ extension Value {
         default: return nil
         }
     }
+    /// The boolean, when this is `.bool`; nil for every other case.
     public var bool: Bool? {
         if case .bool(let v) = self { return v }
         return nil
     }
+    /// The map, when this is `.map`; nil for every other case.
     public var map: [String: Value]? {
         if case .map(let v) = self { return v }
         return nil
     }
+    /// The elements, when this is `.array`; nil for every other case.
     public var array: [Value]? {
         if case .array(let v) = self { return v }
         return nil
     }
+    /// Seconds since the Unix epoch, when this is `.date`; nil for every other case.
     public var date: Double? {
         if case .date(let v) = self { return v }
         return nil
@@ -148,5 +155,6 @@ extension Value: CustomStringConvertible, CustomDebugStringConvertible {
         case .null: return "null"
         }
     }
+    /// The same shape-only text as `description`: byte strings and text are never shown.
     public var debugDescription: String { description }
 }

@@ -5,8 +5,11 @@ public import KeychainSystem
 /// XChaCha20-Poly1305-IETF with associated data. A sealed box is `nonce (24) ‖ ciphertext ‖ tag (16)`,
 /// with a fresh random nonce each time (192-bit nonces are safe to pick at random).
 public enum AEAD {
+    /// Length of a key in bytes (32).
     public static let keyBytes = Int(crypto_aead_xchacha20poly1305_ietf_KEYBYTES)
+    /// Length of the random nonce at the front of a sealed box (24).
     public static let nonceBytes = Int(crypto_aead_xchacha20poly1305_ietf_NPUBBYTES)
+    /// Length of the Poly1305 tag at the end of a sealed box (16).
     public static let tagBytes = Int(crypto_aead_xchacha20poly1305_ietf_ABYTES)
     /// Bytes a sealed box adds to its plaintext.
     public static let overhead = nonceBytes + tagBytes
@@ -35,6 +38,7 @@ public enum AEAD {
         }
     }
 
+    /// Seals `plaintext` under `key` with a fresh random nonce, authenticating `ad` too.
     public static func seal(_ plaintext: [UInt8], key: UnsafeRawBufferPointer, ad: UnsafeRawBufferPointer) -> [UInt8] {
         plaintext.withUnsafeBytes { seal($0, key: key, ad: ad) }
     }

@@ -24,8 +24,11 @@ public import KeychainSystem
 /// appending records fails to open (errSecDecode), a wrong passphrase fails on record 0
 /// (errSecAuthFailed).
 public enum BackupFile {
+    /// The 8 bytes every backup file starts with (`KCBACKUP`).
     public static let magic: [UInt8] = Array("KCBACKUP".utf8)
+    /// The format version written and the only one read.
     public static let version: UInt8 = 1
+    /// Length of the fixed header in bytes (62): magic, version, KDF id and costs, salt, stream header.
     public static let headerBytes = 8 + 1 + 1 + 4 + 8 + KDFParameters.saltBytes + streamHeaderBytes
     static let streamHeaderBytes = Int(crypto_secretstream_xchacha20poly1305_headerbytes())
     static let streamABytes = Int(crypto_secretstream_xchacha20poly1305_abytes())
@@ -39,6 +42,7 @@ public enum BackupFile {
         private var count = 0
         private var finished = false
 
+        /// Derives the key from `passphrase` (Argon2id, slow) and starts the file with its header and `metadata`.
         public init(passphrase: SecureBytes, parameters: KDFParameters, metadata: [String: Value]) throws(KeychainError)
         {
             Sodium.ensureInitialized()
@@ -118,14 +122,21 @@ public enum BackupFile {
 
     /// An opened backup: its metadata and items, all authenticated.
     public struct Contents {
+        /// The metadata record the backup was written with (record 0).
         public var metadata: [String: Value]
+        /// The items, in the order they were written.
         public var items: [Item]
+        /// The Argon2id parameters from the header, which derived the backup's key.
         public var parameters: KDFParameters
     }
 
+    /// One item record of a backup; `secret` is the item's plaintext secret, to be wiped once restored.
     public struct Item {
+        /// The item's persistent reference, as it was in the backed-up keychain.
         public var ref: [UInt8]
+        /// The item's attributes (CBOR map), without its secret.
         public var attributes: [String: Value]
+        /// The item's secret bytes in plaintext; never logged or shown.
         public var secret: [UInt8]
     }
 

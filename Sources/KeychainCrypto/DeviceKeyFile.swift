@@ -7,6 +7,7 @@ import KeychainSystem
 /// of the directory), so a crash never leaves a half-written key and two starters never overwrite each
 /// other's key. Read straight into guarded memory.
 public enum DeviceKeyFile {
+    /// Length of the device key in bytes (32); a file of any other size is refused.
     public static let length = 32
 
     /// Reads the key; nil when the file does not exist. A file of the wrong size, of the wrong kind, or

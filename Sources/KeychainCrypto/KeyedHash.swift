@@ -5,6 +5,7 @@ import CSodium
 /// Inputs are framed unambiguously: a domain byte, then each part as an 8-byte little-endian length
 /// followed by its bytes, so ("ab","c") and ("a","bc") never collide.
 public enum KeyedHash {
+    /// Keyed BLAKE2b of the framed `domain` and `parts`, `length` bytes long.
     public static func hash(key: UnsafeRawBufferPointer, domain: UInt8, parts: [[UInt8]], length: Int) -> [UInt8] {
         [UInt8](unsafeUninitializedCapacity: length) { out, initialized in
             hash(key: key, domain: domain, into: UnsafeMutableRawBufferPointer(out)) { add in
@@ -76,8 +77,10 @@ public struct BlindIndexer: Sendable {
     /// Length of a search column's digest; the uniqueness digest is longer (collisions there would be
     /// false duplicates).
     public static let columnLength = 16
+    /// Length of the blind-index key in bytes (32).
     public static let keyLength = 32
 
+    /// Which column a digest is for; its raw value is the hash's domain byte, so columns never share digests.
     public enum Column: UInt8, Sendable {
         case accessGroup = 1
         case service = 2
@@ -91,6 +94,7 @@ public struct BlindIndexer: Sendable {
 
     private let key: SecureBytes
 
+    /// An indexer keyed by `key` (guarded memory, kept for the indexer's life).
     public init(key: SecureBytes) { self.key = key }
 
     /// Digest of one attribute value for its search column.

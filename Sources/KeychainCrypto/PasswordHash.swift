@@ -13,6 +13,7 @@ public enum KDFProfile: String, Sendable, CaseIterable {
     /// libsodium's MODERATE: 3 passes over 256 MiB. The default.
     case moderate
 
+    /// Argon2id passes (time cost) this profile asks of a new derivation.
     public var opsLimit: UInt64 {
         switch self {
         case .interactive: return UInt64(crypto_pwhash_argon2id_OPSLIMIT_INTERACTIVE)
@@ -20,6 +21,7 @@ public enum KDFProfile: String, Sendable, CaseIterable {
         }
     }
 
+    /// Memory in bytes each new derivation under this profile uses (64 MiB interactive, 256 MiB moderate).
     public var memLimit: UInt64 {
         switch self {
         case .interactive: return UInt64(crypto_pwhash_argon2id_MEMLIMIT_INTERACTIVE)
@@ -32,18 +34,26 @@ public enum KDFProfile: String, Sendable, CaseIterable {
 public struct KDFParameters: Sendable, Equatable {
     /// `crypto_pwhash_ALG_ARGON2ID13`, the only algorithm written or read.
     public static let algorithm = Int32(crypto_pwhash_ALG_ARGON2ID13)
+    /// The algorithm's name as written in the keyring (`"alg"`); any other name fails to load.
     public static let algorithmName = "argon2id13"
+    /// Length of an Argon2id salt in bytes (16).
     public static let saltBytes = Int(crypto_pwhash_SALTBYTES)
     /// Bounds accepted when reading stored parameters: a forged keyring or backup header must not make
     /// the daemon allocate gigabytes or spin for hours.
     public static let maxOpsLimit: UInt64 = 16
+    /// Most memory a stored parameter set may ask for (1 GiB); more is refused as damaged.
     public static let maxMemLimit: UInt64 = 1 << 30
+    /// Least memory libsodium's Argon2id accepts; less is refused as damaged.
     public static let minMemLimit = UInt64(crypto_pwhash_argon2id_MEMLIMIT_MIN)
 
+    /// Argon2id passes (time cost), between 1 and `maxOpsLimit`.
     public var opsLimit: UInt64
+    /// Memory per derivation in bytes, between `minMemLimit` and `maxMemLimit`.
     public var memLimit: UInt64
+    /// The random salt, `saltBytes` long; not a secret.
     public var salt: [UInt8]
 
+    /// Checked parameters; throws errSecDecode for a wrong-length salt or costs outside the accepted bounds.
     public init(opsLimit: UInt64, memLimit: UInt64, salt: [UInt8]) throws(KeychainError) {
         guard salt.count == Self.saltBytes else { throw KeychainError(.decode, "Argon2id salt has the wrong length") }
         guard opsLimit >= 1, opsLimit <= Self.maxOpsLimit, memLimit >= Self.minMemLimit, memLimit <= Self.maxMemLimit
@@ -69,6 +79,7 @@ public struct KDFParameters: Sendable, Equatable {
         ])
     }
 
+    /// Reads the keyring's CBOR form; throws errSecDecode for a damaged map, another algorithm or costs out of bounds.
     public init(_ value: Value) throws(KeychainError) {
         guard let m = value.map, m["alg"]?.text == Self.algorithmName,
             let ops = m["ops"]?.int, let mem = m["mem"]?.int, ops > 0, mem > 0, let salt = m["salt"]?.bytes
@@ -85,12 +96,14 @@ public struct KDFParameters: Sendable, Equatable {
 /// moderate) and libsodium's Argon2id uses one thread, so running them side by side only multiplies
 /// memory without finishing any sooner.
 public enum PasswordHash {
+    /// Length of a derived key in bytes (32).
     public static let keyBytes = 32
     /// Longest passphrase accepted (bytes).
     public static let maxPassphraseBytes = 4096
 
     private static let oneAtATime = Locked<Int>(0)
 
+    /// Derives a 32-byte key in guarded memory, one derivation at a time; throws errSecAllocate when memory runs out.
     public static func derive(_ passphrase: SecureBytes, _ parameters: KDFParameters) throws(KeychainError)
         -> SecureBytes
     {
@@ -127,6 +140,7 @@ public enum PasswordHash {
         return SecureBytes(copying: bytes)
     }
 
+    /// A guarded copy of passphrase bytes; nil for an empty passphrase, errSecParam past `maxPassphraseBytes`.
     public static func passphrase(_ bytes: [UInt8]) throws(KeychainError) -> SecureBytes? {
         try withBytes(bytes) { (b) throws(KeychainError) in try passphrase(b) }
     }

@@ -12,6 +12,7 @@ public enum ProtectionClass: UInt8, CaseIterable, Sendable, CustomStringConverti
     /// Apple's default when an add names none.
     public static let `default` = ProtectionClass.whenUnlocked
 
+    /// The class for Apple's `kSecAttrAccessible` code (`ak`, `ck`, … `akpu`), or nil for an unknown code.
     public init?(code: String) {
         switch code {
         case "ak": self = .whenUnlocked
@@ -56,5 +57,6 @@ public enum ProtectionClass: UInt8, CaseIterable, Sendable, CustomStringConverti
         self == .whenUnlocked || self == .whenUnlockedThisDeviceOnly || self == .whenPasscodeSetThisDeviceOnly
     }
 
+    /// Apple's code for the class (`ak`, `cku`, …).
     public var description: String { code }
 }

@@ -8,6 +8,7 @@ import CSodium
 public final class SecureBytes: @unchecked Sendable, CustomStringConvertible, CustomDebugStringConvertible {
     // Safety: the memory is written only inside the initialiser and read-only afterwards.
     @usableFromInline let pointer: UnsafeMutableRawPointer
+    /// Length of the key material in bytes (never 0).
     public let count: Int
 
     /// Guarded memory of `count` bytes, filled by `fill` and then made read-only.
@@ -35,6 +36,7 @@ public final class SecureBytes: @unchecked Sendable, CustomStringConvertible, Cu
         self.init(count: bytes.count) { $0.copyMemory(from: bytes) }
     }
 
+    /// Calls `body` with the read-only bytes; the pointer is valid only inside `body` and must not escape.
     @inlinable
     public func withUnsafeBytes<R, E: Error>(_ body: (UnsafeRawBufferPointer) throws(E) -> R) throws(E) -> R {
         try body(UnsafeRawBufferPointer(start: pointer, count: count))
@@ -44,6 +46,8 @@ public final class SecureBytes: @unchecked Sendable, CustomStringConvertible, Cu
         sodium_free(pointer)  // makes the region writable, zeroes it, unmaps it
     }
 
+    /// `SecureBytes(<n> bytes)`: the length only, never the bytes.
     public var description: String { "SecureBytes(\(count) bytes)" }
+    /// The same length-only text as `description`; never the bytes.
     public var debugDescription: String { description }
 }

@@ -6,6 +6,7 @@ public enum Sodium {
     /// A lazily initialised global: Swift runs the initialiser exactly once, thread-safely.
     private static let initialized: Bool = sodium_init() >= 0
 
+    /// Initialises libsodium once per process; stops the process if it cannot (nothing is safe without it).
     public static func ensureInitialized() {
         precondition(initialized, "libsodium could not be initialised")
     }
@@ -28,6 +29,7 @@ public enum Sodium {
         randombytes_buf(base, buffer.count)
     }
 
+    /// `count` bytes from libsodium's CSPRNG, in a plain array (not wiped when freed).
     public static func randomBytes(_ count: Int) -> [UInt8] {
         var out = [UInt8](repeating: 0, count: count)
         out.withUnsafeMutableBytes { randomFill($0) }

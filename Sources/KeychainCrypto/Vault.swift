@@ -39,6 +39,7 @@ public final class Vault: Sendable {
         case passphrase = "passphrase"
     }
 
+    /// The keyring format version written (`"v"`); a keyring with another version fails to open as errSecDecode.
     public static let keyringVersion: Int64 = 1
     /// The classes whose keys the master key (rather than the device KEK) protects.
     public static let masterProtected: [ProtectionClass] = ProtectionClass.allCases.filter { !$0.isAlways }
@@ -236,6 +237,7 @@ public final class Vault: Sendable {
     /// Whether a passphrase protects the master key (Apple's "device has a passcode").
     public var hasPassphrase: Bool { state.withLock { $0.keyring.source == .passphrase } }
 
+    /// Where the master key comes from now: the device key or the passphrase.
     public var masterSource: MasterSource { state.withLock { $0.keyring.source } }
 
     /// Whether `akpu` items may be written now: a passphrase is set and not being removed.
@@ -310,6 +312,7 @@ public final class Vault: Sendable {
         case available(SecureBytes)
     }
 
+    /// The registry key's state now: unavailable while a passphrase is set and not yet given, absent, or the key.
     public var registryKey: RegistryKey {
         state.withLock { s in
             guard s.registryReadable else { return .unavailable }
@@ -335,7 +338,9 @@ public final class Vault: Sendable {
 
     /// A keyring with a fresh registry key, computed but not yet in force (see `PendingChange`).
     public struct PendingRegistry: Sendable {
+        /// The keyring bytes to persist, holding the new registry key wrapped by the master key.
         public let keyring: [UInt8]
+        /// The new registry key, in guarded memory: seal the registrations under it before adopting.
         public let registryKey: SecureBytes
         fileprivate let decoded: Keyring
     }
@@ -384,7 +389,9 @@ public final class Vault: Sendable {
     /// — together with every row re-wrapped by `rewrapItemKey` and the registrations re-sealed under
     /// `registryKey` — in one transaction, then `adopt` it; drop it to abandon the change.
     public struct PendingChange: Sendable {
+        /// The keyring bytes to persist, in the same transaction as the re-wrapped rows.
         public let keyring: [UInt8]
+        /// Whether this change removes the passphrase (the master key then comes from the device key).
         public let removesPassphrase: Bool
         /// Classes whose class key is new: every item key of these classes must be re-wrapped.
         public let rotatedClasses: [ProtectionClass]

@@ -6,6 +6,7 @@ import Synchronization
 /// transactions, committed in groups) and a small pool of reader connections, so reads never wait
 /// for a write (WAL).
 public final class ItemStore: Sendable {
+    /// The SQLite database file this store opened.
     public let path: String
 
     let writer: WriterGate
@@ -122,10 +123,12 @@ public final class ItemStore: Sendable {
 
     // MARK: Convenience
 
+    /// The number of items in the store, of every class and access group, read on a reader connection.
     public func itemCount() throws(KeychainError) -> Int {
         try read { (r) throws(KeychainError) in try r.itemCount() }
     }
 
+    /// The value stored under `name` in the meta table (for example the keyring), or nil when there is none.
     public func meta(_ name: String) throws(KeychainError) -> [UInt8]? {
         try read { (r) throws(KeychainError) in try r.meta(name) }
     }
@@ -147,6 +150,7 @@ final class ReaderLease {
     }
 }
 
+/// Read access to the items, on a pooled reader connection or inside a write transaction.
 public struct StoreReader {
     /// A writer's own connection, or nil when the connection comes from `lease`.
     private let fixed: SQLiteConnection?
@@ -229,6 +233,7 @@ public struct StoreReader {
         }
     }
 
+    /// The number of items in the store, of every class and access group.
     public func itemCount() throws(KeychainError) -> Int {
         try db.withStatement("SELECT count(*) FROM items") { (s) throws(KeychainError) in
             _ = try s.step()
@@ -248,6 +253,7 @@ public struct StoreReader {
         }
     }
 
+    /// The value stored under `name` in the meta table (for example the keyring), or nil when there is none.
     public func meta(_ name: String) throws(KeychainError) -> [UInt8]? {
         try db.withStatement("SELECT value FROM meta WHERE name = ?") { (s) throws(KeychainError) in
             try s.bind(1, text: name)
@@ -270,6 +276,7 @@ public struct StoreWriter {
         return rows
     }
 
+    /// Reads on this transaction's own connection, so they see its uncommitted writes.
     public var reader: StoreReader { StoreReader(db: db) }
 
     /// Inserts a row; a row with the same uniqueness digest is errSecDuplicateItem (decided by the
@@ -336,6 +343,7 @@ public struct StoreWriter {
         }
     }
 
+    /// Deletes the row `rowid` and its attribute indexes; a row already gone is no error.
     public func delete(rowid: Int64) throws(KeychainError) {
         let rows = try tracker()
         guard let before = try reader.fingerprint(rowid: rowid) else { return }

@@ -21,6 +21,7 @@ public final class PointLookupCache: Sendable {
     }
 
     private let state = Locked(State())
+    /// Rows a store's point-lookup cache holds by default (4096).
     public static let defaultCapacity = 4096
     let capacity: Int
 

@@ -4,10 +4,13 @@ import KeychainSystem
 /// Which rows to read: every non-nil field is an SQL condition (AND), evaluated on indexed columns
 /// before any decryption. The item layer re-checks the decrypted attributes afterwards.
 public struct RowFilter: Sendable, Hashable {
+    /// `ref = ?`: the one item with this persistent reference id.
     public var ref: [UInt8]?
     /// `key_ix IN (…)`: point lookups through the UNIQUE index.
     public var uniqueIndexes: [[UInt8]]?
+    /// `svce_ix = ?`: items whose service has this blind index.
     public var serviceIndex: [UInt8]?
+    /// `acct_ix = ?`: items whose account has this blind index.
     public var accountIndex: [UInt8]?
     /// `agrp_ix IN (…)`; nil means every group (administrators).
     public var accessGroupIndexes: [[UInt8]]?
@@ -20,6 +23,7 @@ public struct RowFilter: Sendable, Hashable {
     /// Read the sealed secret too.
     public var includeSecret: Bool
 
+    /// A filter with the given conditions; with none it matches every row, without reading secrets.
     public init(
         ref: [UInt8]? = nil, uniqueIndexes: [[UInt8]]? = nil, serviceIndex: [UInt8]? = nil,
         accountIndex: [UInt8]? = nil, accessGroupIndexes: [[UInt8]]? = nil, classes: [UInt8]? = nil,

@@ -19,6 +19,7 @@ import KeychainCrypto
 /// whole database file (record included) replaced by an older copy — that needs state outside the
 /// file (docs/security.md §7). Damaged ciphertext keeps its nonce, so it stays a per-item errSecDecode.
 public struct RowState: Sendable, Equatable {
+    /// The meta-table name the row-state record is stored under.
     public static let metaName = "rows"
     static let recordVersion: UInt8 = 1
 

@@ -14,10 +14,12 @@ public enum RowStatePolicy: Sendable {
 
 /// What `attachRowState` found.
 public struct RowStateCheck: Sendable {
+    /// Item rows found in the table.
     public let rows: Int64
     /// The record was (re)written for the rows found: it was missing, did not match, or the file was
     /// an older copy.
     public let resealed: Bool
+    /// The generation the record now carries (bumped by every transaction that changes rows).
     public let generation: UInt64
     /// Set when the generation mark beside the database was damaged or could not be written.
     public var markProblem: String? = nil

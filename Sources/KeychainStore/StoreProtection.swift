@@ -111,8 +111,12 @@ extension StoreWriter {
 
 /// One row's sealed item key and what its associated data is made of (see `rewrapItemKeys`).
 public struct SealedItemKey: Sendable {
+    /// The row's persistent reference id, part of the sealed key's associated data.
     public let ref: [UInt8]
+    /// The row's accessibility class (Apple's keybag number), whose class key sealed the item key.
     public let protectionClass: UInt8
+    /// The row's uniqueness digest, part of the sealed key's associated data.
     public let uniqueIndex: [UInt8]
+    /// The item key as sealed now, to be opened and sealed again under the new class key.
     public let sealed: [UInt8]
 }

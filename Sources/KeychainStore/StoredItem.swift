@@ -31,6 +31,7 @@ public struct StoredItem: Sendable {
         box = Box(c)
     }
 
+    /// The SQLite rowid: 0 for a row not yet inserted; changes on restore, unlike `ref`.
     public var rowid: Int64 {
         get { box.columns.rowid }
         set { change { $0.rowid = newValue } }
@@ -45,14 +46,17 @@ public struct StoredItem: Sendable {
         get { box.columns.protectionClass }
         set { change { $0.protectionClass = newValue } }
     }
+    /// Blind index (keyed digest) of the access group: matches a group without revealing its name.
     public var accessGroupIndex: [UInt8] {
         get { box.columns.accessGroupIndex }
         set { change { $0.accessGroupIndex = newValue } }
     }
+    /// Blind index (keyed digest) of the service: matches `kSecAttrService` without revealing it.
     public var serviceIndex: [UInt8] {
         get { box.columns.serviceIndex }
         set { change { $0.serviceIndex = newValue } }
     }
+    /// Blind index (keyed digest) of the account: matches `kSecAttrAccount` without revealing it.
     public var accountIndex: [UInt8] {
         get { box.columns.accountIndex }
         set { change { $0.accountIndex = newValue } }
@@ -62,10 +66,12 @@ public struct StoredItem: Sendable {
         get { box.columns.uniqueIndex }
         set { change { $0.uniqueIndex = newValue } }
     }
+    /// The item's random key, sealed by its class key.
     public var wrappedKey: [UInt8] {
         get { box.columns.wrappedKey }
         set { change { $0.wrappedKey = newValue } }
     }
+    /// The CBOR map of every attribute, sealed by the item key.
     public var attributes: [UInt8] {
         get { box.columns.attributes }
         set { change { $0.attributes = newValue } }
@@ -82,6 +88,7 @@ public struct StoredItem: Sendable {
         set { change { $0.attributeIndexes = newValue } }
     }
 
+    /// A row from its columns, all already digested or sealed; `rowid` 0 for a row not yet inserted.
     public init(
         rowid: Int64 = 0, ref: [UInt8], protectionClass: UInt8, accessGroupIndex: [UInt8],
         serviceIndex: [UInt8], accountIndex: [UInt8], uniqueIndex: [UInt8], wrappedKey: [UInt8],

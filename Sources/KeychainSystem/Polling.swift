@@ -7,6 +7,7 @@ public final class WakePipe: Sendable {
     private let readEnd: FileDescriptor
     private let writeEnd: FileDescriptor
 
+    /// Opens the pipe, both ends close-on-exec and non-blocking; throws the `pipe` errno.
     public init() throws(Errno) {
         var fds: [Int32] = [-1, -1]
         try checkReturned(pipe(&fds), "pipe")

@@ -56,6 +56,7 @@ public struct FrameBuffer: Sendable {
     private var storage = SecretBytes()
     private var start = 0
 
+    /// An empty buffer that rejects a frame body longer than `maxBytes`.
     public init(maxBytes: Int = Frame.defaultMaxBytes) {
         self.maxBytes = maxBytes
     }
@@ -63,6 +64,7 @@ public struct FrameBuffer: Sendable {
     /// Bytes held that do not yet form a whole frame.
     public var pendingCount: Int { storage.count - start }
 
+    /// Appends bytes read from the stream, copied into wiping storage.
     public mutating func append(_ bytes: UnsafeRawBufferPointer) {
         compact()
         storage.append(contentsOf: bytes)
@@ -77,6 +79,7 @@ public struct FrameBuffer: Sendable {
         return try storage.append(upTo: count, receive)
     }
 
+    /// Appends bytes read from the stream, copied into wiping storage (the array itself is not wiped).
     public mutating func append(_ bytes: [UInt8]) {
         bytes.withUnsafeBytes { append($0) }
     }

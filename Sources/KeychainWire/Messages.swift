@@ -10,13 +10,18 @@ public let protocolVersion: Int64 = 1
 
 /// One request: `{"v": 1, "id": <uint>, "op": <text>, "query": {…}, "attributes": {…}, …}`.
 public struct Request: Sendable {
+    /// The request id, echoed in the response so a client can match the two.
     public var id: Int64
+    /// The operation name (`add`, `copy`, `update`, `delete`, or an admin operation).
     public var op: String
+    /// The item query (`kSecClass`, attributes to match, `kSecReturn…`, …), when the operation takes one.
     public var query: [String: Value]?
+    /// The attributes to set (`add`, `update`), when the operation takes them.
     public var attributes: [String: Value]?
     /// Further keys of admin operations (for example `passphrase`).
     public var arguments: [String: Value]
 
+    /// A request with these fields; `arguments` holds any further keys of the operation.
     public init(
         id: Int64, op: String, query: [String: Value]? = nil, attributes: [String: Value]? = nil,
         arguments: [String: Value] = [:]
@@ -28,6 +33,7 @@ public struct Request: Sendable {
         self.arguments = arguments
     }
 
+    /// The request as a CBOR map, with the protocol version filled in: what a client encodes.
     public var value: Value {
         var m = arguments
         m["v"] = .int(protocolVersion)
@@ -48,6 +54,7 @@ public struct Request: Sendable {
     /// The envelope keys; anything else in a request map is an argument of the operation.
     static let envelopeKeys: Set<String> = ["v", "id", "op", "query", "attributes"]
 
+    /// Decodes and validates a request map's envelope; throws errSecParam naming the bad or missing key.
     public init(_ value: Value) throws(KeychainError) {
         // Lookups only: mutating a copy of the map would copy the whole dictionary on every request.
         guard case .map(let m) = value else { throw .param("request is not a CBOR map") }
@@ -80,13 +87,18 @@ public struct Request: Sendable {
 
 /// One response: `{"id": <same>, "status": <int>, "message": <text, on error>, "result": <value>}`.
 public struct Response: Sendable {
+    /// The id of the request this answers.
     public var id: Int64
+    /// The outcome: `.success` or the error's `OSStatus`.
     public var status: Status
+    /// The one-line error message, on error; never contains a secret.
     public var message: String?
+    /// The operation's result (item, attributes, secret bytes, list), when it has one.
     public var result: Value?
     /// Set on errSecAuthFailed when the request needs the keychain passphrase (`keychainPassphrase`).
     public var needsPassphrase: Bool
 
+    /// A response with these fields; by default a success carrying no result.
     public init(
         id: Int64, status: Status = .success, message: String? = nil, result: Value? = nil,
         needsPassphrase: Bool = false
@@ -98,6 +110,7 @@ public struct Response: Sendable {
         self.needsPassphrase = needsPassphrase
     }
 
+    /// The response reporting `error` for request `id`: its status, message and passphrase flag.
     public init(id: Int64, error: KeychainError) {
         self.init(id: id, status: error.status, message: error.message, needsPassphrase: error.needsPassphrase)
     }
@@ -156,6 +169,7 @@ public struct Response: Sendable {
 
     private var fieldCount: Int { 2 + (result == nil ? 0 : 1) + (message == nil ? 0 : 1) + (needsPassphrase ? 1 : 0) }
 
+    /// The response as a CBOR map (slower than `frame()`; for tests and clients that want a `Value`).
     public var value: Value {
         var m: [String: Value] = ["id": .int(id), "status": .int(Int64(status.rawValue))]
         if let message { m["message"] = .text(message) }
@@ -164,6 +178,7 @@ public struct Response: Sendable {
         return .map(m)
     }
 
+    /// Decodes a response map; throws errSecDecode when it lacks an integer `id` or `status`.
     public init(_ value: Value) throws(KeychainError) {
         guard case .map(let m) = value else { throw KeychainError(.decode, "response is not a CBOR map") }
         guard case .int(let id)? = m["id"] else { throw KeychainError(.decode, "response lacks an integer \"id\"") }

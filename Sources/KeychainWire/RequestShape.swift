@@ -14,6 +14,7 @@ public struct RequestShape: Equatable, Sendable {
     /// Where the encoded `query` map starts in the body; it runs to the end of the body.
     public let queryStart: Int
 
+    /// A shape with these fields, as `scan` finds them.
     public init(id: Int64, op: Operation?, queryStart: Int) {
         self.id = id
         self.op = op
