@@ -134,7 +134,6 @@ public final class ItemStore: Sendable {
     }
 }
 
-/// Read access to the items (on a reader connection, or inside a write transaction).
 /// One read's claim on a pooled reader connection, taken on first use (used by one thread).
 final class ReaderLease {
     private unowned let store: ItemStore

@@ -50,11 +50,11 @@ public struct Request: Sendable {
         return id
     }
 
-    /// Validates the envelope; operation-specific checks happen where the operation is served.
     /// The envelope keys; anything else in a request map is an argument of the operation.
     static let envelopeKeys: Set<String> = ["v", "id", "op", "query", "attributes"]
 
     /// Decodes and validates a request map's envelope; throws errSecParam naming the bad or missing key.
+    /// Operation-specific checks happen where the operation is served.
     public init(_ value: Value) throws(KeychainError) {
         // Lookups only: mutating a copy of the map would copy the whole dictionary on every request.
         guard case .map(let m) = value else { throw .param("request is not a CBOR map") }
