@@ -14,7 +14,9 @@ final class Registrar: Sendable {
     private let items: ItemService
     private let state: Locked<(registry: AppRegistry, generation: Int)>
     /// The generation of `state`, readable without the lock (stored after the registry it counts).
-    private let latestGeneration = Atomic<Int>(1)
+    private let latestGeneration = Atomic<Int>(Registrar.initialGeneration)
+    /// The generation of the registry read at start-up; every reload adds one.
+    private static let initialGeneration = 1
 
     init(systemDirectories: [String], userDirectory: String, bundledCLI: String?, items: ItemService)
         throws(ConfigurationError)
@@ -26,7 +28,7 @@ final class Registrar: Sendable {
         let registry = try Self.load(
             systemDirectories: systemDirectories, userDirectory: userDirectory,
             bundledCLI: bundledCLI, items: items)
-        state = Locked((registry, 1))
+        state = Locked((registry, Self.initialGeneration))
         Self.logUntrusted(registry)
     }
 
@@ -36,7 +38,7 @@ final class Registrar: Sendable {
         userDirectory = ""
         bundledCLI = nil
         self.items = items
-        state = Locked((registry, 1))
+        state = Locked((registry, Self.initialGeneration))
     }
 
     var current: (registry: AppRegistry, generation: Int) { state.withLock { $0 } }

@@ -1,0 +1,89 @@
+import Foundation
+import KeychainCore
+import KeychainWire
+import XCTest
+
+/// A connection's memo of compiled copy queries gives what the full path gives after a passphrase is
+/// set, a lock, a revocation, and changes to an item's group and accessibility (all made elsewhere).
+final class CopyMemoTests: XCTestCase {
+    func item(_ service: String, group: String? = nil) -> [String: Value] {
+        var q: [String: Value] = ["class": .text("genp"), "svce": .text(service), "acct": .text("a")]
+        if let group { q["agrp"] = .text(group) }
+        return q
+    }
+
+    func testMemoFollowsPassphraseLockAndRevoke() throws {
+        let admin = DaemonHarness.App(
+            id: "TEAM.admin", groups: ["TEAM.tests"], executables: [DaemonHarness.runnerExecutable], admin: true)
+        let d = try DaemonHarness(apps: [admin], config: #"{"kdfProfile": "interactive"}"#)
+        let c = try d.connect()
+        let other = try d.connect()
+        var add = item("com.example.other", group: "TEAM.other")
+        add["v_Data"] = .bytes(Array("x".utf8))
+        XCTAssertEqual(try c.call("add", query: add).status, .success)
+        var mine = item("com.example.mine", group: "TEAM.tests")
+        mine["v_Data"] = .bytes(Array("m".utf8))
+        XCTAssertEqual(try c.call("add", query: mine).status, .success)
+
+        var copyOther = item("com.example.other", group: "TEAM.other")
+        copyOther["r_Data"] = .bool(true)
+        var copyMine = item("com.example.mine", group: "TEAM.tests")
+        copyMine["r_Data"] = .bool(true)
+        for _ in 0..<3 {
+            XCTAssertEqual(try c.call("copy", query: copyOther).result, .bytes(Array("x".utf8)))
+            XCTAssertEqual(try c.call("copy", query: copyMine).result, .bytes(Array("m".utf8)))
+        }
+        // A passphrase set from another connection: the admin now needs presence outside its groups.
+        let set = try other.call("passwd", arguments: ["new": .bytes(Array("pw".utf8))])
+        XCTAssertEqual(set.status, .success, set.message ?? "")
+        let after = try c.call("copy", query: copyOther)
+        XCTAssertEqual(after.status, .authFailed, "memo served an admin read that now needs presence")
+        XCTAssertEqual(try c.call("copy", query: copyMine).result, .bytes(Array("m".utf8)))
+        // Lock from another connection: the default class is locked away.
+        XCTAssertEqual(try other.call("lock").status, .success)
+        XCTAssertEqual(try c.call("copy", query: copyMine).status, .interactionNotAllowed)
+        XCTAssertEqual(
+            try other.call("unlock", arguments: ["passphrase": .bytes(Array("pw".utf8))]).status, .success)
+        XCTAssertEqual(try c.call("copy", query: copyMine).result, .bytes(Array("m".utf8)))
+        // Revocation: the registration removed and the apps reloaded.
+        try FileManager.default.removeItem(atPath: d.systemAppsDirectory + "/app0.json")
+        d.reloadApps()
+        let revoked = try c.call("copy", query: copyMine)
+        XCTAssertEqual(revoked.status, .missingEntitlement, "memo served a revoked app")
+    }
+
+    func testMemoFollowsGroupAndAccessibilityChanges() throws {
+        let d = try DaemonHarness()
+        let c = try d.connect()
+        var add = item("com.example.moves", group: "TEAM.tests")
+        add["v_Data"] = .bytes(Array("s".utf8))
+        add["pdmn"] = .text("ak")
+        XCTAssertEqual(try c.call("add", query: add).status, .success)
+        var byClass = item("com.example.moves", group: "TEAM.tests")
+        byClass["pdmn"] = .text("ak")
+        byClass["r_Data"] = .bool(true)
+        var byGroup = item("com.example.moves", group: "TEAM.tests")
+        byGroup["r_Data"] = .bool(true)
+        for _ in 0..<3 {
+            XCTAssertEqual(try c.call("copy", query: byClass).result, .bytes(Array("s".utf8)))
+            XCTAssertEqual(try c.call("copy", query: byGroup).result, .bytes(Array("s".utf8)))
+        }
+        XCTAssertEqual(
+            try c.call(
+                "update", query: item("com.example.moves", group: "TEAM.tests"), attributes: ["pdmn": .text("dk")]
+            ).status,
+            .success)
+        XCTAssertEqual(try c.call("copy", query: byClass).status, .itemNotFound)
+        XCTAssertEqual(try c.call("copy", query: byGroup).result, .bytes(Array("s".utf8)))
+        XCTAssertEqual(
+            try c.call(
+                "update", query: item("com.example.moves", group: "TEAM.tests"),
+                attributes: ["agrp": .text("TEAM.shared")]
+            ).status,
+            .success)
+        XCTAssertEqual(try c.call("copy", query: byGroup).status, .itemNotFound)
+        var moved = item("com.example.moves", group: "TEAM.shared")
+        moved["r_Data"] = .bool(true)
+        XCTAssertEqual(try c.call("copy", query: moved).result, .bytes(Array("s".utf8)))
+    }
+}
