@@ -92,9 +92,9 @@ final class CopyMemo {
 
     /// The longest `query` remembered: the memo must not let a client park 64 large frames in the
     /// daemon outside the buffer budget. Real queries are tens to a few hundred bytes. Each entry also
-    /// holds its compiled query (two 32-byte digests per access group of the caller at most), so a
-    /// connection's memo stays within a few KiB, small beside its own read buffer; only copies that an
-    /// identified app was allowed to compile fill it.
+    /// holds its compiled query (at most two 32-byte digests per access group of the caller), so a
+    /// connection's memo is bounded by about 64 KiB plus the digests, the size of its own read
+    /// buffer; only copies that an identified app was allowed to compile fill it.
     static let maxQueryBytes = 1024
 
     /// Remembers `compiled` for these `query` bytes (never a query that carries a secret, nor a long one).
