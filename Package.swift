@@ -85,7 +85,9 @@ let package = Package(
         // libFuzzer target for the CBOR decoder and request validation (see docs/reliability.md).
         .executableTarget(
             name: "keychaind-fuzz",
-            dependencies: ["KeychainSystem", "KeychainDaemon", "KeychainCore", "KeychainItems", "CSupport"]),
+            dependencies: [
+                "KeychainSystem", "KeychainDaemon", "KeychainCore", "KeychainWire", "KeychainItems", "CSupport",
+            ]),
         .executableTarget(
             name: "device-id-example", dependencies: ["KeychainServices"],
             path: "Examples/device-id-example"),

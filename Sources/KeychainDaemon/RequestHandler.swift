@@ -56,6 +56,21 @@ public final class RequestHandler: Sendable {
         handle(frame: SecretBytes(body), peer: ConnectionPeer(peer))
     }
 
+    /// A client's state across requests as its connection keeps it: the identification and the memo
+    /// of compiled copies. For the fuzz target, which must reach the memo path as real clients do.
+    public final class Session {
+        let peer: ConnectionPeer
+        let memo = CopyMemo()
+
+        /// A session for a peer identified as `identity` (identified again in each registry generation).
+        public init(_ identity: PeerIdentity) { peer = ConnectionPeer(identity) }
+    }
+
+    /// One request within `session`, served as its connection would serve it (the memo included).
+    public func handle(frame body: [UInt8], session: Session) -> Outcome {
+        handle(frame: SecretBytes(body), peer: session.peer, memo: session.memo)
+    }
+
     /// One request from a connection. Secrets in it (`secretRequestKeys`) are decoded straight into
     /// wiping storage, so the decoded request leaves no copy of them behind.
     func handle(frame body: SecretBytes, peer: ConnectionPeer) -> Outcome {

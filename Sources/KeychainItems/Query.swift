@@ -61,7 +61,9 @@ struct ParsedQuery {
     /// Parses `dictionary` under the rules of `operation` (docs/protocol.md §8).
     init(_ dictionary: [String: Value], for operation: Operation) throws(KeychainError) {
         var classGiven = false
-        for (key, value) in dictionary {
+        // In key order, not the dictionary's (which differs between two decodings of the same bytes),
+        // so a query with more than one fault gets the same error every time it is sent.
+        for (key, value) in dictionary.sorted(by: { $0.key.utf8.lexicographicallyPrecedes($1.key.utf8) }) {
             switch key {
             case "class":
                 guard case .text(let name) = value else {

@@ -2,11 +2,14 @@ import KeychainCore
 import KeychainDaemon
 import KeychainItems
 import KeychainSystem
+import KeychainWire
 
 /// One request handler over a throw-away data directory, as the daemon builds it, with one registered
 /// app so inputs reach the item layer's validation and the store.
 enum FuzzHarness {
     nonisolated(unsafe) static var handler: RequestHandler?
+    /// One client's session across all inputs, so a `copy` seen before is served from its memo.
+    nonisolated(unsafe) static var session: RequestHandler.Session?
     /// This very process, registered as the app: identification succeeds as for a real client.
     static let executable: String = FileSystem.realPath("/proc/self/exe") ?? "/proc/self/exe"
     static let peer = PeerIdentity(
@@ -24,6 +27,7 @@ enum FuzzHarness {
                 applicationIdentifier: "FUZZ.app", accessGroups: ["FUZZ.app", "FUZZ.shared"],
                 executables: [executable], admin: false, file: "fuzz")
             handler = RequestHandler(items: items, registry: AppRegistry(apps: [app], bundledCLI: nil))
+            session = RequestHandler.Session(peer)
         } catch {
             print("keychaind-fuzz: cannot create the store: \(error)")
             CurrentProcess.exit(2)
@@ -31,10 +35,18 @@ enum FuzzHarness {
     }
 
     /// One input: a frame body as a client would send it. Everything must come back as a response.
+    /// A `copy` of the common request shape is asked again (now answered from the session's memo)
+    /// and once more without a memo: the two answers must be the same, or the memo changed meaning.
     static func run(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
-        guard let handler, let data else { return 0 }
+        guard let handler, let session, let data else { return 0 }
         let body = Array(UnsafeBufferPointer(start: data, count: size))
-        _ = handler.handle(frame: body, peer: peer)
+        _ = handler.handle(frame: body, session: session)
+        guard body.withUnsafeBytes({ RequestShape.scan($0) })?.op == .copy else { return 0 }
+        let remembered = handler.handle(frame: body, session: session).response
+        let full = handler.handle(frame: body, peer: peer).response
+        if remembered.status != full.status || remembered.result != full.result {
+            fatalError("the copy memo answered \(remembered.status) where the full path answered \(full.status)")
+        }
         return 0
     }
 }

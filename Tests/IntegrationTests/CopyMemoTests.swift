@@ -86,4 +86,23 @@ final class CopyMemoTests: XCTestCase {
         moved["r_Data"] = .bool(true)
         XCTAssertEqual(try c.call("copy", query: moved).result, .bytes(Array("s".utf8)))
     }
+
+    /// A query with several faults gets the same error every time, on one connection (memo in play)
+    /// and on another: faults are reported in key order, not in the order of a decoded dictionary.
+    func testAQueryWithSeveralFaultsGetsOneErrorEveryTime() throws {
+        let d = try DaemonHarness()
+        let faulty: [String: Value] = [
+            "class": .text("ge.p"), "svce": .text("com.example.app"), "aJ": .int(0), "r_Data": .int(-4),
+        ]
+        var answers: [String] = []
+        for _ in 0..<2 {
+            let c = try d.connect()
+            for _ in 0..<8 {
+                let r = try c.call("copy", query: faulty)
+                answers.append("\(r.status) \(r.message ?? "")")
+            }
+        }
+        XCTAssertEqual(Set(answers).count, 1, "different errors for the same query: \(Set(answers))")
+        XCTAssertTrue(answers[0].contains("aJ"), answers[0])
+    }
 }
