@@ -73,6 +73,20 @@ package final class SQLiteConnection: @unchecked Sendable {
         }
     }
 
+    /// Runs one statement without results through the statement cache: for the transaction control
+    /// every write repeats (BEGIN IMMEDIATE, SAVEPOINT, RELEASE, COMMIT), parsed once per connection
+    /// instead of once per use as `execute` does.
+    package func run(_ sql: String) throws(KeychainError) {
+        let h = try handle
+        try withStatement(sql) { (s) throws(KeychainError) in
+            do throws(KeychainError) { try s.run() } catch {
+                let rc = sqlite3_extended_errcode(h)
+                throw Self.error(
+                    rc, "\(Self.verb(sql)): \(String(cString: sqlite3_errmsg(h)))", systemErrno: sqlite3_system_errno(h))
+            }
+        }
+    }
+
     /// A cached prepared statement for `sql`; `body` runs with it and it is reset (bindings cleared)
     /// afterwards, whatever happens.
     package func withStatement<R>(_ sql: String, _ body: (SQLiteStatement) throws(KeychainError) -> R)

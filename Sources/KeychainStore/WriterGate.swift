@@ -47,7 +47,7 @@ final class WriterGate: @unchecked Sendable {
 
         guard let db = connection else { throw KeychainError(.notAvailable, "the keychain database is closed") }
         if !inTransaction {
-            try db.execute("BEGIN IMMEDIATE")
+            try db.run("BEGIN IMMEDIATE")
             inTransaction = true
             openGroup &+= 1
             groupSize = 0
@@ -58,18 +58,18 @@ final class WriterGate: @unchecked Sendable {
         let outcome: Result<R, KeychainError>
         var rollbackFailed = false
         do throws(KeychainError) {
-            try db.execute("SAVEPOINT item_write")
+            try db.run("SAVEPOINT item_write")
             do throws(KeychainError) {
                 let value = try body(StoreWriter(db: db, rows: rows))
-                try db.execute("RELEASE item_write")
+                try db.run("RELEASE item_write")
                 rows?.bodyKept()
                 outcome = .success(value)
             } catch {
                 rows?.bodyDropped()
                 outcome = .failure(error)
                 do throws(KeychainError) {
-                    try db.execute("ROLLBACK TO item_write")
-                    try db.execute("RELEASE item_write")
+                    try db.run("ROLLBACK TO item_write")
+                    try db.run("RELEASE item_write")
                 } catch _ {
                     rollbackFailed = true
                 }
@@ -121,7 +121,7 @@ final class WriterGate: @unchecked Sendable {
 
         guard let db = connection else { throw KeychainError(.notAvailable, "the keychain database is closed") }
         if inTransaction { finish(db, group: openGroup, commit: true, failure: nil) }
-        try db.execute("BEGIN IMMEDIATE")
+        try db.run("BEGIN IMMEDIATE")
         inTransaction = true
         openGroup &+= 1
         groupSize = 1
@@ -163,13 +163,13 @@ final class WriterGate: @unchecked Sendable {
                 if let rows, let state = rows.pending {
                     try StoreWriter(db: db).setMeta(RowState.metaName, state.record(key: rows.key))
                 }
-                try db.execute("COMMIT")
+                try db.run("COMMIT")
             } catch let e {
                 error = KeychainError(e.status, "the write could not be committed: \(e.message)")
             }
         }
         if error != nil || !commit {
-            try? db.execute("ROLLBACK")
+            try? db.run("ROLLBACK")
             rows?.groupAbandoned()
         } else {
             rows?.groupCommitted()

@@ -17,6 +17,10 @@
  *       accounts user0 … user<N-1>, as keychaind-bench --fill makes them); the echo gets the same bytes.
  *   floor-client copies DAEMON_SOCKET N
  *       N cached copies on one connection and nothing else (for callgrind on either server).
+ *   floor-client adds DAEMON_SOCKET N [CLIENTS] [TAG]
+ *       N durable adds (service bench.adds, accounts TAG-k-i) over CLIENTS connections (default 1),
+ *       each waiting for its answer; checks every answer is a success and prints {"adds_s": …}
+ *       (for strace and callgrind of the write path).
  *
  * The request is the CBOR map keychaind-bench sends, in canonical key order:
  *   {"v": 1, "id": 2, "op": "copy", "query": {"acct": …, "svce": …, "class": "genp", "r_Data": true}}
@@ -189,6 +193,24 @@ static double throughput(const char *path, const struct frames *fr, int clients,
     return (double)(clients * (ops / clients)) / (now() - t0);
 }
 
+struct adder { const char *path, *tag; int k; long ops; };
+
+/* Adds ops new items, one at a time; an answer that is not a success ends the run. */
+static void *add_items(void *arg) {
+    struct adder *a = arg;
+    struct conn *c = dial(a->path);
+    for (long i = 0; i < a->ops; i++) {
+        char acct[64];
+        snprintf(acct, sizeof acct, "%s-%d-%ld", a->tag, a->k, i);
+        struct buf req = request((int)(i % 60000), "add", "bench.adds", acct, 1);
+        size_t n = round_trip(c, &req);
+        /* A success answer carries "status": 0 (the text "status" then the integer 0). */
+        if (!memmem(c->in, n, "fstatus\x00", 8)) die("an add did not succeed (duplicate tag, or not registered?)");
+    }
+    hang_up(c);
+    return NULL;
+}
+
 static double median(double *v, int n) { return pct(v, (size_t)n, 0.5); }
 
 static void print_num(const char *key, double v, int last) {
@@ -216,8 +238,24 @@ int main(int argc, char **argv) {
         hang_up(c);
         return 0;
     }
+    if (argc >= 4 && strcmp(argv[1], "adds") == 0) {
+        int clients = argc >= 5 ? atoi(argv[4]) : 1;
+        const char *tag = argc >= 6 ? argv[5] : "a";
+        long n = strtol(argv[3], NULL, 10);
+        if (clients < 1 || clients > 64 || n < clients) die("adds SOCKET N [CLIENTS 1-64] [TAG]");
+        double t0 = now();
+        pthread_t t[64];
+        struct adder a[64];
+        for (int k = 0; k < clients; k++) {
+            a[k] = (struct adder){ argv[2], tag, k, n / clients };
+            pthread_create(&t[k], NULL, add_items, &a[k]);
+        }
+        for (int k = 0; k < clients; k++) pthread_join(t[k], NULL);
+        printf("{\"adds_s\": %.2f}\n", (double)(clients * (n / clients)) / (now() - t0));
+        return 0;
+    }
     if (argc < 2 || strcmp(argv[1], "run") != 0) {
-        fprintf(stderr, "usage: floor-client probe SOCKET | copies SOCKET N | run --echo SOCKET --daemon SOCKET [--rounds R] [--ops N] [--clients C] [--random-of N] [--label L] [--no-throughput]\n");
+        fprintf(stderr, "usage: floor-client probe SOCKET | copies SOCKET N | adds SOCKET N [CLIENTS] [TAG] | run --echo SOCKET --daemon SOCKET [--rounds R] [--ops N] [--clients C] [--random-of N] [--label L] [--no-throughput]\n");
         return 2;
     }
     const char *echo[2] = { NULL, NULL }, *daemon = NULL, *label = "run";
