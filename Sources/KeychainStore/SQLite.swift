@@ -82,7 +82,8 @@ package final class SQLiteConnection: @unchecked Sendable {
             do throws(KeychainError) { try s.run() } catch {
                 let rc = sqlite3_extended_errcode(h)
                 throw Self.error(
-                    rc, "\(Self.verb(sql)): \(String(cString: sqlite3_errmsg(h)))", systemErrno: sqlite3_system_errno(h))
+                    rc, "\(Self.verb(sql)): \(String(cString: sqlite3_errmsg(h)))", systemErrno: sqlite3_system_errno(h)
+                )
             }
         }
     }
