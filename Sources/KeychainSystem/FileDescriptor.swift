@@ -121,6 +121,21 @@ public final class FileDescriptor: Sendable {
         try withBytes(bytes) { (b) throws(Errno) in try writeAll(b) }
     }
 
+    /// Writes every byte of `bytes` at `offset` (`pwrite(2)`, retrying short writes); the file
+    /// position does not move.
+    public func writeAll(_ bytes: [UInt8], at offset: Int64) throws(Errno) {
+        try withBytes(bytes) { (b) throws(Errno) in
+            try withDescriptor("pwrite") { (fd) throws(Errno) in
+                var done = 0
+                while done < b.count {
+                    done += try valueOrErrno("pwrite") {
+                        pwrite(fd, b.baseAddress! + done, b.count - done, off_t(offset) + off_t(done))
+                    }
+                }
+            }
+        }
+    }
+
     /// `fsync(2)`: the file's data and metadata reach the disk.
     public func sync() throws(Errno) {
         try withDescriptor("fsync") { (fd) throws(Errno) in _ = try valueOrErrno("fsync") { fsync(fd) } }

@@ -7,6 +7,7 @@ import KeychainWire
 // the same framing and message sizes, alternating the two over several rounds and reporting medians.
 //
 //   keychaind-bench --socket PATH [--rounds 5] [--ops 20000] [--cli PATH] [--daemon-pid PID] [--json]
+//                   [--fsync-dir DIR]                (the durable-write floors beside the adds, each round)
 //   keychaind-bench --fill N --socket PATH          (adds N items, pipelined, then exits)
 //   keychaind-bench --echo-server PATH --reply-bytes N   (internal: the floor)
 //   keychaind-bench --fsync-floor DIR [--ops N]     (the durable-write floor: append 200 B + fdatasync)
@@ -56,6 +57,7 @@ struct Args {
     var rotation: [Int]?
     var profile = KDFProfile.moderate
     var fsyncFloor: String?
+    var fsyncDirectory: String?
 
     init(_ argv: [String]) {
         var i = 0
@@ -80,6 +82,7 @@ struct Args {
             case "--random-of": randomOf = Int(value())
             case "--fill-from": fillFrom = Int(value()) ?? 0
             case "--fsync-floor": fsyncFloor = value()
+            case "--fsync-dir": fsyncDirectory = value()
             case "--rotation":
                 let sizes = value().split(separator: ",").compactMap { Int($0) }
                 guard !sizes.isEmpty, sizes.allSatisfy({ $0 >= 0 }) else {
@@ -106,6 +109,10 @@ struct Args {
                       --rotation N,M,…    no daemon: time passphrase changes on in-process keychains of N, M, …
                                           items (release build; Argon2id timed separately); --rounds changes each
                       --profile P         with --rotation: Argon2id costs, moderate (default) or interactive
+                      --fsync-dir DIR     also measure the durable-write floors in DIR (on the daemon's disk) in
+                                          every round, between the adds, on the same vCPUs: fsync_floor_ops_s
+                                          (200 B appends + fdatasync) and fsync_overwrite_floor_ops_s (one 4 KiB
+                                          block rewritten + fdatasync), and the adds' shares of both
                       --fsync-floor DIR   no daemon: appends of 200 bytes each followed by fdatasync, in a file in
                                           DIR (--ops of them, default 2000): the floor of a durable add
                     """)
@@ -292,30 +299,49 @@ if let directory = args.fsyncFloor { runFsyncFloor(directory: directory, count: 
 /// The durable-write floor: what one fdatasync'ed append of a small record costs on this disk, the
 /// least a durable add can cost. Prints `{"fsync_floor_ops_s": …, "fsync_floor_us_p50": …}` and exits.
 func runFsyncFloor(directory: String, count: Int) -> Never {
-    let path = directory + "/fsync-floor-\(CurrentProcess.pid)"
-    let file: FileDescriptor
-    do { file = try FileDescriptor.open(path, [.writeOnly, .create, .truncate], permissions: 0o600) } catch {
-        die("fsync floor: \(error)")
-    }
-    defer { FileSystem.removeIfPresent(path) }
-    let record = [UInt8](repeating: 0x5A, count: 200)
-    var times: [Double] = []
-    times.reserveCapacity(count)
-    let start = now()
-    for _ in 0..<max(count, 1) {
-        let t0 = now()
-        do throws(Errno) {
-            try file.writeAll(record)
-            try file.syncData()
-        } catch { die("fsync floor: \(error)") }
-        times.append(now() - t0)
-    }
-    let elapsed = now() - start
-    FileSystem.removeIfPresent(path)
-    print(
-        "{\"fsync_floor_ops_s\": \(fmt(Double(times.count) / elapsed)), \"fsync_floor_us_p50\": \(fmt(median(times) * 1e6))}"
-    )
+    let (opsPerSecond, p50) = DurableFloor.measure(directory: directory, count: count, overwrite: false)
+    print("{\"fsync_floor_ops_s\": \(fmt(opsPerSecond)), \"fsync_floor_us_p50\": \(fmt(p50 * 1e6))}")
     exit(0)
+}
+
+/// Durable writes with nothing else around them, on the disk of `directory`: the floors durable adds
+/// are compared with, measured in the same process, so on the same vCPUs as the adds beside them.
+enum DurableFloor {
+    /// `count` writes of one small record, each followed by fdatasync: appends of 200 bytes (the file
+    /// grows, so each fdatasync also commits the file's new size), or with `overwrite` the same 4 KiB
+    /// block of an already written file rewritten in place (what a reused write-ahead log does; the
+    /// cheaper of the two on ext4). Returns writes per second and the median time of one.
+    static func measure(directory: String, count: Int, overwrite: Bool) -> (opsPerSecond: Double, p50: Double) {
+        let path = directory + "/fsync-floor-\(CurrentProcess.pid)"
+        let file: FileDescriptor
+        do { file = try FileDescriptor.open(path, [.writeOnly, .create, .truncate], permissions: 0o600) } catch {
+            die("fsync floor: \(error)")
+        }
+        defer {
+            file.close()
+            FileSystem.removeIfPresent(path)
+        }
+        let record = [UInt8](repeating: 0x5A, count: overwrite ? 4096 : 200)
+        do throws(Errno) {
+            if overwrite {
+                try file.writeAll(record)
+                try file.sync()
+            }
+        } catch { die("fsync floor: \(error)") }
+        var times: [Double] = []
+        times.reserveCapacity(count)
+        let start = now()
+        for _ in 0..<max(count, 1) {
+            let t0 = now()
+            do throws(Errno) {
+                if overwrite { try file.writeAll(record, at: 0) } else { try file.writeAll(record) }
+                try file.syncData()
+            } catch { die("fsync floor: \(error)") }
+            times.append(now() - t0)
+        }
+        let elapsed = now() - start
+        return (Double(times.count) / elapsed, median(times))
+    }
 }
 if let sizes = args.rotation {
     runRotationBench(sizes: sizes, rounds: args.rounds, profile: args.profile, json: args.json)
@@ -433,6 +459,8 @@ var echoOps8: [Double] = []
 var copyOps8: [Double] = []
 var addOps1: [Double] = []
 var addOps8: [Double] = []
+var appendFloor: [Double] = []
+var overwriteFloor: [Double] = []
 let addOps = max(200, args.ops / 40)
 let socketPath = args.socket
 for round in 0..<args.rounds {
@@ -463,6 +491,12 @@ for round in 0..<args.rounds {
                     "v_Data": .bytes([1, 2, 3]),
                 ])
         })
+    if let directory = args.fsyncDirectory {
+        // The floors between the adds of the same round, in this process: on the vCPUs the adds use
+        // (which vCPU takes the disk's completion interrupt matters on a VM: about 1.5× here).
+        appendFloor.append(DurableFloor.measure(directory: directory, count: addOps, overwrite: false).opsPerSecond)
+        overwriteFloor.append(DurableFloor.measure(directory: directory, count: addOps, overwrite: true).opsPerSecond)
+    }
 }
 
 var cliP50: Double?
@@ -488,15 +522,29 @@ let r: [(String, Double?)] = [
     ("copy_p50_ratio_to_echo", median(copyP50) / median(echoP50)),
     ("copy_ops_8_share_of_echo", median(copyOps8) / median(echoOps8)),
 ]
+/// Median over rounds of a per-round ratio (each round's adds against the floor measured beside them).
+func shares(_ adds: [Double], _ floor: [Double]) -> Double? {
+    floor.isEmpty ? nil : median(zip(adds, floor).map { $0 / $1 })
+}
+let floors: [(String, Double?)] =
+    args.fsyncDirectory == nil
+    ? []
+    : [
+        ("fsync_floor_ops_s", median(appendFloor)), ("fsync_overwrite_floor_ops_s", median(overwriteFloor)),
+        ("add_ops_1_share_of_fsync_floor", shares(addOps1, appendFloor)),
+        ("add_ops_8_share_of_fsync_floor", shares(addOps8, appendFloor)),
+        ("add_ops_1_share_of_fsync_overwrite_floor", shares(addOps1, overwriteFloor)),
+        ("add_ops_8_share_of_fsync_overwrite_floor", shares(addOps8, overwriteFloor)),
+    ]
 if args.json {
     print(
         "{\"label\": \"\(args.label)\", \"rounds\": \(args.rounds), \"ops\": \(args.ops), "
-            + r.map { "\"\($0.0)\": \(fmt($0.1))" }.joined(separator: ", ") + "}")
+            + (r + floors).map { "\"\($0.0)\": \(fmt($0.1))" }.joined(separator: ", ") + "}")
 } else {
     print(
         "keychaind-bench (\(args.label)): \(args.rounds) rounds × \(args.ops) round trips, medians of per-round figures"
     )
-    for (k, v) in r { print(k.padding(28) + fmt(v)) }
+    for (k, v) in r + floors { print(k.padding(28) + fmt(v)) }
 }
 
 extension String {
