@@ -21,6 +21,12 @@
  *       N durable adds (service bench.adds, accounts TAG-k-i) over CLIENTS connections (default 1),
  *       each waiting for its answer; checks every answer is a success and prints {"adds_s": …}
  *       (for strace and callgrind of the write path).
+ *   floor-client durable DAEMON_SOCKET DIR [--rounds 5] [--ops 500] [--label L] [--echo SOCKET]
+ *       per round: the fdatasync floors in DIR (200 B appends; one 4 KiB block rewritten), ops adds
+ *       to floor-echo --durable at SOCKET (the same request bytes; with --echo), then ops adds to the
+ *       daemon on one connection and ops adds over 8; prints medians over rounds and the medians of
+ *       each round's adds divided by that round's floors (the floors run in this process, so on the
+ *       same vCPUs as the client).
  *
  * The request is the CBOR map keychaind-bench sends, in canonical key order:
  *   {"v": 1, "id": 2, "op": "copy", "query": {"acct": …, "svce": …, "class": "genp", "r_Data": true}}
@@ -29,6 +35,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
@@ -193,7 +200,7 @@ static double throughput(const char *path, const struct frames *fr, int clients,
     return (double)(clients * (ops / clients)) / (now() - t0);
 }
 
-struct adder { const char *path, *tag; int k; long ops; };
+struct adder { const char *path, *tag; int k; long ops; int check; };
 
 /* Adds ops new items, one at a time; an answer that is not a success ends the run. */
 static void *add_items(void *arg) {
@@ -205,10 +212,48 @@ static void *add_items(void *arg) {
         struct buf req = request((int)(i % 60000), "add", "bench.adds", acct, 1);
         size_t n = round_trip(c, &req);
         /* A success answer carries "status": 0 (the text "status" then the integer 0). */
-        if (!memmem(c->in, n, "fstatus\x00", 8)) die("an add did not succeed (duplicate tag, or not registered?)");
+        if (a->check && !memmem(c->in, n, "fstatus\x00", 8)) die("an add did not succeed (duplicate tag, or not registered?)");
     }
     hang_up(c);
     return NULL;
+}
+
+/* n durable adds over `clients` connections (accounts TAG-k-i); adds per second. check: every
+ * answer must be a success (0 for an echo server, whose answers are filler). */
+static double adds(const char *path, const char *tag, long n, int clients, int check) {
+    pthread_t t[64];
+    struct adder a[64];
+    if (clients < 1 || clients > 64 || n < clients) die("adds: CLIENTS must be 1-64 and at most N");
+    double t0 = now();
+    for (int k = 0; k < clients; k++) {
+        a[k] = (struct adder){ path, tag, k, n / clients, check };
+        pthread_create(&t[k], NULL, add_items, &a[k]);
+    }
+    for (int k = 0; k < clients; k++) pthread_join(t[k], NULL);
+    return (double)(clients * (n / clients)) / (now() - t0);
+}
+
+/* The durable-write floor on the disk of dir: n writes, each followed by fdatasync, per second.
+ * Appends of 200 bytes (the file grows: each fdatasync also commits its size), or with overwrite the
+ * same 4 KiB block of an already written file rewritten in place (what a reused write-ahead log does). */
+static double fsync_floor(const char *dir, long n, int overwrite) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/floor-client-fsync-%d", dir, (int)getpid());
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) die("cannot create the fsync floor's file");
+    unsigned char block[4096];
+    memset(block, 0x5A, sizeof block);
+    size_t size = overwrite ? sizeof block : 200;
+    if (overwrite && (write(fd, block, size) != (ssize_t)size || fsync(fd) != 0)) die("fsync floor: first write failed");
+    double t0 = now();
+    for (long i = 0; i < n; i++) {
+        ssize_t w = overwrite ? pwrite(fd, block, size, 0) : write(fd, block, size);
+        if (w != (ssize_t)size || fdatasync(fd) != 0) die("fsync floor: write or fdatasync failed");
+    }
+    double rate = (double)n / (now() - t0);
+    close(fd);
+    unlink(path);
+    return rate;
 }
 
 static double median(double *v, int n) { return pct(v, (size_t)n, 0.5); }
@@ -241,21 +286,57 @@ int main(int argc, char **argv) {
     if (argc >= 4 && strcmp(argv[1], "adds") == 0) {
         int clients = argc >= 5 ? atoi(argv[4]) : 1;
         const char *tag = argc >= 6 ? argv[5] : "a";
-        long n = strtol(argv[3], NULL, 10);
-        if (clients < 1 || clients > 64 || n < clients) die("adds SOCKET N [CLIENTS 1-64] [TAG]");
-        double t0 = now();
-        pthread_t t[64];
-        struct adder a[64];
-        for (int k = 0; k < clients; k++) {
-            a[k] = (struct adder){ argv[2], tag, k, n / clients };
-            pthread_create(&t[k], NULL, add_items, &a[k]);
+        printf("{\"adds_s\": %.2f}\n", adds(argv[2], tag, strtol(argv[3], NULL, 10), clients, 1));
+        return 0;
+    }
+    if (argc >= 4 && strcmp(argv[1], "durable") == 0) {
+        /* durable DAEMON_SOCKET DIR [--rounds R] [--ops N] [--label L] [--echo SOCKET]: per round, in
+         * this order, the two fdatasync floors in DIR, N adds to floor-echo --durable (with --echo),
+         * N adds on one connection, N adds over 8; medians over rounds, and medians of each round's
+         * adds divided by that round's floors. */
+        int rounds = 5;
+        long ops = 500;
+        const char *label = "run", *echo = NULL;
+        for (int i = 4; i + 1 < argc; i += 2) {
+            if (strcmp(argv[i], "--rounds") == 0) rounds = atoi(argv[i + 1]);
+            else if (strcmp(argv[i], "--ops") == 0) ops = strtol(argv[i + 1], NULL, 10);
+            else if (strcmp(argv[i], "--label") == 0) label = argv[i + 1];
+            else if (strcmp(argv[i], "--echo") == 0) echo = argv[i + 1];
+            else die("durable: unknown option");
         }
-        for (int k = 0; k < clients; k++) pthread_join(t[k], NULL);
-        printf("{\"adds_s\": %.2f}\n", (double)(clients * (n / clients)) / (now() - t0));
+        if (rounds < 1 || rounds > 100 || ops < 8) die("durable: sane --rounds (1-100) and --ops (8 or more)");
+        double fa[100], fo[100], a1[100], a8[100], s1a[100], s8a[100], s1o[100], s8o[100], de[100], s1e[100];
+        for (int r = 0; r < rounds; r++) {
+            char tag[64];
+            fa[r] = fsync_floor(argv[3], ops, 0);
+            fo[r] = fsync_floor(argv[3], ops, 1);
+            if (echo) de[r] = adds(echo, "echo", ops, 1, 0);
+            snprintf(tag, sizeof tag, "%s-%d-%d-1", label, (int)getpid(), r);
+            a1[r] = adds(argv[2], tag, ops, 1, 1);
+            snprintf(tag, sizeof tag, "%s-%d-%d-8", label, (int)getpid(), r);
+            a8[r] = adds(argv[2], tag, ops, 8, 1);
+            if (echo) s1e[r] = a1[r] / de[r];
+            s1a[r] = a1[r] / fa[r]; s8a[r] = a8[r] / fa[r];
+            s1o[r] = a1[r] / fo[r]; s8o[r] = a8[r] / fo[r];
+        }
+        printf("{\"label\": \"%s\", \"rounds\": %d, \"ops\": %ld, ", label, rounds, ops);
+        print_num("fsync_floor_ops_s", median(fa, rounds), 0);
+        print_num("fsync_overwrite_floor_ops_s", median(fo, rounds), 0);
+        print_num("add_ops_s_1", median(a1, rounds), 0);
+        print_num("add_ops_s_8", median(a8, rounds), 0);
+        print_num("add_ops_1_share_of_fsync_floor", median(s1a, rounds), 0);
+        print_num("add_ops_8_share_of_fsync_floor", median(s8a, rounds), 0);
+        print_num("add_ops_1_share_of_fsync_overwrite_floor", median(s1o, rounds), 0);
+        print_num("add_ops_8_share_of_fsync_overwrite_floor", median(s8o, rounds), !echo);
+        if (echo) {
+            print_num("durable_echo_ops_s_1", median(de, rounds), 0);
+            print_num("add_ops_1_share_of_durable_echo", median(s1e, rounds), 1);
+        }
+        printf("}\n");
         return 0;
     }
     if (argc < 2 || strcmp(argv[1], "run") != 0) {
-        fprintf(stderr, "usage: floor-client probe SOCKET | copies SOCKET N | adds SOCKET N [CLIENTS] [TAG] | run --echo SOCKET --daemon SOCKET [--rounds R] [--ops N] [--clients C] [--random-of N] [--label L] [--no-throughput]\n");
+        fprintf(stderr, "usage: floor-client probe SOCKET | copies SOCKET N | adds SOCKET N [CLIENTS] [TAG] | durable SOCKET DIR [--rounds R] [--ops N] [--label L] [--echo SOCKET] | run --echo SOCKET --daemon SOCKET [--rounds R] [--ops N] [--clients C] [--random-of N] [--label L] [--no-throughput]\n");
         return 2;
     }
     const char *echo[2] = { NULL, NULL }, *daemon = NULL, *label = "run";
