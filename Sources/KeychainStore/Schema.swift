@@ -21,13 +21,14 @@ import KeychainCore
 ///   item_key   BLOB NOT NULL,          -- the item's random key, sealed by the class key
 ///   attributes BLOB NOT NULL,          -- CBOR map of every attribute, sealed by the item key
 ///   secret     BLOB NOT NULL)          -- v_Data, sealed by the item key (opened only when asked for)
+/// items_by_group_service_account(agrp_ix, svce_ix, acct_ix)   -- version 3 (replaces three indexes)
 /// item_attributes(                     -- version 2: the Secret Service attribute index
 ///   ix   BLOB NOT NULL,                -- blind index of one (name, value), or the Secret Service item mark
 ///   ref  BLOB NOT NULL,                -- the item's ref
 ///   PRIMARY KEY (ix, ref))             -- one row per attribute of an item with its own attributes
 /// ```
 enum Schema {
-    static let currentVersion = 2
+    static let currentVersion = 3
 
     /// migrations[i] takes a database from version i to version i + 1.
     static let migrations: [[String]] = [
@@ -67,6 +68,19 @@ enum Schema {
             ) STRICT, WITHOUT ROWID
             """,
             "CREATE INDEX item_attributes_by_ref ON item_attributes(ref)",
+        ],
+        // 3: one (group, service, account) index instead of (service, account), (account) and (group).
+        // Every write paid a page in each; two of them land at random, so a durable add wrote two
+        // pages more than it needs (docs/performance.md, "Durable adds beside their floors"). An
+        // app's queries always name its groups, so by group, group and service, or all three they
+        // search this index; by account alone they scan their groups' part of it (digests only, no
+        // row is opened); an administrator's query by service or account alone, naming no group,
+        // scans the table. Indexes only: no row changes, the row-state record stays valid.
+        [
+            "DROP INDEX IF EXISTS items_by_service_account",
+            "DROP INDEX IF EXISTS items_by_account",
+            "DROP INDEX IF EXISTS items_by_group",
+            "CREATE INDEX IF NOT EXISTS items_by_group_service_account ON items(agrp_ix, svce_ix, acct_ix)",
         ],
     ]
 

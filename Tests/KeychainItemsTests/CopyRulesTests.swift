@@ -186,12 +186,47 @@ import Testing
             let plan = try explain(fx, filter.sql, parameters: filter.uniqueIndexes!)
             #expect(plan.contains("USING INDEX sqlite_autoindex_items_2"), "\(plan)")
             #expect(!plan.contains("SCAN"), "\(plan)")
-            // Service only: through the (svce_ix, acct_ix) index.
+            // Service only: a search of the (agrp_ix, svce_ix, acct_ix) index by the caller's groups
+            // and the service.
             let svcOnly = fx.service.rowFilter(
                 try ParsedQuery(["class": .text("genp"), "svce": .text("svc")], for: .copy), scope: scope,
                 withSecret: false)
             let plan2 = try explain(fx, svcOnly.sql, parameters: [svcOnly.serviceIndex!] + svcOnly.accessGroupIndexes!)
-            #expect(plan2.contains("INDEX items_by_service_account"), "\(plan2)")
+            #expect(
+                plan2.contains("SEARCH items USING INDEX items_by_group_service_account (agrp_ix=? AND svce_ix=?)"),
+                "\(plan2)")
+        }
+    }
+
+    /// Queries an app makes without a service or account still search the index by its groups: all
+    /// its items, and its items of one account (the account is matched inside the index, on digests).
+    @Test func lookupsByGroupOrAccountSearchTheCallersGroups() throws {
+        try withKeychain { (fx) throws in
+            try fx.add("svc", "alice")
+            let scope = try AccessPolicy.scope(naming: nil, Fixture.app)
+            let all = fx.service.rowFilter(
+                try ParsedQuery(["class": .text("genp"), "m_Limit": .text("m_LimitAll")], for: .copy), scope: scope,
+                withSecret: false)
+            let plan = try explain(fx, all.sql, parameters: all.accessGroupIndexes!)
+            #expect(plan.contains("SEARCH items USING INDEX items_by_group_service_account (agrp_ix=?)"), "\(plan)")
+            let byAccount = fx.service.rowFilter(
+                try ParsedQuery(["class": .text("genp"), "acct": .text("alice")], for: .copy), scope: scope,
+                withSecret: false)
+            let plan2 = try explain(
+                fx, byAccount.sql, parameters: [byAccount.accountIndex!] + byAccount.accessGroupIndexes!)
+            #expect(plan2.contains("SEARCH items USING INDEX items_by_group_service_account (agrp_ix=?)"), "\(plan2)")
+            #expect(!plan2.contains("SCAN items"), "\(plan2)")
+            // An app of one group asking by service: the search names group and service. (With an
+            // index per column SQLite took the group's index here and read every row of the group.)
+            let oneGroup = try AccessPolicy.scope(naming: nil, Caller(accessGroups: ["TEAM.app"]))
+            let byService = fx.service.rowFilter(
+                try ParsedQuery(["class": .text("genp"), "svce": .text("svc")], for: .copy), scope: oneGroup,
+                withSecret: false)
+            let plan3 = try explain(
+                fx, byService.sql, parameters: [byService.serviceIndex!] + byService.accessGroupIndexes!)
+            #expect(
+                plan3.contains("SEARCH items USING INDEX items_by_group_service_account (agrp_ix=? AND svce_ix=?)"),
+                "\(plan3)")
         }
     }
 }

@@ -37,6 +37,18 @@ import Testing
         let attributes = try #require(try service.copyMatching(q, caller: Self.app)?.map)
         #expect(attributes["labl"] == .text("Golden label") || attributes["labl"] == .bytes(Array("Golden label".utf8)))
         #expect(attributes["pdmn"] == .text("ak") && attributes["agrp"] == .text("GOLDEN.app"))
+        // Opened by a keychaind whose schema has one (group, service, account) index where the
+        // file has three: queries by group alone and by account alone still find their items.
+        let all = try service.copyMatching(
+            ["class": .text("genp"), "m_Limit": .text("m_LimitAll"), "r_Attributes": .bool(true)], caller: Self.app)
+        #expect(all?.array?.count == 4)
+        let bob = try service.copyMatching(
+            [
+                "class": .text("genp"), "acct": .text("bob"), "m_Limit": .text("m_LimitAll"),
+                "r_Attributes": .bool(true),
+            ],
+            caller: Self.app)
+        #expect(bob?.array?.count == 1)
     }
 
     @Test func theGoldenKeychainTakesNewWritesAndReopens() throws {

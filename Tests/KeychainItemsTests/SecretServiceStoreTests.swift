@@ -209,12 +209,18 @@ import Testing
         try withKeychain { (fx) throws in
             try fx.add("before", "migration", secret: "kept")
             fx.service.close()
-            // What a keychaind from before the Secret Service left: schema 1, no attribute index.
+            // What a keychaind from before the Secret Service left: schema 1, no attribute index, the
+            // three item indexes of schemas 1 and 2.
             let db = try SQLiteConnection(path: fx.databasePath, create: false)
             try db.execute("DROP TABLE item_attributes")
+            try db.execute("DROP INDEX items_by_group_service_account")
+            try db.execute("CREATE INDEX items_by_service_account ON items(svce_ix, acct_ix)")
+            try db.execute("CREATE INDEX items_by_account ON items(acct_ix)")
+            try db.execute("CREATE INDEX items_by_group ON items(agrp_ix)")
             try db.execute("PRAGMA user_version = 1")
             db.close()
             try fx.reopen()
+            #expect(try indexes(fx) == ["item_attributes_by_ref", "items_by_group_service_account"])
             #expect(!fx.service.rowCheck.resealed)
             #expect(try fx.secret("before", "migration") == "kept")
             #expect(try search(fx, [("service", "before"), ("account", "migration")]).unlocked.count == 1)
@@ -291,5 +297,18 @@ extension Result {
     var failureStatus: Status? {
         if case .failure(let e as KeychainError) = self { return e.status }
         return nil
+    }
+}
+
+/// The names of the database's own indexes (SQLite's automatic ones left out), sorted.
+func indexes(_ fx: Fixture) throws -> [String] {
+    let db = try SQLiteConnection(path: fx.databasePath, create: false)
+    defer { db.close() }
+    return try db.withStatement(
+        "SELECT name FROM sqlite_master WHERE type = 'index' AND name NOT LIKE 'sqlite_autoindex_%' ORDER BY name"
+    ) { (s) throws(KeychainError) -> [String] in
+        var names: [String] = []
+        while try s.step() { names.append(s.text(0) ?? "") }
+        return names
     }
 }
