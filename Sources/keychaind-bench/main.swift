@@ -157,23 +157,10 @@ enum EchoServer {
     }
 }
 
-/// A detached pthread running a closure (no Foundation in this tool).
+/// A closure handed to a pthread (no Foundation in this tool): see `join`.
 final class ThreadBox: Sendable {
     let body: @Sendable () -> Void
     init(_ body: @escaping @Sendable () -> Void) { self.body = body }
-    func start() {
-        var tid = pthread_t()
-        let ctx = Unmanaged.passRetained(self).toOpaque()
-        let rc = pthread_create(
-            &tid, nil,
-            { raw in
-                let box = Unmanaged<ThreadBox>.fromOpaque(raw!).takeRetainedValue()
-                box.body()
-                return nil
-            }, ctx)
-        if rc != 0 { die("pthread_create failed") }
-        pthread_detach(tid)
-    }
 }
 
 func join(_ bodies: [@Sendable () -> Void]) {
