@@ -177,6 +177,14 @@ public enum CBOR {
         return value
     }
 
+    /// The content of a text string as the decoder makes it: nil when it is not valid UTF-8. (For
+    /// scanners that find a text string in encoded bytes and must read it exactly as `decode` would.)
+    public static func text(_ content: UnsafeRawBufferPointer) -> String? {
+        // ASCII (every key, most values) is valid UTF-8 as it is; only other text needs validating.
+        if content.allSatisfy({ $0 < 0x80 }) { return String(decoding: content, as: UTF8.self) }
+        return String(validating: content, as: UTF8.self)
+    }
+
     private struct Reader {
         let bytes: UnsafeRawBufferPointer
         let limits: Limits
@@ -240,16 +248,8 @@ public enum CBOR {
 
         mutating func readText(_ info: UInt8) throws(KeychainError) -> String {
             let n = try length(info)
-            let slice = UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + n])
-            // ASCII (every key, most values) is valid UTF-8 as it is; only other text needs validating.
-            let s: String
-            if slice.allSatisfy({ $0 < 0x80 }) {
-                s = String(decoding: slice, as: UTF8.self)
-            } else {
-                guard let v = String(validating: slice, as: UTF8.self) else {
-                    throw fail("text string is not valid UTF-8")
-                }
-                s = v
+            guard let s = CBOR.text(UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + n])) else {
+                throw fail("text string is not valid UTF-8")
             }
             offset += n
             return s

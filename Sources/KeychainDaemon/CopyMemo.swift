@@ -16,6 +16,12 @@ import KeychainItems
 /// SIGHUP) makes every entry stale. Nothing secret is kept: queries carrying `v_Data` are not
 /// remembered, and a compiled query holds digests and attribute filters only.
 ///
+/// A second, smaller table keeps compiled queries by their `QueryTemplate` (the query's bytes with
+/// the service and account values cut out): a query that misses the first table but has the shape of
+/// one compiled before (same keys and other values, another service or account) is compiled from that
+/// one by `ItemService.recompile` — only the two attribute filters and the digests are made again —
+/// under the same token rules. It then goes into the first table like any compiled query.
+///
 /// Used by its connection's thread only.
 final class CopyMemo {
     /// What the skipped work depended on besides the query bytes.
@@ -39,9 +45,13 @@ final class CopyMemo {
     /// Direct-mapped by a hash of the query bytes: no allocation and no hashing of Swift values on a hit.
     static let slots = 64
     private var entries: [Entry?]
+    /// Keyed by template (`QueryTemplate.key`): an app uses few query shapes.
+    static let templateSlots = 8
+    private var templates: [Entry?]
 
     init() {
         entries = Array(repeating: nil, count: Self.slots)
+        templates = Array(repeating: nil, count: Self.templateSlots)
     }
 
     private static func slot(_ bytes: UnsafeRawBufferPointer) -> Int {
@@ -64,9 +74,21 @@ final class CopyMemo {
     /// The compiled query remembered for exactly these `query` bytes under `token`, else nil.
     func lookup(_ query: UnsafeRawBufferPointer, token: Token) -> ItemService.CompiledCopy? {
         guard !query.isEmpty else { return nil }
-        guard let entry = entries[Self.slot(query)], entry.token == token,
-            entry.query.count == query.count,
-            entry.query.withUnsafeBytes({ Self.same($0, query) })
+        return Self.found(entries[Self.slot(query)], query, token)
+    }
+
+    /// A compiled query of this template (`QueryTemplate.key`) under `token`, else nil.
+    func lookup(template key: [UInt8], token: Token) -> ItemService.CompiledCopy? {
+        key.withUnsafeBytes { key in
+            Self.found(templates[Self.slot(key) & (Self.templateSlots - 1)], key, token)
+        }
+    }
+
+    private static func found(_ entry: Entry?, _ bytes: UnsafeRawBufferPointer, _ token: Token)
+        -> ItemService.CompiledCopy?
+    {
+        guard let entry, entry.token == token, entry.query.count == bytes.count,
+            entry.query.withUnsafeBytes({ same($0, bytes) })
         else { return nil }
         return entry.compiled
     }
@@ -93,13 +115,21 @@ final class CopyMemo {
     /// The longest `query` remembered: the memo must not let a client park 64 large frames in the
     /// daemon outside the buffer budget. Real queries are tens to a few hundred bytes. Each entry also
     /// holds its compiled query (at most two 32-byte digests per access group of the caller), so a
-    /// connection's memo is bounded by about 64 KiB plus the digests, the size of its own read
-    /// buffer; only copies that an identified app was allowed to compile fill it.
+    /// connection's memo (64 entries and 8 templates) is bounded by about 72 KiB plus the digests,
+    /// about the size of its own read buffer; only copies that an identified app was allowed to
+    /// compile fill it.
     static let maxQueryBytes = 1024
 
     /// Remembers `compiled` for these `query` bytes (never a query that carries a secret, nor a long one).
     func store(_ query: UnsafeRawBufferPointer, token: Token, compiled: ItemService.CompiledCopy) {
         guard !compiled.carriesSecret, query.count <= Self.maxQueryBytes else { return }
         entries[Self.slot(query)] = Entry(query: Array(query), token: token, compiled: compiled)
+    }
+
+    /// Remembers `compiled` as the compiled query of its template (same conditions as `store`).
+    func store(template key: [UInt8], token: Token, compiled: ItemService.CompiledCopy) {
+        guard !compiled.carriesSecret, key.count <= Self.maxQueryBytes else { return }
+        let slot = key.withUnsafeBytes { Self.slot($0) } & (Self.templateSlots - 1)
+        templates[slot] = Entry(query: key, token: token, compiled: compiled)
     }
 }

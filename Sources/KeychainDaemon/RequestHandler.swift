@@ -118,11 +118,26 @@ public final class RequestHandler: Sendable {
     /// A `copy` served from the memo, or nil when its query is not there (or the entry is stale).
     /// Everything the full path does per request still happens: the peer is identified in the current
     /// registry generation, activity is counted, and the rows are read and opened now.
+    ///
+    /// A query the memo does not hold but whose template it does (the same query but for the service
+    /// and account, both text) is compiled from the template's entry: its two values read as the
+    /// decoder reads text, the filters and digests made again (`ItemService.recompile`); it is then
+    /// remembered as any compiled query. When that fails (a value that is not valid UTF-8), the
+    /// request takes the full path, which answers with the error.
     private func memoized(_ body: SecretBytes, shape: RequestShape, memo: CopyMemo, peer: ConnectionPeer) -> Outcome? {
         guard peer.isIdentified(in: registrar) else { return nil }
         let token = CopyMemo.Token(registryGeneration: peer.generation, passphraseSet: items.hasPassphrase)
-        let found = body.withUnsafeBytes { raw in
-            memo.lookup(UnsafeRawBufferPointer(rebasing: raw[shape.queryStart...]), token: token)
+        let found = body.withUnsafeBytes { raw -> ItemService.CompiledCopy? in
+            let query = UnsafeRawBufferPointer(rebasing: raw[shape.queryStart...])
+            if let compiled = memo.lookup(query, token: token) { return compiled }
+            guard let template = QueryTemplate.scan(query),
+                let base = memo.lookup(template: template.key, token: token),
+                let service = CBOR.text(UnsafeRawBufferPointer(rebasing: query[template.service])),
+                let account = CBOR.text(UnsafeRawBufferPointer(rebasing: query[template.account])),
+                let compiled = try? items.recompile(base, service: service, account: account)
+            else { return nil }
+            memo.store(query, token: token, compiled: compiled)
+            return compiled
         }
         guard let compiled = found else { return nil }
         touch()
@@ -177,8 +192,11 @@ public final class RequestHandler: Sendable {
             let token = CopyMemo.Token(registryGeneration: peer.generation, passphraseSet: passphraseSet)
             return try item(action, request, caller: caller!) { compiled in
                 slot.body.withUnsafeBytes { raw in
-                    slot.memo.store(
-                        UnsafeRawBufferPointer(rebasing: raw[slot.queryStart...]), token: token, compiled: compiled)
+                    let query = UnsafeRawBufferPointer(rebasing: raw[slot.queryStart...])
+                    slot.memo.store(query, token: token, compiled: compiled)
+                    if let template = QueryTemplate.scan(query) {
+                        slot.memo.store(template: template.key, token: token, compiled: compiled)
+                    }
                 }
             }
         case .add, .update, .delete:

@@ -186,6 +186,24 @@ public final class ItemService: Sendable {
     public func compileCopy(_ query: [String: Value], caller: Caller) throws(KeychainError) -> CompiledCopy {
         let parsed = try ParsedQuery(query, for: .copy)
         let scope = try AccessPolicy.scope(naming: parsed.attributes[.accessGroup]?.text, caller)
+        return compiled(parsed, scope: scope, caller: caller)
+    }
+
+    /// `base` with its service and account filters replaced by these two strings: what `compileCopy`
+    /// gives for `base`'s query with these values in place of its own, when both were text strings
+    /// (a `QueryTemplate` match). Nothing else in a compiled query depends on the two values: the
+    /// parse of every other key, the caller and the scope are the same, so only the attribute filters
+    /// and the row filter's digests are made again. Throws where `compileCopy` would for such a value.
+    public func recompile(_ base: CompiledCopy, service: String, account: String) throws(KeychainError)
+        -> CompiledCopy
+    {
+        var parsed = base.parsed
+        parsed.attributes[.service] = try Attribute.service.normalize(.text(service))
+        parsed.attributes[.account] = try Attribute.account.normalize(.text(account))
+        return compiled(parsed, scope: base.scope, caller: base.caller)
+    }
+
+    private func compiled(_ parsed: ParsedQuery, scope: [String]?, caller: Caller) -> CompiledCopy {
         let filter = rowFilter(parsed, scope: scope, withSecret: parsed.returns.data)
         // A point lookup by the uniqueness digest that asks for no attributes and filters on nothing
         // but the key and the class needs no attribute re-check: the item key's associated data

@@ -35,17 +35,19 @@ enum FuzzHarness {
     }
 
     /// One input: a frame body as a client would send it. Everything must come back as a response.
-    /// A `copy` of the common request shape is asked again (now answered from the session's memo)
-    /// and once more without a memo: the two answers must be the same, or the memo changed meaning.
+    /// A `copy` of the common request shape is answered in the session (from a compiled query of its
+    /// template when an earlier input had the same one), asked again (now from the session's memo)
+    /// and once more without a memo: all three answers must be the same, or the memo changed meaning.
     static func run(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
         guard let handler, let session, let data else { return 0 }
         let body = Array(UnsafeBufferPointer(start: data, count: size))
-        _ = handler.handle(frame: body, session: session)
+        let first = handler.handle(frame: body, session: session).response
         guard body.withUnsafeBytes({ RequestShape.scan($0) })?.op == .copy else { return 0 }
         let remembered = handler.handle(frame: body, session: session).response
         let full = handler.handle(frame: body, peer: peer).response
-        if remembered.status != full.status || remembered.result != full.result {
-            fatalError("the copy memo answered \(remembered.status) where the full path answered \(full.status)")
+        for (answer, how) in [(first, "the template memo"), (remembered, "the copy memo")]
+        where answer.status != full.status || answer.result != full.result {
+            fatalError("\(how) answered \(answer.status) where the full path answered \(full.status)")
         }
         return 0
     }

@@ -105,4 +105,76 @@ final class CopyMemoTests: XCTestCase {
         XCTAssertEqual(Set(answers).count, 1, "different errors for the same query: \(Set(answers))")
         XCTAssertTrue(answers[0].contains("aJ"), answers[0])
     }
+    /// Queries of one template (the same query but for its service and account) are compiled from
+    /// the first one seen on the connection: each must answer exactly as the full path does for that
+    /// query on a fresh connection — found or not, in the caller's groups or not, whatever it returns.
+    func testQueriesOfOneTemplateAnswerAsTheFullPath() throws {
+        let d = try DaemonHarness()
+        let c = try d.connect()
+        let pairs = [
+            ("s0", "a0"), ("com.example.a-service-name-longer-than-a-small-string", "a1"), ("s2", "ünïcödé"),
+            ("s3", String(repeating: "x", count: 300)), ("", "a4"),
+        ]
+        for (i, (service, account)) in pairs.enumerated() {
+            var add = item(service, group: i == 4 ? "TEAM.shared" : "TEAM.tests")
+            add["acct"] = .text(account)
+            add["v_Data"] = .bytes(Array("d\(i)".utf8))
+            if i == 2 { add["pdmn"] = .text("ak") }
+            XCTAssertEqual(try c.call("add", query: add).status, .success)
+        }
+        // Every stored pair, pairs that mix two items (not found), and one that names nothing stored.
+        var asked = pairs + [("s0", "a1"), ("s2", "a0"), ("nothing", "here")]
+        asked += asked.reversed()
+        let shapes: [[String: Value]] = [
+            ["r_Data": .bool(true)],
+            ["r_Attributes": .bool(true), "r_Data": .bool(true)],
+            ["r_Data": .bool(true), "agrp": .text("TEAM.tests")],
+            ["r_Data": .bool(true), "agrp": .text("TEAM.other")],
+            ["r_Data": .bool(true), "pdmn": .text("ak")],
+            ["r_PersistentRef": .bool(true), "m_Limit": .text("m_LimitAll")],
+            ["r_Data": .bool(true), "sync": .text("syna")],
+        ]
+        var served = 0
+        for shape in shapes {
+            for (service, account) in asked {
+                var q = item(service)
+                q["acct"] = .text(account)
+                q.merge(shape) { _, new in new }
+                let remembered = try c.call("copy", query: q)
+                let full = try d.connect().call("copy", query: q)
+                XCTAssertEqual(remembered.status, full.status, "\(shape) \(service)/\(account)")
+                XCTAssertEqual(remembered.result, full.result, "\(shape) \(service)/\(account)")
+                if full.status == .success { served += 1 }
+            }
+        }
+        XCTAssertGreaterThan(served, 20, "too few queries found an item to compare anything")
+    }
+
+    /// A value that is not valid UTF-8, in a query whose template the connection holds, is refused
+    /// as the full path refuses it: the request is not valid CBOR, and the connection is closed.
+    func testAnInvalidValueInAKnownTemplateIsRefusedAsTheFullPathRefusesIt() throws {
+        let d = try DaemonHarness()
+        let c = try d.connect()
+        var add = item("s")
+        add["v_Data"] = .bytes(Array("x".utf8))
+        XCTAssertEqual(try c.call("add", query: add).status, .success)
+        var q = item("s")
+        q["r_Data"] = .bool(true)
+        XCTAssertEqual(try c.call("copy", query: q).result, .bytes(Array("x".utf8)))
+        // The same query with the service "~~" made two bytes that are not UTF-8.
+        var bad = item("~~")
+        bad["r_Data"] = .bool(true)
+        var frame = Frame.encode(Request(id: 77, op: "copy", query: bad).value)
+        let at = try XCTUnwrap(
+            (0..<frame.count - 2).first { frame[$0] == 0x62 && frame[$0 + 1] == 0x7E && frame[$0 + 2] == 0x7E })
+        frame[at + 1] = 0xFF
+        frame[at + 2] = 0xFE
+        for client in [c, try d.connect()] {
+            try client.sendRaw(frame)
+            let r = try client.receive()
+            XCTAssertEqual(r.status, .param)
+            XCTAssertTrue(r.message?.contains("UTF-8") ?? false, r.message ?? "")
+            XCTAssertTrue(client.isClosed(), "the connection stayed open after a request that is not valid CBOR")
+        }
+    }
 }

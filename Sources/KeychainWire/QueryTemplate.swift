@@ -1,0 +1,103 @@
+/// A `copy` query's bytes with the values of its service (`svce`) and account (`acct`) cut out: the
+/// query's shape. An app that reads many items asks the same query again and again with another
+/// service or account each time (one token per user, say); every such query has the same template.
+///
+/// Found by scanning the encoded map, without decoding it: a map of at most 23 entries whose keys are
+/// short text strings and whose values are integers, byte strings, text strings, booleans or null
+/// (anything else — arrays, maps, tags, floats — is nil, and the query takes the full path), with
+/// `svce` and `acct` each present once as a text string. The key is the query's bytes with each of
+/// those two values (head and content) replaced by the one byte 0xFF, which never starts a data item
+/// the decoder accepts; reading the key from its start, every head says where the next one is, so
+/// two queries with the same key differ in nothing but those two values.
+///
+/// The scan validates nothing else (not the UTF-8 of the values, not the key names): the caller uses
+/// a template only to find the compiled form of a query that was decoded, parsed and checked in full
+/// before, and reads the two values with `CBOR.text`, as the decoder would.
+public struct QueryTemplate: Sendable {
+    /// The query's bytes with the service and account values replaced by 0xFF each.
+    public let key: [UInt8]
+    /// Where the service's text (its content, without the head) is in the query's bytes.
+    public let service: Range<Int>
+    /// Where the account's text is.
+    public let account: Range<Int>
+
+    /// The template of `query` (the encoded map), or nil when it is not of the kind described above.
+    public static func scan(_ query: UnsafeRawBufferPointer) -> QueryTemplate? {
+        let count = query.count
+        guard count > 0, query[0] >> 5 == 5, query[0] & 0x1F < 24 else { return nil }
+        let entries = Int(query[0] & 0x1F)
+        var at = 1
+        // Each of the two values: where its head starts and where its content starts and ends.
+        var service: (head: Int, content: Range<Int>)?
+        var account: (head: Int, content: Range<Int>)?
+        for _ in 0..<entries {
+            // The key: a text string shorter than 24 bytes.
+            guard at < count, query[at] >> 5 == 3 else { return nil }
+            let keyLength = Int(query[at] & 0x1F)
+            guard keyLength < 24, count - at - 1 >= keyLength else { return nil }
+            let keyStart = at + 1
+            at = keyStart + keyLength
+            // The value.
+            guard at < count else { return nil }
+            let head = at
+            let major = query[at] >> 5
+            let info = query[at] & 0x1F
+            at += 1
+            var argument: UInt64 = UInt64(info)
+            switch info {
+            case 0..<24:
+                break
+            case 24...27:
+                let width = 1 << Int(info - 24)
+                guard count - at >= width else { return nil }
+                argument = 0
+                for _ in 0..<width {
+                    argument = argument << 8 | UInt64(query[at])
+                    at += 1
+                }
+            default:
+                if major == 7 { break }
+                return nil
+            }
+            switch major {
+            case 0, 1:
+                break
+            case 2, 3:
+                guard argument <= UInt64(count - at) else { return nil }
+                let content = at..<at + Int(argument)
+                at = content.upperBound
+                if major == 3 && keyLength == 4 {
+                    if same(query, keyStart, "svce") {
+                        guard service == nil else { return nil }
+                        service = (head, content)
+                    } else if same(query, keyStart, "acct") {
+                        guard account == nil else { return nil }
+                        account = (head, content)
+                    }
+                }
+            case 7:
+                // false, true, null only.
+                guard info == 20 || info == 21 || info == 22 else { return nil }
+            default:
+                return nil
+            }
+        }
+        guard at == count, let service, let account else { return nil }
+        // The key: every byte but the two values, each value one 0xFF.
+        let (first, second) = service.head < account.head ? (service, account) : (account, service)
+        var key: [UInt8] = []
+        key.reserveCapacity(count)
+        key.append(contentsOf: UnsafeRawBufferPointer(rebasing: query[0..<first.head]))
+        key.append(0xFF)
+        key.append(contentsOf: UnsafeRawBufferPointer(rebasing: query[first.content.upperBound..<second.head]))
+        key.append(0xFF)
+        key.append(contentsOf: UnsafeRawBufferPointer(rebasing: query[second.content.upperBound..<count]))
+        return QueryTemplate(key: key, service: service.content, account: account.content)
+    }
+
+    /// The four bytes at `at` are those of `name` (four ASCII letters).
+    private static func same(_ bytes: UnsafeRawBufferPointer, _ at: Int, _ name: StaticString) -> Bool {
+        let n = name.utf8Start
+        return bytes[at] == n[0] && bytes[at + 1] == n[1] && bytes[at + 2] == n[2] && bytes[at + 3] == n[3]
+    }
+}

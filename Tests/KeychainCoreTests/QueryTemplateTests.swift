@@ -1,0 +1,93 @@
+import KeychainCore
+import KeychainWire
+import Testing
+
+/// The daemon compiles a `copy` query from an earlier one of the same template (the query but for its
+/// service and account): two queries may share a template only when nothing else in them differs.
+@Suite("Query templates")
+struct QueryTemplateTests {
+    func template(_ query: [String: Value]) -> QueryTemplate? {
+        CBOR.encode(.map(query)).withUnsafeBytes { QueryTemplate.scan($0) }
+    }
+
+    func query(_ service: String, _ account: String, _ more: [String: Value] = [:]) -> [String: Value] {
+        var q: [String: Value] = ["class": .text("genp"), "svce": .text(service), "acct": .text(account)]
+        q.merge(more) { _, new in new }
+        return q
+    }
+
+    @Test("queries that differ only in service and account share a template, whatever the values' lengths")
+    func sameShape() throws {
+        let base = try #require(template(query("s", "a", ["r_Data": .bool(true), "m_Limit": .text("m_LimitOne")])))
+        for (service, account) in [
+            ("s", "a"), ("", ""), (String(repeating: "x", count: 30), "é"), ("ü", String(repeating: "y", count: 300)),
+        ] {
+            let other = try #require(
+                template(query(service, account, ["r_Data": .bool(true), "m_Limit": .text("m_LimitOne")])))
+            #expect(other.key == base.key, "\(service.utf8.count)/\(account.utf8.count) bytes")
+        }
+    }
+
+    @Test("the ranges are the values' text, as the decoder reads it")
+    func ranges() throws {
+        let service = "com.example.a-long-service-name"
+        let account = "ünïcode account"
+        let bytes = CBOR.encode(.map(query(service, account, ["agrp": .text("TEAM.g")])))
+        let t = try #require(bytes.withUnsafeBytes { QueryTemplate.scan($0) })
+        bytes.withUnsafeBytes { raw in
+            #expect(CBOR.text(UnsafeRawBufferPointer(rebasing: raw[t.service])) == service)
+            #expect(CBOR.text(UnsafeRawBufferPointer(rebasing: raw[t.account])) == account)
+        }
+    }
+
+    @Test("anything else that differs gives another template")
+    func otherDifferences() throws {
+        let base = try #require(template(query("s", "a", ["r_Data": .bool(true)])))
+        let others: [[String: Value]] = [
+            query("s", "a", ["r_Data": .bool(false)]),
+            query("s", "a", ["r_Attributes": .bool(true)]),
+            query("s", "a", ["r_Data": .bool(true), "agrp": .text("TEAM.g")]),
+            query("s", "a", ["r_Data": .bool(true), "pdmn": .text("ak")]),
+            query("s", "a", ["r_Data": .bool(true), "m_Limit": .int(2)]),
+            query("s", "a", ["r_Data": .bool(true), "labl": .text("s")]),
+            query("s", "a", ["r_Data": .bool(true), "sync": .text("syna")]),
+            ["class": .text("genp"), "svce": .text("s"), "acct": .text("a"), "r_Data": .int(1)],
+            ["class": .text("keys"), "svce": .text("s"), "acct": .text("a"), "r_Data": .bool(true)],
+        ]
+        for other in others {
+            let t = try #require(template(other), "\(other)")
+            #expect(t.key != base.key, "\(other)")
+        }
+    }
+
+    @Test("no template without both values as text, or with values the scan does not read")
+    func noTemplate() {
+        let refused: [[String: Value]] = [
+            ["class": .text("genp"), "svce": .text("s")],
+            ["class": .text("genp"), "acct": .text("a")],
+            ["class": .text("genp"), "svce": .bytes([1]), "acct": .text("a")],
+            ["class": .text("genp"), "svce": .text("s"), "acct": .bytes([2])],
+            query("s", "a", ["mdat": .date(5)]),
+            query("s", "a", ["gena": .array([])]),
+            query("s", "a", ["x": .map([:])]),
+            query("s", "a", ["crtr": .float(1.5)]),
+        ]
+        for q in refused { #expect(template(q) == nil, "\(q)") }
+        #expect([UInt8]().withUnsafeBytes { QueryTemplate.scan($0) } == nil)
+    }
+
+    @Test("a repeated key, trailing bytes, or input cut short is no template")
+    func malformed() throws {
+        // {"svce": "s", "acct": "a", "svce": "t"} written by hand: a map of three with a repeated key.
+        let repeated: [UInt8] =
+            [0xA3, 0x64] + Array("svce".utf8) + [0x61, 0x73, 0x64] + Array("acct".utf8) + [0x61, 0x61, 0x64]
+            + Array("svce".utf8) + [0x61, 0x74]
+        #expect(repeated.withUnsafeBytes { QueryTemplate.scan($0) } == nil)
+        let whole = CBOR.encode(.map(query("service", "account", ["r_Data": .bool(true)])))
+        #expect(whole.withUnsafeBytes { QueryTemplate.scan($0) } != nil)
+        #expect((whole + [0]).withUnsafeBytes { QueryTemplate.scan($0) } == nil)
+        for cut in 0..<whole.count {
+            #expect(Array(whole[..<cut]).withUnsafeBytes { QueryTemplate.scan($0) } == nil, "cut at \(cut)")
+        }
+    }
+}
