@@ -21,10 +21,11 @@ package final class SQLiteConnection: @unchecked Sendable {
     package init(path: String, create: Bool = true, readOnly: Bool = false, busyTimeoutMs: Int32 = 5000)
         throws(KeychainError)
     {
+        _ = Self.configured
         var flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW | SQLITE_OPEN_PRIVATECACHE
         if create { flags |= SQLITE_OPEN_CREATE }
         var handle: OpaquePointer?
-        let rc = sqlite3_open_v2(path, &handle, flags, nil)
+        let rc = sqlite3_open_v2(path, &handle, flags, "unix-excl")
         guard rc == SQLITE_OK, let handle else {
             let message = handle.map { String(cString: sqlite3_errmsg($0)) } ?? "out of memory"
             sqlite3_close_v2(handle)
@@ -46,6 +47,12 @@ package final class SQLiteConnection: @unchecked Sendable {
     }
 
     deinit { close() }
+
+    /// The library set up once per process, before the first connection: without its memory
+    /// statistics (Debian's SQLite has no lookaside, so a query's every allocation — about ten per
+    /// point lookup — took a process-wide mutex to count itself). An error here means the library was
+    /// initialised before (only the statistics stay on), or cannot be, which the first open reports.
+    private static let configured: Int32 = keychaind_sqlite_configure()
 
     /// Finalizes every statement and closes the connection; later use is errSecNotAvailable.
     package func close() {
