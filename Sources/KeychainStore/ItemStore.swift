@@ -24,13 +24,17 @@ public final class ItemStore: Sendable {
         var closed = false
     }
 
-    /// Opens the database at `path`, creating it (mode 0600, before SQLite touches it, so `-wal` and
-    /// `-shm` inherit 0600) and migrating its schema to the current version.
+    /// Opens the database at `path`, creating it (mode 0600, before SQLite touches it, so `-wal`
+    /// inherits 0600) and migrating its schema to the current version. The WAL's index is kept in
+    /// memory (SQLiteConnection, `unix-excl`): a `-shm` file that an earlier version left is removed.
     /// `lookupCacheEntries`: how many point lookups to keep as sealed rows (0 turns the cache off).
     public init(path: String, lookupCacheEntries: Int = PointLookupCache.defaultCapacity) throws(KeychainError) {
         self.path = path
         pointCache = PointLookupCache(capacity: lookupCacheEntries)
         lock = try DatabaseLock(databasePath: path)
+        // Only this process opens the database (the lock above), and SQLite rebuilds the index from
+        // the WAL, so the old file holds nothing that is needed.
+        FileSystem.removeIfPresent(path + "-shm")
         do { try FileDescriptor.open(path, [.readWrite, .create, .noFollow], permissions: 0o600).close() } catch {
             throw KeychainError(.notAvailable, "cannot open database \(path)", error)
         }
