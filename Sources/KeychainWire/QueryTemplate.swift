@@ -43,22 +43,8 @@ public struct QueryTemplate: Sendable {
             let major = query[at] >> 5
             let info = query[at] & 0x1F
             at += 1
-            var argument: UInt64 = UInt64(info)
-            switch info {
-            case 0..<24:
-                break
-            case 24...27:
-                let width = 1 << Int(info - 24)
-                guard count - at >= width else { return nil }
-                argument = 0
-                for _ in 0..<width {
-                    argument = argument << 8 | UInt64(query[at])
-                    at += 1
-                }
-            default:
-                if major == 7 { break }
-                return nil
-            }
+            // (No indefinite lengths; nor break, reserved or simple values of major 7, refused below anyway.)
+            guard let argument = RawCBOR.argument(query, info, &at) else { return nil }
             switch major {
             case 0, 1:
                 break

@@ -35,22 +35,7 @@ public struct RequestShape: Equatable, Sendable {
         at += 1
         // "id" = an unsigned integer that fits Int64.
         guard head >> 5 == 0 else { return nil }
-        var id: UInt64
-        let info = head & 0x1F
-        if info < 24 {
-            id = UInt64(info)
-        } else if info <= 27 {
-            let width = 1 << Int(info - 24)
-            guard count - at >= width else { return nil }
-            id = 0
-            for _ in 0..<width {
-                id = id << 8 | UInt64(body[at])
-                at += 1
-            }
-        } else {
-            return nil
-        }
-        guard id <= UInt64(Int64.max) else { return nil }
+        guard let id = RawCBOR.argument(body, head & 0x1F, &at), id <= UInt64(Int64.max) else { return nil }
         // "op" (62 6F 70) = a short text string.
         guard count - at >= 4, body[at] == 0x62, body[at + 1] == 0x6F, body[at + 2] == 0x70 else { return nil }
         let opHead = body[at + 3]
@@ -77,5 +62,23 @@ extension Operation {
         }
         for op in Operation.allCases where op.rawValue.utf8.elementsEqual(bytes) { return op }
         return nil
+    }
+}
+
+/// Reading encoded CBOR in place, for the scanners of this module (no decoding, no allocation).
+enum RawCBOR {
+    /// The argument of a head whose additional information is `info`, its bytes read from `bytes`
+    /// at `at` (moved past them); nil for an indefinite length, a reserved value or input cut short.
+    static func argument(_ bytes: UnsafeRawBufferPointer, _ info: UInt8, _ at: inout Int) -> UInt64? {
+        if info < 24 { return UInt64(info) }
+        guard info <= 27 else { return nil }
+        let width = 1 << Int(info - 24)
+        guard bytes.count - at >= width else { return nil }
+        var n: UInt64 = 0
+        for _ in 0..<width {
+            n = n << 8 | UInt64(bytes[at])
+            at += 1
+        }
+        return n
     }
 }
