@@ -114,7 +114,7 @@ let package = Package(
             ]),
         .testTarget(
             name: "KeychainDaemonTests",
-            dependencies: ["KeychainSystem", "KeychainDaemon", "KeychainItems", "KeychainCore"]),
+            dependencies: ["KeychainSystem", "KeychainDaemon", "KeychainItems", "KeychainCore", "KeychainWire"]),
         .testTarget(
             name: "SecretServiceTests",
             dependencies: [

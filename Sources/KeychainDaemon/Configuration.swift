@@ -2,6 +2,7 @@ import Foundation
 import KeychainCore
 public import KeychainCrypto
 public import KeychainItems
+import KeychainStore
 
 /// Daemon settings: defaults, overridden by `keychaind.json`, overridden by command-line flags.
 /// Read and validated once at start; `apps` again on SIGHUP.
@@ -79,6 +80,11 @@ public struct AppEntry: Sendable, Equatable {
 enum JSONFile {
     /// The top-level object of a JSON file; an empty file counts as `{}`.
     static func object(at path: String) throws(ConfigurationError) -> [String: Any] {
+        // Opening and closing the open keychain database (through a link in apps.d, say) would drop
+        // SQLite's lock on it: refused before it is opened.
+        if ItemStore.isOpenDatabase(path) {
+            throw ConfigurationError(file: path, reason: "is the keychain database, not a JSON file")
+        }
         let data: Data
         do { data = try Data(contentsOf: URL(fileURLWithPath: path)) } catch {
             throw ConfigurationError(file: path, reason: "cannot be read (\(error.localizedDescription))")

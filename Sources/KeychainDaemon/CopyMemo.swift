@@ -126,9 +126,11 @@ final class CopyMemo {
         entries[Self.slot(query)] = Entry(query: Array(query), token: token, compiled: compiled)
     }
 
-    /// Remembers `compiled` as the compiled query of its template (same conditions as `store`).
-    func store(template key: [UInt8], token: Token, compiled: ItemService.CompiledCopy) {
-        guard !compiled.carriesSecret, key.count <= Self.maxQueryBytes else { return }
+    /// Remembers `compiled`, the compiled form of a query of `queryCount` bytes, as the compiled query
+    /// of its template (same conditions as `store`). The whole query's length counts, not the key's:
+    /// the compiled query holds the service and account the key leaves out.
+    func store(template key: [UInt8], queryCount: Int, token: Token, compiled: ItemService.CompiledCopy) {
+        guard !compiled.carriesSecret, queryCount <= Self.maxQueryBytes else { return }
         let slot = key.withUnsafeBytes { Self.slot($0) } & (Self.templateSlots - 1)
         templates[slot] = Entry(query: key, token: token, compiled: compiled)
     }

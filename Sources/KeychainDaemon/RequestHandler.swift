@@ -195,7 +195,8 @@ public final class RequestHandler: Sendable {
                     let query = UnsafeRawBufferPointer(rebasing: raw[slot.queryStart...])
                     slot.memo.store(query, token: token, compiled: compiled)
                     if let template = QueryTemplate.scan(query) {
-                        slot.memo.store(template: template.key, token: token, compiled: compiled)
+                        slot.memo.store(
+                            template: template.key, queryCount: query.count, token: token, compiled: compiled)
                     }
                 }
             }

@@ -32,14 +32,16 @@ public final class ItemStore: Sendable {
         self.path = path
         pointCache = PointLookupCache(capacity: lookupCacheEntries)
         lock = try DatabaseLock(databasePath: path)
-        // Only this process opens the database (the lock above), and SQLite rebuilds the index from
-        // the WAL, so the old file holds nothing that is needed.
-        FileSystem.removeIfPresent(path + "-shm")
         do { try FileDescriptor.open(path, [.readWrite, .create, .noFollow], permissions: 0o600).close() } catch {
             throw KeychainError(.notAvailable, "cannot open database \(path)", error)
         }
         let connection = try SQLiteConnection(path: path, create: false)
         try Schema.migrate(connection, path: path)
+        // SQLite holds its exclusive lock now and rebuilt the index from the WAL; only this process
+        // opens the database (the lock file above), so the old file holds nothing that is needed.
+        FileSystem.removeIfPresent(path + "-shm")
+        identity = (try? FileSystem.status(path)).map { ($0.device, $0.inode) }
+        if let identity { Self.openFiles.withLock { $0.append(identity) } }
         let cache = pointCache
         writer = WriterGate(connection, afterTransaction: { cache.invalidate() })
         readers = Locked(ReaderPool())
@@ -57,7 +59,26 @@ public final class ItemStore: Sendable {
             return pool.idle
         }
         for c in idle { c.close() }
+        if let identity {
+            Self.openFiles.withLock { files in
+                if let i = files.firstIndex(where: { $0 == identity }) { files.remove(at: i) }
+            }
+        }
         lock.release()
+    }
+
+    /// The database files (device, inode) of the stores open in this process.
+    private static let openFiles = Locked<[(UInt64, UInt64)]>([])
+    /// This store's database file, as `openFiles` holds it.
+    private let identity: (UInt64, UInt64)?
+
+    /// True when `path` (symbolic links followed) is the database file of a store open in this
+    /// process. Such a file must not be opened anywhere else in the process: closing any descriptor
+    /// of it drops the POSIX lock SQLite holds on it (`unix-excl`), and with it what keeps other
+    /// SQLite users out. Readers of paths that others name (registration files) ask first.
+    public static func isOpenDatabase(_ path: String) -> Bool {
+        guard let st = try? FileSystem.status(path) else { return false }
+        return openFiles.withLock { $0.contains { $0 == (st.device, st.inode) } }
     }
 
     // MARK: Transactions

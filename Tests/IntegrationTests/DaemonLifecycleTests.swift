@@ -123,6 +123,30 @@ final class DaemonLifecycleTests: XCTestCase {
         XCTAssertEqual(try d.connect().call("status").status, .success)
     }
 
+    /// The database is locked against other SQLite users while the daemon runs. Opening and closing
+    /// the file anywhere else in the daemon would drop that lock: a registration file that is a link
+    /// to the database is refused unopened, the apps are not reloaded, and the lock holds.
+    func testALinkToTheDatabaseInAppsDIsRefusedAndTheLockHolds() throws {
+        let d = try DaemonHarness()
+        let c = try d.connect()
+        XCTAssertEqual(
+            try c.call("add", query: ["class": .text("genp"), "svce": .text("s"), "v_Data": .bytes([1])]).status,
+            .success)
+        let database = d.dataDirectory + "/keychain.db"
+        try FileManager.default.createSymbolicLink(atPath: d.appsDirectory + "/db.json", withDestinationPath: database)
+        d.reloadApps()
+        XCTAssertTrue(d.log.contains("is the keychain database"), d.log)
+        let sqlite = "/usr/bin/sqlite3"
+        guard FileManager.default.isExecutableFile(atPath: sqlite) else {
+            return XCTFail("sqlite3 CLI missing (scripts/deps installs it)")
+        }
+        let out = try d.run(sqlite, [database, "SELECT count(*) FROM items"])
+        XCTAssertNotEqual(out.status, 0, out.stdout)
+        XCTAssertTrue(out.stderr.contains("database is locked"), out.stderr)
+        let copy = try c.call("copy", query: ["class": .text("genp"), "svce": .text("s"), "r_Data": .bool(true)])
+        XCTAssertEqual(copy.result, .bytes([1]))
+    }
+
     func testMalformedConfigurationIsReportedWithFileAndReason() throws {
         let d = try DaemonHarness(config: #"{"maxConections": 10}"#, start: false)
         let out = try d.run(DaemonHarness.daemonPath, d.arguments)

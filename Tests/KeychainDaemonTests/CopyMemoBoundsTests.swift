@@ -1,0 +1,36 @@
+import Foundation
+import KeychainCore
+import KeychainItems
+import KeychainSystem
+import KeychainWire
+import Testing
+
+@testable import KeychainDaemon
+
+/// A connection's memo keeps only short queries, whichever table they go to: a client must not park
+/// large compiled queries in the daemon outside its buffer budget.
+@Suite("CopyMemo bounds")
+struct CopyMemoBoundsTests {
+    @Test("a template is kept only for a query of at most maxQueryBytes, however short its key")
+    func templateOfALongQueryIsNotKept() throws {
+        let directory = try FileSystem.makeTemporaryDirectory(in: NSTemporaryDirectory(), prefix: "kc-memo-")
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let items = try ItemService(directory: directory + "/data")
+        defer { items.close() }
+        let caller = Caller(applicationIdentifier: "TEAM.app", accessGroups: ["TEAM.app"])
+        let token = CopyMemo.Token(registryGeneration: 1, passphraseSet: false)
+        for (service, kept) in [("short", true), (String(repeating: "s", count: CopyMemo.maxQueryBytes), false)] {
+            let query: [String: Value] = [
+                "class": .text("genp"), "svce": .text(service), "acct": .text("a"), "r_Data": .bool(true),
+            ]
+            let bytes = CBOR.encode(.map(query))
+            let template = try #require(bytes.withUnsafeBytes { QueryTemplate.scan($0) })
+            #expect(template.key.count < 64, "the key leaves the service out")
+            let memo = CopyMemo()
+            memo.store(
+                template: template.key, queryCount: bytes.count, token: token,
+                compiled: try items.compileCopy(query, caller: caller))
+            #expect((memo.lookup(template: template.key, token: token) != nil) == kept, "\(bytes.count) bytes")
+        }
+    }
+}
