@@ -21,6 +21,10 @@ final class CopyMemoTests: XCTestCase {
         var add = item("com.example.other", group: "TEAM.other")
         add["v_Data"] = .bytes(Array("x".utf8))
         XCTAssertEqual(try c.call("add", query: add).status, .success)
+        // A second item of the same shape: asked after each change, it can only come from the
+        // template of the first (another account), which must go stale as the exact entries do.
+        add["acct"] = .text("b")
+        XCTAssertEqual(try c.call("add", query: add).status, .success)
         var mine = item("com.example.mine", group: "TEAM.tests")
         mine["v_Data"] = .bytes(Array("m".utf8))
         XCTAssertEqual(try c.call("add", query: mine).status, .success)
@@ -38,6 +42,11 @@ final class CopyMemoTests: XCTestCase {
         XCTAssertEqual(set.status, .success, set.message ?? "")
         let after = try c.call("copy", query: copyOther)
         XCTAssertEqual(after.status, .authFailed, "memo served an admin read that now needs presence")
+        var otherAccount = copyOther
+        otherAccount["acct"] = .text("b")
+        XCTAssertEqual(
+            try c.call("copy", query: otherAccount).status, .authFailed,
+            "a template compiled before the passphrase served an admin read that now needs presence")
         XCTAssertEqual(try c.call("copy", query: copyMine).result, .bytes(Array("m".utf8)))
         // Lock from another connection: the default class is locked away.
         XCTAssertEqual(try other.call("lock").status, .success)
@@ -50,6 +59,10 @@ final class CopyMemoTests: XCTestCase {
         d.reloadApps()
         let revoked = try c.call("copy", query: copyMine)
         XCTAssertEqual(revoked.status, .missingEntitlement, "memo served a revoked app")
+        var mineOtherAccount = copyMine
+        mineOtherAccount["acct"] = .text("b")
+        XCTAssertEqual(
+            try c.call("copy", query: mineOtherAccount).status, .missingEntitlement, "a template served a revoked app")
     }
 
     func testMemoFollowsGroupAndAccessibilityChanges() throws {
