@@ -40,6 +40,23 @@ struct QueryTemplateTests {
         }
     }
 
+    @Test("a value's head written longer than it need be: the same template, the range still its text")
+    func nonMinimalHeads() throws {
+        let minimal = CBOR.encode(.map(query("s", "a")))
+        let base = try #require(minimal.withUnsafeBytes { QueryTemplate.scan($0) })
+        // "svce": "s" is 64 73 76 63 65 61 73; write the value's head as 78 01 (one-byte length).
+        let at = try #require(
+            (0..<minimal.count - 6).first { Array(minimal[$0..<$0 + 7]) == [0x64, 0x73, 0x76, 0x63, 0x65, 0x61, 0x73] })
+        var longer = minimal
+        longer.replaceSubrange((at + 5)...(at + 5), with: [0x78, 0x01])
+        #expect(try CBOR.decode(longer) == CBOR.decode(minimal), "the decoder reads both alike")
+        let t = try #require(longer.withUnsafeBytes { QueryTemplate.scan($0) })
+        #expect(t.key == base.key)
+        longer.withUnsafeBytes { raw in
+            #expect(CBOR.text(UnsafeRawBufferPointer(rebasing: raw[t.service])) == "s")
+        }
+    }
+
     @Test("anything else that differs gives another template")
     func otherDifferences() throws {
         let base = try #require(template(query("s", "a", ["r_Data": .bool(true)])))
