@@ -167,6 +167,40 @@ final class IsolationAttackTests: XCTestCase {
         XCTAssertEqual(result["closed"] as? Bool, true, "the connection is closed")
     }
 
+    // MARK: 3b. One connection, many queries of one shape
+
+    /// A registered app of another group asks, on one connection, for its own item and then for
+    /// the victim's by service and account — queries of one template, so the second is compiled from
+    /// the first (the connection's memo). The compiled form carries the asking app's scope: the
+    /// victim's item is not found in its groups, and naming the victim's group is refused.
+    func testAnotherAppGetsNothingThroughAQueryTemplate() throws {
+        let (s, _) = try victim()
+        let app2 = try s.makeApp("app2")
+        try s.registerSystem(.init(id: "TEAM.app2", groups: ["TEAM.app2"], executables: [app2]), name: "app2")
+        s.reload()
+        let r = try s.script(
+            Self.client + """
+                c = kw.Conn(path)
+                out = {'add': show(c.call('add', query=kw.item('svc', 'bob', v_Data=b'mine')))}
+                for n in range(3):
+                    out['own%d' % n] = show(c.call('copy', query=kw.item('svc', 'bob', r_Data=True)))
+                    out['victim%d' % n] = show(c.call('copy', query=kw.item('svc', 'alice', r_Data=True)))
+                    out['named%d' % n] = show(c.call('copy', query=kw.item('svc', 'alice', r_Data=True, agrp='TEAM.shared')))
+                    out['ownnamed%d' % n] = show(c.call('copy', query=kw.item('svc', 'bob', r_Data=True, agrp='TEAM.app2')))
+                c.close()
+                print(json.dumps(out))
+                """, interpreter: app2)
+        XCTAssertEqual((r["add"] as? [String: Any])?["status"] as? Int, 0, "\(r)")
+        for n in 0..<3 {
+            XCTAssertEqual((r["own\(n)"] as? [String: Any])?["result"] as? String, "mine", "\(r)")
+            XCTAssertEqual((r["ownnamed\(n)"] as? [String: Any])?["result"] as? String, "mine", "\(r)")
+            let victim = r["victim\(n)"] as? [String: Any] ?? [:]
+            XCTAssertEqual(victim["status"] as? Int, -25300, "\(r)")
+            XCTAssertNil(victim["result"], "\(r)")
+            assertRefused(r["named\(n)"] as? [String: Any] ?? [:], "read naming TEAM.shared, round \(n)")
+        }
+    }
+
     // MARK: 4. No implicit admin
 
     /// The keychainctl beside keychaind, named by no registration, is a plain app with the group
