@@ -404,8 +404,9 @@ public final class Vault: Sendable {
         fileprivate let previousClassKeys: [ProtectionClass: SecureBytes]
 
         /// An item key sealed under the class key before the change, sealed again under the new one
-        /// with the same associated data. errSecDecode when it does not open (a damaged row); a class
-        /// that was not rotated is errSecParam.
+        /// with the same associated data and the same construction (`ItemSealing`: the row's secret and
+        /// attributes are sealed with it too). errSecDecode when it does not open (a damaged row); a
+        /// class that was not rotated is errSecParam.
         public func rewrapItemKey(
             _ sealed: [UInt8], protection: ProtectionClass,
             associatedData: [UInt8]
@@ -415,11 +416,14 @@ public final class Vault: Sendable {
             else {
                 throw KeychainError(.param, "the \(protection.code) class key is not being rotated")
             }
+            guard let sealing = ItemSealing(sealedItemKey: sealed) else {
+                throw KeychainError(.decode, "item key is damaged (no known layout)")
+            }
             return try old.withUnsafeBytes { (ok) throws(KeychainError) -> [UInt8] in
                 try new.withUnsafeBytes { (nk) throws(KeychainError) -> [UInt8] in
                     try withBytes(associatedData) { (ad) throws(KeychainError) -> [UInt8] in
-                        try AEAD.withOpenedKey(sealed, key: ok, ad: ad, what: "item key") { ik in
-                            AEAD.seal(ik, key: nk, ad: ad)
+                        try AEAD.withOpenedKey(sealed, key: ok, ad: ad, what: "item key", sealing: sealing) { ik in
+                            AEAD.sealKey(ik, key: nk, ad: ad, sealing: sealing)
                         }
                     }
                 }

@@ -20,8 +20,12 @@ struct OpenedItem {
 /// secret. Every ciphertext's associated data is the row's identity — its persistent-ref id, its class
 /// and which part it is — so a part moved into another row, or a changed class column, fails to open
 /// (errSecDecode) instead of yielding another item's data.
+///
+/// New rows are sealed with `sealing` (AES-256-GCM where the CPU runs it); a row is opened with the
+/// construction its sealed item key names, so rows written before, or on another CPU, keep opening.
 struct ItemCodec: Sendable {
     let vault: Vault
+    var sealing: ItemSealing = .preferred
 
     enum Part: UInt8 {
         case itemKey = 0x4B
@@ -31,11 +35,13 @@ struct ItemCodec: Sendable {
 
     /// The associated data of one part of a row. The item key's also covers the uniqueness digest
     /// (`key_ix`), so unwrapping it proves the row's (agrp, svce, acct, sync) digest is the one sealed:
-    /// point lookups that ask for no attributes can then skip opening them.
-    static func associatedData(ref: [UInt8], protection: ProtectionClass, part: Part, uniqueIndex: [UInt8] = [])
-        -> [UInt8]
-    {
-        var ad: [UInt8] = [0x6B, 0x63, 0x31]  // "kc1": format version
+    /// point lookups that ask for no attributes can then skip opening them. It starts with the format
+    /// version: "kc1" for rows sealed with XChaCha20-Poly1305, "kc2" for AES-256-GCM, so a class key's
+    /// boxes of one construction are never valid input to the other.
+    static func associatedData(
+        ref: [UInt8], protection: ProtectionClass, part: Part, uniqueIndex: [UInt8] = [], sealing: ItemSealing
+    ) -> [UInt8] {
+        var ad: [UInt8] = [0x6B, 0x63, version(sealing)]
         ad.reserveCapacity(3 + ref.count + 2 + uniqueIndex.count)
         ad.append(contentsOf: ref)
         ad.append(protection.rawValue)
@@ -44,10 +50,13 @@ struct ItemCodec: Sendable {
         return ad
     }
 
+    /// The last byte of "kc1" / "kc2".
+    private static func version(_ sealing: ItemSealing) -> UInt8 { sealing == .xchacha20Poly1305 ? 0x31 : 0x32 }
+
     /// `associatedData` built on the stack for `body` (the same bytes, no heap allocation): the
     /// read path opens two boxes per item.
     static func withAssociatedData<R>(
-        ref: [UInt8], protection: ProtectionClass, part: Part, uniqueIndex: [UInt8] = [],
+        ref: [UInt8], protection: ProtectionClass, part: Part, uniqueIndex: [UInt8] = [], sealing: ItemSealing,
         _ body: (UnsafeRawBufferPointer) throws(KeychainError) -> R
     ) throws(KeychainError) -> R {
         let tail = part == .itemKey ? uniqueIndex.count : 0
@@ -55,7 +64,7 @@ struct ItemCodec: Sendable {
         return try withUnsafeTemporaryAllocation(byteCount: size, alignment: 1) { (buffer) throws(KeychainError) -> R in
             buffer[0] = 0x6B
             buffer[1] = 0x63
-            buffer[2] = 0x31  // "kc1": format version
+            buffer[2] = version(sealing)  // "kc1" / "kc2": format version
             ref.withUnsafeBytes {
                 UnsafeMutableRawBufferPointer(rebasing: buffer[3..<3 + ref.count]).copyMemory(from: $0)
             }
@@ -79,20 +88,26 @@ struct ItemCodec: Sendable {
         else {
             throw KeychainError(.decode, "an item in the database is damaged (unknown class or id)")
         }
+        guard let sealing = ItemSealing(sealedItemKey: row.wrappedKey) else {
+            throw KeychainError(.decode, "an item in the database is damaged (its item key has no known layout)")
+        }
         let classKey = try vault.classKey(protection)
         var secret: SecretBytes?
         let attributes = try classKey.withUnsafeBytes { (ck) throws(KeychainError) -> [String: Value] in
             return try Self.withAssociatedData(
                 ref: row.ref, protection: protection, part: .itemKey,
-                uniqueIndex: row.uniqueIndex
+                uniqueIndex: row.uniqueIndex, sealing: sealing
             ) { (kad) throws(KeychainError) -> [String: Value] in
-                try AEAD.withOpenedKey(row.wrappedKey, key: ck, ad: kad, what: "item key") {
+                try AEAD.withOpenedKey(row.wrappedKey, key: ck, ad: kad, what: "item key", sealing: sealing) {
                     (ik) throws(KeychainError) -> [String: Value] in
-                    let attributes = withAttributes ? try openAttributes(row, protection: protection, itemKey: ik) : [:]
+                    let attributes =
+                        withAttributes
+                        ? try openAttributes(row, protection: protection, itemKey: ik, sealing: sealing) : [:]
                     if withSecret {
-                        secret = try Self.withAssociatedData(ref: row.ref, protection: protection, part: .secret) {
-                            (sad) throws(KeychainError) in
-                            try AEAD.openSecret(row.secret, key: ik, ad: sad, what: "item secret")
+                        secret = try Self.withAssociatedData(
+                            ref: row.ref, protection: protection, part: .secret, sealing: sealing
+                        ) { (sad) throws(KeychainError) in
+                            try AEAD.openSecret(row.secret, key: ik, ad: sad, what: "item secret", sealing: sealing)
                         }
                     }
                     return attributes
@@ -104,11 +119,11 @@ struct ItemCodec: Sendable {
 
     private func openAttributes(
         _ row: StoredItem, protection: ProtectionClass,
-        itemKey: UnsafeRawBufferPointer
+        itemKey: UnsafeRawBufferPointer, sealing: ItemSealing
     ) throws(KeychainError) -> [String: Value] {
-        var plain = try withBytes(Self.associatedData(ref: row.ref, protection: protection, part: .attributes)) {
-            (aad) throws(KeychainError) in
-            try AEAD.open(row.attributes, key: itemKey, ad: aad, what: "item attributes")
+        let ad = Self.associatedData(ref: row.ref, protection: protection, part: .attributes, sealing: sealing)
+        var plain = try withBytes(ad) { (aad) throws(KeychainError) in
+            try AEAD.open(row.attributes, key: itemKey, ad: aad, what: "item attributes", sealing: sealing)
         }
         defer { Sodium.zero(&plain) }
         let decoded: Value
@@ -144,17 +159,15 @@ struct ItemCodec: Sendable {
             Sodium.randomFill(buffer)
             let ik = UnsafeRawBufferPointer(buffer)
             let wrapped = classKey.withUnsafeBytes { ck in
-                Self.associatedData(ref: ref, protection: protection, part: .itemKey, uniqueIndex: index.unique)
-                    .withUnsafeBytes { AEAD.seal(ik, key: ck, ad: $0) }
+                Self.associatedData(
+                    ref: ref, protection: protection, part: .itemKey, uniqueIndex: index.unique, sealing: sealing
+                ).withUnsafeBytes { AEAD.sealKey(ik, key: ck, ad: $0, sealing: sealing) }
             }
-            let sealedAttributes = Self.associatedData(ref: ref, protection: protection, part: .attributes)
-                .withUnsafeBytes {
-                    AEAD.seal(plain, key: ik, ad: $0)
-                }
-            let sealedSecret = Self.associatedData(ref: ref, protection: protection, part: .secret).withUnsafeBytes {
-                ad in
-                secret.withUnsafeBytes { AEAD.seal($0, key: ik, ad: ad) }
-            }
+            let sealedAttributes = Self.associatedData(
+                ref: ref, protection: protection, part: .attributes, sealing: sealing
+            ).withUnsafeBytes { AEAD.seal(plain, key: ik, ad: $0, sealing: sealing) }
+            let sealedSecret = Self.associatedData(ref: ref, protection: protection, part: .secret, sealing: sealing)
+                .withUnsafeBytes { ad in secret.withUnsafeBytes { AEAD.seal($0, key: ik, ad: ad, sealing: sealing) } }
             return (wrapped: wrapped, attributes: sealedAttributes, secret: sealedSecret)
         }
         return StoredItem(

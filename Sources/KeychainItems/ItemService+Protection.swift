@@ -139,10 +139,12 @@ extension ItemService {
                         var rewrapped = 0
                         try w.rewrapItemKeys(classes: pending.rotatedClasses.map(\.rawValue)) {
                             (row) throws(KeychainError) -> [UInt8]? in
-                            guard let protection = ProtectionClass(rawValue: row.protectionClass) else { return nil }
+                            guard let protection = ProtectionClass(rawValue: row.protectionClass),
+                                let sealing = ItemSealing(sealedItemKey: row.sealed)
+                            else { return nil }  // damaged: it did not open before the change and will not after
                             let ad = ItemCodec.associatedData(
                                 ref: row.ref, protection: protection, part: .itemKey,
-                                uniqueIndex: row.uniqueIndex)
+                                uniqueIndex: row.uniqueIndex, sealing: sealing)
                             let replacement: [UInt8]
                             do throws(KeychainError) {
                                 replacement = try pending.rewrapItemKey(

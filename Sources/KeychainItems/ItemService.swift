@@ -38,11 +38,26 @@ public final class ItemService: Sendable {
     /// The rows are checked against the database's row-state record (KeychainStore/RowState.swift): a
     /// row removed, added, swapped or replayed from an older copy is `errSecDecode` here, unless
     /// `acceptCurrentRows` (the user's `keychaind --accept-database`) reseals the record for them.
-    public init(
+    /// New rows are sealed with AES-256-GCM where the CPU runs it (`ItemSealing.preferred`); rows of
+    /// either construction are read.
+    public convenience init(
         directory: String, kdfProfile: KDFProfile = .moderate,
         lookupCacheEntries: Int = PointLookupCache.defaultCapacity,
         acceptCurrentRows: Bool = false,
         wallClock: @escaping @Sendable () -> Double = ItemService.systemTime
+    ) throws(KeychainError) {
+        try self.init(
+            directory: directory, kdfProfile: kdfProfile, lookupCacheEntries: lookupCacheEntries,
+            acceptCurrentRows: acceptCurrentRows, wallClock: wallClock, sealing: .preferred)
+    }
+
+    /// As above, sealing new rows with `sealing` (tests write rows as older versions or other CPUs did).
+    init(
+        directory: String, kdfProfile: KDFProfile = .moderate,
+        lookupCacheEntries: Int = PointLookupCache.defaultCapacity,
+        acceptCurrentRows: Bool = false,
+        wallClock: @escaping @Sendable () -> Double = ItemService.systemTime,
+        sealing: ItemSealing
     ) throws(KeychainError) {
         self.kdfProfile = kdfProfile
         self.wallClock = wallClock
@@ -82,7 +97,7 @@ public final class ItemService: Sendable {
             throw error
         }
         self.store = store
-        codec = ItemCodec(vault: vault)
+        codec = ItemCodec(vault: vault, sealing: sealing)
     }
 
     /// What the row-state check at open found (rows, and whether `acceptCurrentRows` resealed them).

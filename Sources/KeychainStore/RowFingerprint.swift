@@ -14,7 +14,12 @@ struct RowFingerprint {
     var attributesNonce: [UInt8]
     var secretNonce: [UInt8]
 
-    /// The columns a fingerprint is read from, in this order (blobs cut to their nonce).
+    /// How much of each sealed blob a fingerprint covers: its first 24 bytes, which hold the whole
+    /// random nonce of every construction (XChaCha20's 24 bytes; AES-256-GCM's 12, after the item
+    /// key's tag byte, followed by ciphertext). `columns` cuts the blobs to the same length.
+    static let sealedPrefixBytes = 24
+
+    /// The columns a fingerprint is read from, in this order (blobs cut to `sealedPrefixBytes`).
     static let columns =
         "ref, class, agrp_ix, svce_ix, acct_ix, key_ix, substr(item_key, 1, 24), substr(attributes, 1, 24), substr(secret, 1, 24)"
 
@@ -38,9 +43,9 @@ struct RowFingerprint {
         serviceIndex = item.serviceIndex
         accountIndex = item.accountIndex
         uniqueIndex = item.uniqueIndex
-        itemKeyNonce = Array(item.wrappedKey.prefix(AEAD.nonceBytes))
-        attributesNonce = Array(item.attributes.prefix(AEAD.nonceBytes))
-        self.secretNonce = secretNonce ?? Array(item.secret.prefix(AEAD.nonceBytes))
+        itemKeyNonce = Array(item.wrappedKey.prefix(Self.sealedPrefixBytes))
+        attributesNonce = Array(item.attributes.prefix(Self.sealedPrefixBytes))
+        self.secretNonce = secretNonce ?? Array(item.secret.prefix(Self.sealedPrefixBytes))
     }
 
     /// The fingerprint of the row `s` is on, hashed from SQLite's buffers without copying them (the

@@ -98,7 +98,7 @@ extension StoreWriter {
                     try s.run()
                 }
                 var changed = row.before
-                changed.itemKeyNonce = Array(replacement.prefix(AEAD.nonceBytes))
+                changed.itemKeyNonce = Array(replacement.prefix(RowFingerprint.sealedPrefixBytes))
                 rows.removed(row.before)
                 rows.added(changed)
                 rewritten += 1

@@ -21,17 +21,19 @@ final class ProtectedFixture {
     let clock = TestClock()
     var service: ItemService
 
-    init(profile: KDFProfile = .interactive) throws {
+    /// `sealing`: what new rows are sealed with (as an older version, or another CPU, sealed them).
+    init(profile: KDFProfile = .interactive, sealing: ItemSealing = .preferred) throws {
         var template = Array((NSTemporaryDirectory() + "/kc-protect-XXXXXX").utf8CString)
         guard let p = mkdtemp(&template) else { throw KeychainError(.io, "mkdtemp") }
         root = String(cString: p)
         directory = root + "/data"
-        service = try ItemService(directory: directory, kdfProfile: profile, wallClock: clock.read)
+        service = try ItemService(directory: directory, kdfProfile: profile, wallClock: clock.read, sealing: sealing)
     }
 
-    func reopen() throws {
+    func reopen(sealing: ItemSealing = .preferred) throws {
         service.close()
-        service = try ItemService(directory: directory, kdfProfile: service.kdfProfile, wallClock: clock.read)
+        service = try ItemService(
+            directory: directory, kdfProfile: service.kdfProfile, wallClock: clock.read, sealing: sealing)
     }
 
     func cleanup() {
@@ -92,8 +94,10 @@ final class ProtectedFixture {
     }
 }
 
-func withProtectedKeychain(profile: KDFProfile = .interactive, _ body: (ProtectedFixture) throws -> Void) throws {
-    let fx = try ProtectedFixture(profile: profile)
+func withProtectedKeychain(
+    profile: KDFProfile = .interactive, sealing: ItemSealing = .preferred, _ body: (ProtectedFixture) throws -> Void
+) throws {
+    let fx = try ProtectedFixture(profile: profile, sealing: sealing)
     defer { fx.cleanup() }
     try body(fx)
 }

@@ -45,10 +45,14 @@ func withItemKey<R>(
 ) throws(KeychainError) -> R {
     let protection = ProtectionClass(rawValue: row.protectionClass)!
     let classKey = try vault.classKey(protection)
-    let ad = ItemCodec.associatedData(ref: row.ref, protection: protection, part: .itemKey, uniqueIndex: row.keyIndex)
+    guard let sealing = ItemSealing(sealedItemKey: row.itemKey) else {
+        throw KeychainError(.decode, "item key of no known layout")
+    }
+    let ad = ItemCodec.associatedData(
+        ref: row.ref, protection: protection, part: .itemKey, uniqueIndex: row.keyIndex, sealing: sealing)
     return try classKey.withUnsafeBytes { (ck) throws(KeychainError) -> R in
         try withBytes(ad) { (a) throws(KeychainError) -> R in
-            try AEAD.withOpenedKey(row.itemKey, key: ck, ad: a, what: "item key", body)
+            try AEAD.withOpenedKey(row.itemKey, key: ck, ad: a, what: "item key", sealing: sealing, body)
         }
     }
 }
@@ -140,16 +144,19 @@ struct RotationTests {
                 #expect(now.secret != old.secret && now.attributes != old.attributes && now.itemKey != old.itemKey)
                 let protection = ProtectionClass(rawValue: old.protectionClass)!
                 let results = try withItemKey(old, attacker) { (ik) -> (secret: Status, attributes: Status) in
-                    let secretAD = ItemCodec.associatedData(ref: now.ref, protection: protection, part: .secret)
-                    let attributesAD = ItemCodec.associatedData(ref: now.ref, protection: protection, part: .attributes)
+                    let sealing = ItemSealing(sealedItemKey: now.itemKey)!
+                    let secretAD = ItemCodec.associatedData(
+                        ref: now.ref, protection: protection, part: .secret, sealing: sealing)
+                    let attributesAD = ItemCodec.associatedData(
+                        ref: now.ref, protection: protection, part: .attributes, sealing: sealing)
                     let s = status {
                         try secretAD.withUnsafeBytes { (a) throws(KeychainError) in
-                            try AEAD.open(now.secret, key: ik, ad: a, what: "secret")
+                            try AEAD.open(now.secret, key: ik, ad: a, what: "secret", sealing: sealing)
                         }
                     }
                     let a = status {
                         try attributesAD.withUnsafeBytes { (a) throws(KeychainError) in
-                            try AEAD.open(now.attributes, key: ik, ad: a, what: "attributes")
+                            try AEAD.open(now.attributes, key: ik, ad: a, what: "attributes", sealing: sealing)
                         }
                     }
                     return (s, a)
