@@ -25,10 +25,15 @@ public enum KeyedHash {
         precondition(
             key.count >= Int(crypto_generichash_KEYBYTES_MIN) && key.count <= Int(crypto_generichash_KEYBYTES_MAX))
         Sodium.ensureInitialized()
-        // The BLAKE2b state is 64-byte aligned, so Swift sees it as opaque: keep it on the stack.
-        withUnsafeTemporaryAllocation(byteCount: crypto_generichash_statebytes(), alignment: 64) { raw in
+        // The BLAKE2b state is 64-byte aligned, so Swift sees it as opaque: keep it on the stack. Swift
+        // puts temporary allocations aligned beyond 16 bytes on the heap (posix_memalign, about 1 000
+        // instructions a call), so the buffer is 16-aligned with room to align the state inside it.
+        let stateBytes = crypto_generichash_statebytes()
+        withUnsafeTemporaryAllocation(byteCount: stateBytes + 48, alignment: 16) { raw in
             defer { Sodium.zero(raw) }
-            let state = OpaquePointer(raw.baseAddress!)
+            let base = UInt(bitPattern: raw.baseAddress!)
+            let aligned = raw.baseAddress! + Int((base + 63) & ~UInt(63) - base)
+            let state = OpaquePointer(aligned)
             // libsodium fails these only for lengths outside its bounds (checked above) or a state used
             // after `final`; either is a bug here, never bad input, so it stops the process.
             var rc = crypto_generichash_init(

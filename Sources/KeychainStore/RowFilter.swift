@@ -44,6 +44,7 @@ public struct RowFilter: Sendable, Hashable {
     /// The SQL for this filter's shape (values are bound, never spliced in). Equal shapes give equal
     /// text, so the connection's statement cache reuses the prepared statement.
     public var sql: String {
+        if let point = pointLookupSQL { return point }
         let shape = Shape(
             ref: ref != nil, unique: uniqueIndexes?.count, service: serviceIndex != nil,
             account: accountIndex != nil, groups: accessGroupIndexes?.count, classes: classes,
@@ -56,6 +57,24 @@ public struct RowFilter: Sendable, Hashable {
             cache[shape] = sql
         }
         return sql
+    }
+
+    /// The SQL of the commonest shape, a point lookup by one to four uniqueness digests and nothing
+    /// else (a copy by service and account): made once, read without the shape cache's lock.
+    private var pointLookupSQL: String? {
+        guard let u = uniqueIndexes, (1...Self.pointLookupShapes).contains(u.count), ref == nil,
+            serviceIndex == nil, accountIndex == nil, accessGroupIndexes == nil, classes == nil,
+            requiredAttributeIndexes == nil, excludedAttributeIndex == nil
+        else { return nil }
+        return (includeSecret ? Self.pointLookupWithSecret : Self.pointLookupWithoutSecret)[u.count - 1]
+    }
+
+    private static let pointLookupShapes = 4
+    private static let pointLookupWithSecret = (1...pointLookupShapes).map {
+        RowFilter(uniqueIndexes: Array(repeating: [], count: $0), includeSecret: true).buildSQL()
+    }
+    private static let pointLookupWithoutSecret = (1...pointLookupShapes).map {
+        RowFilter(uniqueIndexes: Array(repeating: [], count: $0), includeSecret: false).buildSQL()
     }
 
     /// What the SQL text depends on: the filter's shape, not its values.

@@ -14,6 +14,10 @@ package final class SQLiteConnection: @unchecked Sendable {
     // the pool's lock) until it gives it back. That hand-over through a lock is what Sendable claims.
     private var db: OpaquePointer?
     private var cache: [String: SQLiteStatement] = [:]
+    /// The statement used last, with its text: a connection mostly repeats one statement (a reader's
+    /// point lookup), and a string compared with the very same string is one word compared, where the
+    /// dictionary would hash all of it.
+    private var last: (sql: String, statement: SQLiteStatement)?
     private static let cacheLimit = 128
 
     /// Opens (creating if `create`) the database at `path` with WAL, synchronous=FULL, a busy timeout
@@ -57,6 +61,7 @@ package final class SQLiteConnection: @unchecked Sendable {
     /// Finalizes every statement and closes the connection; later use is errSecNotAvailable.
     package func close() {
         cache.removeAll()  // SQLiteStatement.deinit finalizes
+        last = nil
         if let db { sqlite3_close_v2(db) }
         db = nil
     }
@@ -101,12 +106,16 @@ package final class SQLiteConnection: @unchecked Sendable {
         throws(KeychainError) -> R
     {
         let statement: SQLiteStatement
-        if let cached = cache[sql] {
+        if let last, last.sql == sql {
+            statement = last.statement
+        } else if let cached = cache[sql] {
             statement = cached
+            last = (sql, cached)
         } else {
             statement = try SQLiteStatement(connection: self, sql: sql)
             if cache.count >= Self.cacheLimit { cache.removeAll() }
             cache[sql] = statement
+            last = (sql, statement)
         }
         defer { statement.reset() }
         return try body(statement)

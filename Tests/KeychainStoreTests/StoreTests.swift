@@ -33,6 +33,19 @@ import Testing
                 && scan.sql.contains("class IN (6,7)"))
         #expect(!scan.sql.contains("secret"))
         #expect(scan.pointLookupKeys == nil)
+        // Point lookups of one to four digests take SQL made once; any other shape builds its own.
+        for count in 1...6 {
+            for secret in [false, true] {
+                let marks = Array(repeating: "?", count: count).joined(separator: ",")
+                let plain = RowFilter(uniqueIndexes: Array(repeating: [9], count: count), includeSecret: secret)
+                #expect(plain.sql.hasSuffix("FROM items WHERE key_ix IN (\(marks)) ORDER BY rowid"))
+                #expect(plain.sql.contains(", secret FROM") == secret)
+                var classes = plain
+                classes.classes = [6]
+                #expect(classes.sql.hasSuffix("WHERE key_ix IN (\(marks)) AND class IN (6) ORDER BY rowid"))
+                #expect(classes.sql.contains(", secret FROM") == secret)
+            }
+        }
     }
 
     @Test func oneDatabaseIsOpenedByOneStoreAtATime() throws {
