@@ -39,8 +39,9 @@ let package = Package(
         .target(name: "KeychainCore", dependencies: ["KeychainSystem"]),
         // Frames and request/response messages of the wire protocol.
         .target(name: "KeychainWire", dependencies: ["KeychainSystem", "KeychainCore"]),
-        // Keys, key hierarchy, sealing, blind indexes, guarded memory.
-        .target(name: "KeychainCrypto", dependencies: ["KeychainSystem", "KeychainCore", "CSodium"]),
+        // Keys, key hierarchy, sealing, blind indexes, guarded memory (libsodium; libgcrypt for
+        // AES-256-GCM where libsodium cannot run it).
+        .target(name: "KeychainCrypto", dependencies: ["KeychainSystem", "KeychainCore", "CSodium", "CGcrypt"]),
         // SQLite schema, migrations, rows of sealed items, transactions.
         .target(name: "KeychainStore", dependencies: ["KeychainSystem", "KeychainCore", "KeychainCrypto", "CSQLite"]),
         // The item model and Apple's SecItem semantics on top of the store.

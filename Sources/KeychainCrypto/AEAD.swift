@@ -10,25 +10,19 @@ public import KeychainSystem
 ///   was adopted, and every row written on a CPU without AES-NI; its sealed item key is the bare box
 ///   (72 bytes).
 /// - `aes256GCM`: AES-256-GCM (as Apple's keychain seals items), 12-byte random nonces; its sealed
-///   item key is one tag byte (`2`) before the box (61 bytes). Used whenever the CPU has AES-NI and
-///   PCLMUL (libsodium runs it only there): an open costs about 0.2 µs against 0.55 µs for XChaCha20's,
-///   which must first derive a subkey (HChaCha20). A random 96-bit nonce repeats with probability
-///   about n²/2⁹⁷ after n seals under one key; a class key seals one item key per write, so even
-///   2³² writes under one class key leave that below 2⁻³².
+///   item key is one tag byte (`2`) before the box (61 bytes). New rows use it whenever the CPU has
+///   AES-NI and PCLMUL, where libsodium runs it: an open costs about 0.2 µs against 0.55 µs for
+///   XChaCha20's, which must first derive a subkey (HChaCha20). Elsewhere such rows (a data directory
+///   moved from another machine) are opened with libgcrypt (`Gcrypt`). A random 96-bit nonce repeats
+///   with probability about n²/2⁹⁷ after n seals under one key; a class key seals one item key per
+///   write, so even 2³² writes under one class key leave that below 2⁻³².
 public enum ItemSealing: UInt8, Sendable, CaseIterable {
     case xchacha20Poly1305 = 1
     case aes256GCM = 2
 
-    /// What new rows are sealed with on this machine: AES-256-GCM when the CPU runs it.
-    public static let preferred: ItemSealing = aes256GCMAvailable ? .aes256GCM : .xchacha20Poly1305
-
-    private static let aes256GCMAvailable: Bool = {
-        Sodium.ensureInitialized()
-        return crypto_aead_aes256gcm_is_available() == 1
-    }()
-
-    /// Whether this machine can open (and seal) boxes of this construction.
-    public var isAvailable: Bool { self == .xchacha20Poly1305 || Self.aes256GCMAvailable }
+    /// What new rows are sealed with on this machine: AES-256-GCM when libsodium runs it (AES-NI),
+    /// XChaCha20-Poly1305 otherwise (constant-time in software, unlike table-based AES).
+    public static let preferred: ItemSealing = AEAD.gcmEngine == .libsodium ? .aes256GCM : .xchacha20Poly1305
 
     /// The construction of a row, from its sealed item key's layout; nil for a layout none has
     /// (a damaged row).
@@ -67,11 +61,24 @@ public enum AEAD {
     /// Bytes an XChaCha20-Poly1305 box adds to its plaintext.
     public static let overhead = nonceBytes + tagBytes
 
+    /// Which library runs AES-256-GCM here: libsodium where the CPU has AES-NI and PCLMUL, libgcrypt
+    /// everywhere else (only to open rows sealed on another machine, and in tests).
+    enum GCMEngine { case libsodium, libgcrypt }
+    static let gcmEngine: GCMEngine = {
+        Sodium.ensureInitialized()
+        return crypto_aead_aes256gcm_is_available() == 1 ? .libsodium : .libgcrypt
+    }()
+
     /// Encrypts `count` bytes at `plain` into `out` (ciphertext ‖ tag) under `nonce`.
     private static func encrypt(
         _ sealing: ItemSealing, _ out: UnsafeMutablePointer<UInt8>, _ plain: UnsafePointer<UInt8>?, _ count: Int,
-        _ ad: UnsafeRawBufferPointer, _ nonce: UnsafePointer<UInt8>, _ key: UnsafeRawBufferPointer
+        _ ad: UnsafeRawBufferPointer, _ nonce: UnsafePointer<UInt8>, _ key: UnsafeRawBufferPointer,
+        _ engine: GCMEngine
     ) -> Bool {
+        if sealing == .aes256GCM && engine == .libgcrypt {
+            return Gcrypt.aes256GCM(
+                decrypt: false, out, plain, count, tag: out + count, ad: ad, nonce: nonce, key: key)
+        }
         var written: UInt64 = 0
         let a = ad.baseAddress?.assumingMemoryBound(to: UInt8.self)
         let k = key.baseAddress!.assumingMemoryBound(to: UInt8.self)
@@ -89,8 +96,15 @@ public enum AEAD {
     /// Decrypts `box` (ciphertext ‖ tag) into `out`; false when it does not authenticate.
     private static func decrypt(
         _ sealing: ItemSealing, _ out: UnsafeMutablePointer<UInt8>, _ box: UnsafePointer<UInt8>, _ count: Int,
-        _ ad: UnsafeRawBufferPointer, _ nonce: UnsafePointer<UInt8>, _ key: UnsafeRawBufferPointer
+        _ ad: UnsafeRawBufferPointer, _ nonce: UnsafePointer<UInt8>, _ key: UnsafeRawBufferPointer,
+        _ engine: GCMEngine
     ) -> Bool {
+        if sealing == .aes256GCM && engine == .libgcrypt {
+            // `box` is ciphertext ‖ tag; libgcrypt reads the tag, it never writes there when decrypting.
+            return Gcrypt.aes256GCM(
+                decrypt: true, out, box, count - tagBytes,
+                tag: UnsafeMutablePointer(mutating: box + count - tagBytes), ad: ad, nonce: nonce, key: key)
+        }
         var written: UInt64 = 0
         let a = ad.baseAddress?.assumingMemoryBound(to: UInt8.self)
         let k = key.baseAddress!.assumingMemoryBound(to: UInt8.self)
@@ -110,8 +124,15 @@ public enum AEAD {
         _ plaintext: UnsafeRawBufferPointer, key: UnsafeRawBufferPointer,
         ad: UnsafeRawBufferPointer, sealing: ItemSealing = .xchacha20Poly1305
     ) -> [UInt8] {
+        seal(plaintext, key: key, ad: ad, sealing: sealing, engine: gcmEngine)
+    }
+
+    /// `seal` with AES-256-GCM run by `engine` (tests compare the two libraries).
+    static func seal(
+        _ plaintext: UnsafeRawBufferPointer, key: UnsafeRawBufferPointer,
+        ad: UnsafeRawBufferPointer, sealing: ItemSealing, engine: GCMEngine
+    ) -> [UInt8] {
         precondition(key.count == keyBytes, "AEAD key must be \(keyBytes) bytes")
-        precondition(sealing.isAvailable, "\(sealing.name) is not available on this CPU")
         Sodium.ensureInitialized()
         let nonceBytes = sealing.nonceBytes
         let total = nonceBytes + plaintext.count + tagBytes
@@ -120,7 +141,7 @@ public enum AEAD {
             randombytes_buf(base, nonceBytes)
             let ok = encrypt(
                 sealing, base + nonceBytes, plaintext.baseAddress?.assumingMemoryBound(to: UInt8.self),
-                plaintext.count, ad, base, key)
+                plaintext.count, ad, base, key, engine)
             precondition(ok, "AEAD encryption failed")
             initialized = total
         }
@@ -152,14 +173,19 @@ public enum AEAD {
         ad: UnsafeRawBufferPointer, into output: UnsafeMutableRawBufferPointer,
         what: StaticString, sealing: ItemSealing = .xchacha20Poly1305
     ) throws(KeychainError) {
+        try open(sealed, key: key, ad: ad, into: output, what: what, sealing: sealing, engine: gcmEngine)
+    }
+
+    /// `open` with AES-256-GCM run by `engine` (tests compare the two libraries).
+    static func open(
+        _ sealed: UnsafeRawBufferPointer, key: UnsafeRawBufferPointer,
+        ad: UnsafeRawBufferPointer, into output: UnsafeMutableRawBufferPointer,
+        what: StaticString, sealing: ItemSealing, engine: GCMEngine
+    ) throws(KeychainError) {
         precondition(key.count == keyBytes, "AEAD key must be \(keyBytes) bytes")
         let nonceBytes = sealing.nonceBytes
         guard sealed.count >= sealing.overhead, output.count == sealed.count - sealing.overhead else {
             throw KeychainError(.decode, "\(what) is damaged (wrong length)")
-        }
-        guard sealing.isAvailable else {
-            throw KeychainError(
-                .decode, "\(what) is sealed with \(sealing.name), which this CPU cannot run (it needs AES-NI)")
         }
         Sodium.ensureInitialized()
         let base = sealed.baseAddress!.assumingMemoryBound(to: UInt8.self)
@@ -168,7 +194,7 @@ public enum AEAD {
         let ok = withUnsafeMutablePointer(to: &dummy) { dummyPointer in
             decrypt(
                 sealing, output.baseAddress?.assumingMemoryBound(to: UInt8.self) ?? dummyPointer,
-                base + nonceBytes, sealed.count - nonceBytes, ad, base, key)
+                base + nonceBytes, sealed.count - nonceBytes, ad, base, key, engine)
         }
         guard ok else {
             Sodium.zero(output)

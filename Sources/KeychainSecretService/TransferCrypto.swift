@@ -50,8 +50,8 @@ enum TransferCrypto {
         return out
     }
 
-    /// Initialises libgcrypt once (secure memory, no warnings on stderr).
-    static let ready: Bool = kc_gcrypt_init() == 0
+    /// libgcrypt initialised (once per process, shared with KeychainCrypto's use of it).
+    static var ready: Bool { Gcrypt.ready }
 
     /// The server's half of the exchange: the client's public value in, our public value and the
     /// session key out. A public value outside 2 … p − 2 is refused (InvalidArgs).
