@@ -69,54 +69,38 @@ public enum AEAD {
         return crypto_aead_aes256gcm_is_available() == 1 ? .libsodium : .libgcrypt
     }()
 
-    /// Encrypts `count` bytes at `plain` into `out` (ciphertext ‖ tag) under `nonce`.
-    private static func encrypt(
-        _ sealing: ItemSealing, _ out: UnsafeMutablePointer<UInt8>, _ plain: UnsafePointer<UInt8>?, _ count: Int,
-        _ ad: UnsafeRawBufferPointer, _ nonce: UnsafePointer<UInt8>, _ key: UnsafeRawBufferPointer,
-        _ engine: GCMEngine
+    /// Seals one box (`decrypting` false: `input` is `count` bytes of plaintext, `output` receives
+    /// ciphertext ‖ tag) or opens one (`input` is ciphertext ‖ tag, `output` receives the `count` bytes
+    /// of plaintext) under `nonce`; false when the box does not authenticate or the library refuses.
+    private static func crypt(
+        _ decrypting: Bool, _ sealing: ItemSealing, _ output: UnsafeMutablePointer<UInt8>,
+        _ input: UnsafePointer<UInt8>?, _ count: Int, _ ad: UnsafeRawBufferPointer, _ nonce: UnsafePointer<UInt8>,
+        _ key: UnsafeRawBufferPointer, _ engine: GCMEngine
     ) -> Bool {
-        if sealing == .aes256GCM && engine == .libgcrypt {
-            return Gcrypt.aes256GCM(
-                decrypt: false, out, plain, count, tag: out + count, ad: ad, nonce: nonce, key: key)
-        }
-        var written: UInt64 = 0
         let a = ad.baseAddress?.assumingMemoryBound(to: UInt8.self)
+        let adCount = UInt64(ad.count)
         let k = key.baseAddress!.assumingMemoryBound(to: UInt8.self)
-        let rc =
-            switch sealing {
-            case .xchacha20Poly1305:
-                crypto_aead_xchacha20poly1305_ietf_encrypt(
-                    out, &written, plain, UInt64(count), a, UInt64(ad.count), nil, nonce, k)
-            case .aes256GCM:
-                crypto_aead_aes256gcm_encrypt(out, &written, plain, UInt64(count), a, UInt64(ad.count), nil, nonce, k)
-            }
-        return rc == 0 && Int(written) == count + tagBytes
-    }
-
-    /// Decrypts `box` (ciphertext ‖ tag) into `out`; false when it does not authenticate.
-    private static func decrypt(
-        _ sealing: ItemSealing, _ out: UnsafeMutablePointer<UInt8>, _ box: UnsafePointer<UInt8>, _ count: Int,
-        _ ad: UnsafeRawBufferPointer, _ nonce: UnsafePointer<UInt8>, _ key: UnsafeRawBufferPointer,
-        _ engine: GCMEngine
-    ) -> Bool {
-        if sealing == .aes256GCM && engine == .libgcrypt {
-            // `box` is ciphertext ‖ tag; libgcrypt reads the tag, it never writes there when decrypting.
-            return Gcrypt.aes256GCM(
-                decrypt: true, out, box, count - tagBytes,
-                tag: UnsafeMutablePointer(mutating: box + count - tagBytes), ad: ad, nonce: nonce, key: key)
-        }
         var written: UInt64 = 0
-        let a = ad.baseAddress?.assumingMemoryBound(to: UInt8.self)
-        let k = key.baseAddress!.assumingMemoryBound(to: UInt8.self)
-        let rc =
-            switch sealing {
-            case .xchacha20Poly1305:
-                crypto_aead_xchacha20poly1305_ietf_decrypt(
-                    out, &written, nil, box, UInt64(count), a, UInt64(ad.count), nonce, k)
-            case .aes256GCM:
-                crypto_aead_aes256gcm_decrypt(out, &written, nil, box, UInt64(count), a, UInt64(ad.count), nonce, k)
-            }
-        return rc == 0
+        let rc: Int32
+        switch (sealing, engine, decrypting) {
+        case (.aes256GCM, .libgcrypt, _):
+            // Opening, the tag is read in place at the end of the box (libgcrypt only reads it then).
+            let tag = decrypting ? UnsafeMutablePointer(mutating: input! + count) : output + count
+            return Gcrypt.aes256GCM(
+                decrypt: decrypting, output, input, count, tag: tag, ad: ad, nonce: nonce, key: key)
+        case (.aes256GCM, .libsodium, false):
+            rc = crypto_aead_aes256gcm_encrypt(output, &written, input, UInt64(count), a, adCount, nil, nonce, k)
+        case (.aes256GCM, .libsodium, true):
+            rc = crypto_aead_aes256gcm_decrypt(
+                output, &written, nil, input!, UInt64(count + tagBytes), a, adCount, nonce, k)
+        case (.xchacha20Poly1305, _, false):
+            rc = crypto_aead_xchacha20poly1305_ietf_encrypt(
+                output, &written, input, UInt64(count), a, adCount, nil, nonce, k)
+        case (.xchacha20Poly1305, _, true):
+            rc = crypto_aead_xchacha20poly1305_ietf_decrypt(
+                output, &written, nil, input!, UInt64(count + tagBytes), a, adCount, nonce, k)
+        }
+        return rc == 0 && Int(written) == (decrypting ? count : count + tagBytes)
     }
 
     /// Seals `plaintext` under `key` (32 bytes), authenticating `ad` too.
@@ -139,8 +123,8 @@ public enum AEAD {
         return [UInt8](unsafeUninitializedCapacity: total) { out, initialized in
             let base = out.baseAddress!
             randombytes_buf(base, nonceBytes)
-            let ok = encrypt(
-                sealing, base + nonceBytes, plaintext.baseAddress?.assumingMemoryBound(to: UInt8.self),
+            let ok = crypt(
+                false, sealing, base + nonceBytes, plaintext.baseAddress?.assumingMemoryBound(to: UInt8.self),
                 plaintext.count, ad, base, key, engine)
             precondition(ok, "AEAD encryption failed")
             initialized = total
@@ -192,9 +176,9 @@ public enum AEAD {
         // An empty plaintext still needs a valid pointer for libsodium.
         var dummy: UInt8 = 0
         let ok = withUnsafeMutablePointer(to: &dummy) { dummyPointer in
-            decrypt(
-                sealing, output.baseAddress?.assumingMemoryBound(to: UInt8.self) ?? dummyPointer,
-                base + nonceBytes, sealed.count - nonceBytes, ad, base, key, engine)
+            crypt(
+                true, sealing, output.baseAddress?.assumingMemoryBound(to: UInt8.self) ?? dummyPointer,
+                base + nonceBytes, output.count, ad, base, key, engine)
         }
         guard ok else {
             Sodium.zero(output)
