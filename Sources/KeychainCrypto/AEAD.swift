@@ -71,23 +71,26 @@ public enum AEAD {
 
     /// Seals one box (`decrypting` false: `input` is `count` bytes of plaintext, `output` receives
     /// ciphertext ‖ tag) or opens one (`input` is ciphertext ‖ tag, `output` receives the `count` bytes
-    /// of plaintext) under `nonce`; false when the box does not authenticate or the library refuses.
+    /// of plaintext) under `nonce`; false when the box does not authenticate. A library that cannot
+    /// run at all (libgcrypt out of secure memory, or refusing in FIPS mode) is errSecInternal, never
+    /// taken for a damaged box.
     private static func crypt(
         _ decrypting: Bool, _ sealing: ItemSealing, _ output: UnsafeMutablePointer<UInt8>,
         _ input: UnsafePointer<UInt8>?, _ count: Int, _ ad: UnsafeRawBufferPointer, _ nonce: UnsafePointer<UInt8>,
         _ key: UnsafeRawBufferPointer, _ engine: GCMEngine
-    ) -> Bool {
+    ) throws(KeychainError) -> Bool {
         let a = ad.baseAddress?.assumingMemoryBound(to: UInt8.self)
         let adCount = UInt64(ad.count)
         let k = key.baseAddress!.assumingMemoryBound(to: UInt8.self)
         var written: UInt64 = 0
         let rc: Int32
         switch (sealing, engine, decrypting) {
-        case (.aes256GCM, .libgcrypt, _):
-            // Opening, the tag is read in place at the end of the box (libgcrypt only reads it then).
-            let tag = decrypting ? UnsafeMutablePointer(mutating: input! + count) : output + count
-            return Gcrypt.aes256GCM(
-                decrypt: decrypting, output, input, count, tag: tag, ad: ad, nonce: nonce, key: key)
+        case (.aes256GCM, .libgcrypt, true):
+            return try Gcrypt.aes256GCMOpen(
+                output, box: input!, count, tag: input! + count, ad: ad, nonce: nonce, key: key)
+        case (.aes256GCM, .libgcrypt, false):
+            try Gcrypt.aes256GCMSeal(output, input, count, tag: output + count, ad: ad, nonce: nonce, key: key)
+            return true
         case (.aes256GCM, .libsodium, false):
             rc = crypto_aead_aes256gcm_encrypt(output, &written, input, UInt64(count), a, adCount, nil, nonce, k)
         case (.aes256GCM, .libsodium, true):
@@ -103,40 +106,52 @@ public enum AEAD {
         return rc == 0 && Int(written) == (decrypting ? count : count + tagBytes)
     }
 
-    /// Seals `plaintext` under `key` (32 bytes), authenticating `ad` too.
+    /// Seals `plaintext` under `key` (32 bytes) with XChaCha20-Poly1305, authenticating `ad` too (the
+    /// keyring's and the registrations' boxes; libsodium cannot fail here).
     public static func seal(
-        _ plaintext: UnsafeRawBufferPointer, key: UnsafeRawBufferPointer,
-        ad: UnsafeRawBufferPointer, sealing: ItemSealing = .xchacha20Poly1305
+        _ plaintext: UnsafeRawBufferPointer, key: UnsafeRawBufferPointer, ad: UnsafeRawBufferPointer
     ) -> [UInt8] {
-        seal(plaintext, key: key, ad: ad, sealing: sealing, engine: gcmEngine)
+        do throws(KeychainError) {
+            return try seal(plaintext, key: key, ad: ad, sealing: .xchacha20Poly1305, engine: gcmEngine)
+        } catch {
+            preconditionFailure("XChaCha20-Poly1305 encryption failed")
+        }
+    }
+
+    /// Seals `plaintext` under `key` with XChaCha20-Poly1305 and a fresh random nonce.
+    public static func seal(_ plaintext: [UInt8], key: UnsafeRawBufferPointer, ad: UnsafeRawBufferPointer)
+        -> [UInt8]
+    {
+        plaintext.withUnsafeBytes { seal($0, key: key, ad: ad) }
+    }
+
+    /// Seals `plaintext` with the construction `sealing` (an item's parts). errSecInternal when the
+    /// library running it refuses (libgcrypt's AES-256-GCM, which only runs where libsodium cannot).
+    public static func seal(
+        _ plaintext: UnsafeRawBufferPointer, key: UnsafeRawBufferPointer, ad: UnsafeRawBufferPointer,
+        sealing: ItemSealing
+    ) throws(KeychainError) -> [UInt8] {
+        try seal(plaintext, key: key, ad: ad, sealing: sealing, engine: gcmEngine)
     }
 
     /// `seal` with AES-256-GCM run by `engine` (tests compare the two libraries).
     static func seal(
         _ plaintext: UnsafeRawBufferPointer, key: UnsafeRawBufferPointer,
         ad: UnsafeRawBufferPointer, sealing: ItemSealing, engine: GCMEngine
-    ) -> [UInt8] {
+    ) throws(KeychainError) -> [UInt8] {
         precondition(key.count == keyBytes, "AEAD key must be \(keyBytes) bytes")
         Sodium.ensureInitialized()
         let nonceBytes = sealing.nonceBytes
-        let total = nonceBytes + plaintext.count + tagBytes
-        return [UInt8](unsafeUninitializedCapacity: total) { out, initialized in
-            let base = out.baseAddress!
+        var out = [UInt8](repeating: 0, count: nonceBytes + plaintext.count + tagBytes)
+        let ok = try withMutableBytes(&out) { (o) throws(KeychainError) -> Bool in
+            let base = o.baseAddress!.assumingMemoryBound(to: UInt8.self)
             randombytes_buf(base, nonceBytes)
-            let ok = crypt(
+            return try crypt(
                 false, sealing, base + nonceBytes, plaintext.baseAddress?.assumingMemoryBound(to: UInt8.self),
                 plaintext.count, ad, base, key, engine)
-            precondition(ok, "AEAD encryption failed")
-            initialized = total
         }
-    }
-
-    /// Seals `plaintext` under `key` with a fresh random nonce, authenticating `ad` too.
-    public static func seal(
-        _ plaintext: [UInt8], key: UnsafeRawBufferPointer, ad: UnsafeRawBufferPointer,
-        sealing: ItemSealing = .xchacha20Poly1305
-    ) -> [UInt8] {
-        plaintext.withUnsafeBytes { seal($0, key: key, ad: ad, sealing: sealing) }
+        precondition(ok, "AEAD encryption failed")
+        return out
     }
 
     /// Seals a 32-byte item key as a row keeps it: `sealing`'s tag byte (none for XChaCha20), then
@@ -144,14 +159,15 @@ public enum AEAD {
     public static func sealKey(
         _ itemKey: UnsafeRawBufferPointer, key: UnsafeRawBufferPointer, ad: UnsafeRawBufferPointer,
         sealing: ItemSealing
-    ) -> [UInt8] {
+    ) throws(KeychainError) -> [UInt8] {
         precondition(itemKey.count == keyBytes, "an item key must be \(keyBytes) bytes")
-        let box = seal(itemKey, key: key, ad: ad, sealing: sealing)
+        let box = try seal(itemKey, key: key, ad: ad, sealing: sealing)
         return sealing.keyPrefixBytes == 0 ? box : [sealing.rawValue] + box
     }
 
     /// Opens a sealed box into `output` (exactly `sealed.count - overhead` bytes). A wrong key, wrong
-    /// associated data or any modified byte is `errSecDecode`; `output` is zeroed then.
+    /// associated data or any modified byte is `errSecDecode`; a library that cannot run (libgcrypt
+    /// out of memory) is errSecInternal; `output` is zeroed either way.
     public static func open(
         _ sealed: UnsafeRawBufferPointer, key: UnsafeRawBufferPointer,
         ad: UnsafeRawBufferPointer, into output: UnsafeMutableRawBufferPointer,
@@ -175,10 +191,16 @@ public enum AEAD {
         let base = sealed.baseAddress!.assumingMemoryBound(to: UInt8.self)
         // An empty plaintext still needs a valid pointer for libsodium.
         var dummy: UInt8 = 0
-        let ok = withUnsafeMutablePointer(to: &dummy) { dummyPointer in
-            crypt(
-                true, sealing, output.baseAddress?.assumingMemoryBound(to: UInt8.self) ?? dummyPointer,
-                base + nonceBytes, output.count, ad, base, key, engine)
+        let ok: Bool
+        do throws(KeychainError) {
+            ok = try withUnsafeMutablePointer(to: &dummy) { (dummyPointer) throws(KeychainError) -> Bool in
+                try crypt(
+                    true, sealing, output.baseAddress?.assumingMemoryBound(to: UInt8.self) ?? dummyPointer,
+                    base + nonceBytes, output.count, ad, base, key, engine)
+            }
+        } catch {
+            Sodium.zero(output)
+            throw error
         }
         guard ok else {
             Sodium.zero(output)

@@ -422,8 +422,9 @@ public final class Vault: Sendable {
             return try old.withUnsafeBytes { (ok) throws(KeychainError) -> [UInt8] in
                 try new.withUnsafeBytes { (nk) throws(KeychainError) -> [UInt8] in
                     try withBytes(associatedData) { (ad) throws(KeychainError) -> [UInt8] in
-                        try AEAD.withOpenedKey(sealed, key: ok, ad: ad, what: "item key", sealing: sealing) { ik in
-                            AEAD.sealKey(ik, key: nk, ad: ad, sealing: sealing)
+                        try AEAD.withOpenedKey(sealed, key: ok, ad: ad, what: "item key", sealing: sealing) {
+                            (ik) throws(KeychainError) -> [UInt8] in
+                            try AEAD.sealKey(ik, key: nk, ad: ad, sealing: sealing)
                         }
                     }
                 }

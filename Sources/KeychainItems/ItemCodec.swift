@@ -154,20 +154,31 @@ struct ItemCodec: Sendable {
         var plain = CBOR.encode(.map(attributes))
         defer { Sodium.zero(&plain) }
         let index = indexes(for: attributes)
-        let parts = withUnsafeTemporaryAllocation(byteCount: AEAD.keyBytes, alignment: 16) { buffer in
+        let parts = try withUnsafeTemporaryAllocation(byteCount: AEAD.keyBytes, alignment: 16) {
+            (buffer) throws(KeychainError) -> (wrapped: [UInt8], attributes: [UInt8], secret: [UInt8]) in
             defer { Sodium.zero(buffer) }
             Sodium.randomFill(buffer)
             let ik = UnsafeRawBufferPointer(buffer)
-            let wrapped = classKey.withUnsafeBytes { ck in
-                Self.associatedData(
-                    ref: ref, protection: protection, part: .itemKey, uniqueIndex: index.unique, sealing: sealing
-                ).withUnsafeBytes { AEAD.sealKey(ik, key: ck, ad: $0, sealing: sealing) }
+            let keyAD = Self.associatedData(
+                ref: ref, protection: protection, part: .itemKey, uniqueIndex: index.unique, sealing: sealing)
+            let wrapped = try classKey.withUnsafeBytes { (ck) throws(KeychainError) in
+                try withBytes(keyAD) { (ad) throws(KeychainError) in
+                    try AEAD.sealKey(ik, key: ck, ad: ad, sealing: sealing)
+                }
             }
-            let sealedAttributes = Self.associatedData(
-                ref: ref, protection: protection, part: .attributes, sealing: sealing
-            ).withUnsafeBytes { AEAD.seal(plain, key: ik, ad: $0, sealing: sealing) }
-            let sealedSecret = Self.associatedData(ref: ref, protection: protection, part: .secret, sealing: sealing)
-                .withUnsafeBytes { ad in secret.withUnsafeBytes { AEAD.seal($0, key: ik, ad: ad, sealing: sealing) } }
+            let attributesAD = Self.associatedData(
+                ref: ref, protection: protection, part: .attributes, sealing: sealing)
+            let sealedAttributes = try withBytes(attributesAD) { (ad) throws(KeychainError) in
+                try withBytes(plain) { (p) throws(KeychainError) in
+                    try AEAD.seal(p, key: ik, ad: ad, sealing: sealing)
+                }
+            }
+            let secretAD = Self.associatedData(ref: ref, protection: protection, part: .secret, sealing: sealing)
+            let sealedSecret = try withBytes(secretAD) { (ad) throws(KeychainError) in
+                try secret.withUnsafeBytes { (p) throws(KeychainError) in
+                    try AEAD.seal(p, key: ik, ad: ad, sealing: sealing)
+                }
+            }
             return (wrapped: wrapped, attributes: sealedAttributes, secret: sealedSecret)
         }
         return StoredItem(

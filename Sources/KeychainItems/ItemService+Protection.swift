@@ -150,7 +150,10 @@ extension ItemService {
                                 replacement = try pending.rewrapItemKey(
                                     row.sealed, protection: protection, associatedData: ad)
                             } catch  where error.status == .decode {
-                                return nil  // damaged: it did not open before the change and will not after
+                                // Damaged (it failed authentication, so it did not open before the change
+                                // and will not after). Any other error — a crypto library that cannot run —
+                                // fails the whole change, which then leaves every row as it was.
+                                return nil
                             }
                             rewrapped += 1
                             try afterRow?(rewrapped)

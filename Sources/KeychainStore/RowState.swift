@@ -5,8 +5,8 @@ import KeychainCrypto
 /// removed, added, swapped or replayed from an older copy of the database are caught when the store
 /// opens, instead of reading as an item's older self.
 ///
-/// Each row has a *fingerprint*: keyed BLAKE2b-256 of its ref, class, index digests and the nonces of
-/// its three sealed blobs. Every write reseals at least one blob with a fresh random nonce, so a
+/// Each row has a *fingerprint*: keyed BLAKE2b-256 of its ref, class, index digests and the first 24
+/// bytes of its three sealed blobs (each blob's whole random nonce, whatever the construction). Every write reseals at least one blob with a fresh random nonce, so a
 /// row's fingerprint changes with each version; the AEAD tags bind each nonce to its ciphertext, so a
 /// blob cannot keep a current nonce with older contents. The fingerprints are added modulo 2²⁵⁶ (an
 /// incremental multiset hash), and the `meta` row `rows` holds the number of rows, a generation

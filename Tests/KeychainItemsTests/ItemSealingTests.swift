@@ -21,7 +21,8 @@ import Testing
         let available = ItemSealing.allCases
         for sealing in available {
             let sealed = key.withUnsafeBytes { k in
-                ad.withUnsafeBytes { AEAD.seal(plain, key: k, ad: $0, sealing: sealing) }
+                plain.withUnsafeBytes { p in ad.withUnsafeBytes { try! AEAD.seal(p, key: k, ad: $0, sealing: sealing) }
+                }
             }
             #expect(sealed.count == plain.count + sealing.overhead)
             let opened = try key.withUnsafeBytes { (k) throws(KeychainError) in
@@ -62,7 +63,7 @@ import Testing
         for sealing in ItemSealing.allCases {
             let sealed = key.withUnsafeBytes { k in
                 itemKey.withUnsafeBytes { ik in
-                    ad.withUnsafeBytes { AEAD.sealKey(ik, key: k, ad: $0, sealing: sealing) }
+                    ad.withUnsafeBytes { try! AEAD.sealKey(ik, key: k, ad: $0, sealing: sealing) }
                 }
             }
             #expect(sealed.count == sealing.sealedKeyBytes)
@@ -133,6 +134,37 @@ import Testing
                 #expect(try fx.secret("svc", "old-" + code) == (code == "ck" ? "changed" : "o-" + code))
                 #expect(try fx.secret("svc", "new-" + code) == "n-" + code)
             }
+        }
+    }
+
+    /// A GCM row's layout, spelled out here by hand rather than through ItemCodec: the item key is the
+    /// byte 2 ‖ nonce (12) ‖ ciphertext ‖ tag under the class key, with associated data "kc2" ‖ ref ‖
+    /// class ‖ "K" ‖ key_ix; the attributes and the secret are nonce (12) ‖ ciphertext ‖ tag under the
+    /// item key, with "kc2" ‖ ref ‖ class ‖ "A" or "S". Rows written today must open the same way later.
+    @Test func aGCMRowHasTheDocumentedLayout() throws {
+        try withProtectedKeychain(sealing: .aes256GCM) { fx in
+            try fx.add("svc", "laid-out", secret: "the secret", pdmn: "ak")
+            let row = try #require(try fx.rawColumns().first)
+            #expect(row.itemKey.count == 61 && row.itemKey[0] == 2)
+            let protection = try #require(ProtectionClass(rawValue: row.protectionClass))
+            let head: [UInt8] = Array("kc2".utf8) + row.ref + [row.protectionClass]
+            let classKey = try fx.service.vault.classKey(protection)
+            let itemKey = try classKey.withUnsafeBytes { (ck) throws(KeychainError) in
+                try withBytes(head + Array("K".utf8) + row.keyIndex) { (ad) throws(KeychainError) in
+                    try AEAD.open(
+                        Array(row.itemKey.dropFirst()), key: ck, ad: ad, what: "item key", sealing: .aes256GCM)
+                }
+            }
+            func part(_ blob: [UInt8], _ name: String) throws -> [UInt8] {
+                try itemKey.withUnsafeBytes { (ik) throws(KeychainError) in
+                    try withBytes(head + Array(name.utf8)) { (ad) throws(KeychainError) in
+                        try AEAD.open(blob, key: ik, ad: ad, what: "part", sealing: .aes256GCM)
+                    }
+                }
+            }
+            #expect(try part(row.secret, "S") == Array("the secret".utf8))
+            let attributes = try CBOR.decode(try part(row.attributes, "A"))
+            #expect(attributes.map?["acct"] == .text("laid-out") && attributes.map?["svce"] == .text("svc"))
         }
     }
 
