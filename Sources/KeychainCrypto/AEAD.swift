@@ -1,6 +1,7 @@
 import CSodium
 public import KeychainCore
 public import KeychainSystem
+import Synchronization
 
 /// The authenticated encryption an item's row is sealed with. Every box is `nonce ‖ ciphertext ‖
 /// tag (16)` with a fresh random nonce; the construction of a row is told by its sealed item key
@@ -22,7 +23,7 @@ public enum ItemSealing: UInt8, Sendable, CaseIterable {
 
     /// What new rows are sealed with on this machine: AES-256-GCM when libsodium runs it (AES-NI),
     /// XChaCha20-Poly1305 otherwise (constant-time in software, unlike table-based AES).
-    public static let preferred: ItemSealing = AEAD.gcmEngine == .libsodium ? .aes256GCM : .xchacha20Poly1305
+    public static let preferred: ItemSealing = AEAD.machineGCMEngine == .libsodium ? .aes256GCM : .xchacha20Poly1305
 
     /// The construction of a row, from its sealed item key's layout; nil for a layout none has
     /// (a damaged row).
@@ -64,10 +65,26 @@ public enum AEAD {
     /// Which library runs AES-256-GCM here: libsodium where the CPU has AES-NI and PCLMUL, libgcrypt
     /// everywhere else (only to open rows sealed on another machine, and in tests).
     enum GCMEngine { case libsodium, libgcrypt }
-    static let gcmEngine: GCMEngine = {
+    static let machineGCMEngine: GCMEngine = {
         Sodium.ensureInitialized()
         return crypto_aead_aes256gcm_is_available() == 1 ? .libsodium : .libgcrypt
     }()
+
+    /// The engine in use: the machine's, unless a test has asked for libgcrypt everywhere
+    /// (`withLibgcryptForGCM`). The two produce and accept the same bytes, so code running meanwhile
+    /// on other threads is unaffected.
+    static var gcmEngine: GCMEngine {
+        libgcryptOverrides.load(ordering: .relaxed) > 0 ? .libgcrypt : machineGCMEngine
+    }
+    private static let libgcryptOverrides = Atomic<Int>(0)
+
+    /// Runs `body` with AES-256-GCM going through libgcrypt, as on a machine without AES-NI (tests
+    /// of the whole item path on machines that have it).
+    static func withLibgcryptForGCM<R, E: Error>(_ body: () throws(E) -> R) throws(E) -> R {
+        libgcryptOverrides.add(1, ordering: .relaxed)
+        defer { libgcryptOverrides.subtract(1, ordering: .relaxed) }
+        return try body()
+    }
 
     /// Seals one box (`decrypting` false: `input` is `count` bytes of plaintext, `output` receives
     /// ciphertext ‖ tag) or opens one (`input` is ciphertext ‖ tag, `output` receives the `count` bytes

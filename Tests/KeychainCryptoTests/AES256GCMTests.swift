@@ -62,7 +62,7 @@ import Testing
             + hex(
                 "522dc1f099567d07f47f37a32a84427d643a8cdcbfe5c0c97598a2bd2555d1aa8cb08e48590dbb3da7b08b1056828838c5f61e6393ba7a0abcc9f662"
             ) + hex("76fc6ece0f4e1768cddf8853bb2d551b")
-        let engines: [AEAD.GCMEngine] = AEAD.gcmEngine == .libsodium ? [.libsodium, .libgcrypt] : [.libgcrypt]
+        let engines: [AEAD.GCMEngine] = AEAD.machineGCMEngine == .libsodium ? [.libsodium, .libgcrypt] : [.libgcrypt]
         for engine in engines {
             #expect(open(box, ad: ad, engine, key: key) == plain, "\(engine)")
             var changed = box
@@ -74,7 +74,7 @@ import Testing
     /// What one library seals the other opens, for empty, short and multi-block plaintexts and
     /// associated data; neither opens a box with a changed byte, tag or associated data.
     @Test func libsodiumAndLibgcryptAgree() {
-        let engines: [AEAD.GCMEngine] = AEAD.gcmEngine == .libsodium ? [.libsodium, .libgcrypt] : [.libgcrypt]
+        let engines: [AEAD.GCMEngine] = AEAD.machineGCMEngine == .libsodium ? [.libsodium, .libgcrypt] : [.libgcrypt]
         for length in [0, 1, 15, 16, 32, 36, 100, 1000] {
             let plain = (0..<length).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ 3) }
             for ad in [[], Array("kc2-ad".utf8), [UInt8](repeating: 9, count: 70)] {

@@ -1,10 +1,10 @@
 import Foundation
 import KeychainCore
-import KeychainCrypto
 import KeychainStore
 import KeychainSystem
 import Testing
 
+@testable import KeychainCrypto
 @testable import KeychainItems
 
 /// Rows are sealed with AES-256-GCM where the CPU runs it and with XChaCha20-Poly1305 before that
@@ -134,6 +134,33 @@ import Testing
                 #expect(try fx.secret("svc", "old-" + code) == (code == "ck" ? "changed" : "o-" + code))
                 #expect(try fx.secret("svc", "new-" + code) == "n-" + code)
             }
+        }
+    }
+
+    /// On a machine without AES-NI, libgcrypt runs AES-256-GCM for the whole item path: GCM rows are
+    /// read, updated, added and re-wrapped by a passphrase change through it, and everything it wrote
+    /// reads back through libsodium afterwards (the two libraries are interchangeable on disk).
+    @Test func gcmRowsGoThroughLibgcryptAsOnAMachineWithoutAESNI() throws {
+        try withProtectedKeychain(sealing: .aes256GCM) { fx in
+            try fx.service.changePassphrase(old: nil, new: pass("one"))
+            for code in allCodes { try fx.add("svc", code, secret: "s-" + code, pdmn: code) }
+            try AEAD.withLibgcryptForGCM { () throws in
+                try fx.reopen(sealing: .aes256GCM)
+                try fx.service.unlock(passphrase: pass("one"))
+                for code in allCodes { #expect(try fx.secret("svc", code) == "s-" + code) }
+                try fx.service.update(
+                    query("svc", "ck"), attributes: ["v_Data": bytes("changed")], caller: Fixture.app)
+                try fx.add("svc", "through-libgcrypt", secret: "new", pdmn: "ak")
+                try fx.service.changePassphrase(old: pass("one"), new: pass("two"))
+            }
+            try fx.reopen(sealing: .aes256GCM)
+            #expect(!fx.service.rowCheck.resealed)
+            try fx.service.unlock(passphrase: pass("two"))
+            #expect(try fx.rawColumns().allSatisfy { ItemSealing(sealedItemKey: $0.itemKey) == .aes256GCM })
+            for code in allCodes {
+                #expect(try fx.secret("svc", code) == (code == "ck" ? "changed" : "s-" + code))
+            }
+            #expect(try fx.secret("svc", "through-libgcrypt") == "new")
         }
     }
 
