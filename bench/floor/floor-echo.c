@@ -2,7 +2,7 @@
  * floor-echo: the fastest echo server we know how to write for keychaind's framing, the floor every
  * daemon figure in scripts/bench is set beside.
  *
- *   floor-echo SOCKET REPLY_BYTES [--threads | --epoll | --isolation | --secure | --durable DIR]
+ *   floor-echo SOCKET REPLY_BYTES [--threads | --epoll | --isolation | --secure | --stored N DIR | --durable DIR]
  *
  * Reads frames (4-byte big-endian length, then that many bytes), and answers each complete frame with
  * one fixed frame of REPLY_BYTES bytes in all (header included): the size of the daemon's answer to
@@ -23,12 +23,20 @@
  *          item key) with the construction keychaind seals new rows with — AES-256-GCM where the CPU
  *          has AES-NI, XChaCha20-Poly1305 otherwise — the secret copied into the reply and wiped.
  *
+ * --stored N DIR: --secure, but the sealed item key and secret are read from a SQLite database in DIR
+ *          for every request, as an uncached keychaind copy reads them: N rows with keychaind's
+ *          columns, sizes and indexes, the same SQLite settings (WAL, unix-excl, synchronous=FULL), a
+ *          connection and a prepared point lookup per client, the daemon's SQL. The request's keyed
+ *          BLAKE2b picks which row (keychaind's digest names the row the query asks for); the row is
+ *          found through the key_ix index, its two boxes opened in place and the secret answered.
+ *          The least an uncached copy costs: no request decoding, no allocation, no copy of a column.
+ *
  * --durable DIR: --threads plus, before each answer, one 4 KiB block of a file in DIR rewritten in
  *          place and fdatasync'ed (the cheapest durable write the disk allows): the floor of a durable
  *          add on one connection — a server that receives the request, makes something durable and
  *          answers. One write at a time (a mutex): not a floor for many clients, which group commit beats.
  *
- * Build: gcc -O2 -pthread -o floor-echo floor-echo.c -lsodium
+ * Build: gcc -O2 -pthread -o floor-echo floor-echo.c -lsodium -lsqlite3
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -41,6 +49,7 @@
 #include <string.h>
 #include <poll.h>
 #include <sodium.h>
+#include <sqlite3.h>
 #include <sys/epoll.h>
 #include <sys/syscall.h>
 #include <sys/socket.h>
@@ -71,6 +80,14 @@ static unsigned char class_key[32], index_key[32], nonce1[24], nonce2[24], ad[32
 static unsigned char sealed_key[32 + 16], sealed_secret[28 + 16];
 static int use_gcm;
 
+/* --stored: the database, its row count and every row's uniqueness digest (the lookup key). */
+static char stored_path[4096];
+static long stored_rows;
+static unsigned char *stored_keys;
+static sqlite3 *stored_writer; /* kept open, as keychaind keeps its writer: the file stays this process's (unix-excl) */
+static const char stored_select[] =
+    "SELECT rowid, ref, class, agrp_ix, svce_ix, acct_ix, key_ix, item_key, attributes, secret FROM items WHERE key_ix IN (?)";
+
 static int aead_decrypt(unsigned char *m, const unsigned char *c, unsigned long long clen,
                         const unsigned char *nonce, const unsigned char *key) {
     unsigned long long len;
@@ -84,8 +101,86 @@ static void aead_encrypt(unsigned char *c, const unsigned char *m, unsigned long
     else crypto_aead_xchacha20poly1305_ietf_encrypt(c, NULL, m, mlen, ad, sizeof ad, NULL, nonce, key);
 }
 
+/* Opens one stored row's two boxes (keychaind's GCM layout: the byte 2, a 12-byte nonce, ciphertext
+ * and tag) and puts the secret at `out`; 0, or -1 for a row that does not open. */
+static int open_stored(sqlite3_stmt *st, unsigned char *out, size_t out_len) {
+    const unsigned char *k = sqlite3_column_blob(st, 7), *sec = sqlite3_column_blob(st, 9);
+    int klen = sqlite3_column_bytes(st, 7), slen = sqlite3_column_bytes(st, 9);
+    unsigned char item_key[32];
+    unsigned long long len;
+    if (!k || !sec || klen != 1 + 12 + 32 + 16 || k[0] != 2 || slen < 12 + 16 || (size_t)(slen - 28) > out_len) return -1;
+    int bad = crypto_aead_aes256gcm_decrypt(item_key, &len, NULL, k + 13, (unsigned long long)klen - 13, ad, sizeof ad, k + 1, class_key) != 0
+              || crypto_aead_aes256gcm_decrypt(out, &len, NULL, sec + 12, (unsigned long long)slen - 12, ad, sizeof ad, sec, item_key) != 0;
+    sodium_memzero(item_key, sizeof item_key);
+    return bad ? -1 : 0;
+}
+
+/* A connection as keychaind opens its readers (and, with query_only off, its writer). */
+static int stored_open(sqlite3 **db, int read_only) {
+    int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW | SQLITE_OPEN_PRIVATECACHE;
+    if (sqlite3_open_v2(stored_path, db, flags, "unix-excl") != SQLITE_OK) return -1;
+    const char *setup = read_only
+        ? "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA secure_delete=ON; PRAGMA trusted_schema=OFF; PRAGMA query_only=ON"
+        : "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA secure_delete=ON; PRAGMA trusted_schema=OFF";
+    return sqlite3_exec(*db, setup, NULL, NULL, NULL) == SQLITE_OK ? 0 : -1;
+}
+
+/* Makes the database: keychaind's items table and indexes, N rows of its sizes, each row's item key
+ * sealed under the class key and a 32-byte secret under the item key, in one transaction. */
+static int stored_fill(void) {
+    sqlite3 *db = NULL;
+    sqlite3_stmt *ins = NULL;
+    unlink(stored_path);
+    static const char schema[] =
+        "CREATE TABLE items (rowid INTEGER PRIMARY KEY, ref BLOB NOT NULL UNIQUE, class INTEGER NOT NULL,"
+        " agrp_ix BLOB NOT NULL, svce_ix BLOB NOT NULL, acct_ix BLOB NOT NULL, key_ix BLOB NOT NULL UNIQUE,"
+        " item_key BLOB NOT NULL, attributes BLOB NOT NULL, secret BLOB NOT NULL) STRICT;"
+        "CREATE INDEX items_by_group_service_account ON items(agrp_ix, svce_ix, acct_ix);";
+    if (stored_open(&db, 0) != 0 || sqlite3_exec(db, schema, NULL, NULL, NULL) != SQLITE_OK
+        || sqlite3_exec(db, "PRAGMA cache_size=-262144; BEGIN", NULL, NULL, NULL) != SQLITE_OK /* the fill only */
+        || sqlite3_prepare_v2(db, "INSERT INTO items (ref, class, agrp_ix, svce_ix, acct_ix, key_ix, item_key, attributes, secret)"
+                                  " VALUES (?, 6, ?, ?, ?, ?, ?, ?, ?)", -1, &ins, NULL) != SQLITE_OK) goto fail;
+    stored_keys = malloc(32 * (size_t)stored_rows);
+    unsigned char agrp[16];
+    randombytes_buf(agrp, sizeof agrp);
+    for (long i = 0; i < stored_rows; i++) {
+        unsigned char ref[16], svce[16], acct[16], item_key[32], secret[32];
+        unsigned char sealed_key[1 + 12 + 32 + 16], attributes[12 + 101 + 16], sealed_secret[12 + 32 + 16];
+        unsigned char *key = stored_keys + 32 * i;
+        randombytes_buf(ref, sizeof ref);
+        randombytes_buf(svce, sizeof svce);
+        randombytes_buf(acct, sizeof acct);
+        randombytes_buf(key, 32);
+        randombytes_buf(item_key, sizeof item_key);
+        randombytes_buf(secret, sizeof secret);
+        sealed_key[0] = 2;
+        randombytes_buf(sealed_key + 1, 12);
+        crypto_aead_aes256gcm_encrypt(sealed_key + 13, NULL, item_key, sizeof item_key, ad, sizeof ad, NULL, sealed_key + 1, class_key);
+        randombytes_buf(sealed_secret, 12);
+        crypto_aead_aes256gcm_encrypt(sealed_secret + 12, NULL, secret, sizeof secret, ad, sizeof ad, NULL, sealed_secret, item_key);
+        randombytes_buf(attributes, sizeof attributes); /* sealed attributes: never opened on this path */
+        sodium_memzero(item_key, sizeof item_key);
+        const unsigned char *cols[] = { ref, agrp, svce, acct, key, sealed_key, attributes, sealed_secret };
+        const int lens[] = { 16, 16, 16, 16, 32, sizeof sealed_key, sizeof attributes, sizeof sealed_secret };
+        for (int k = 0; k < 8; k++) sqlite3_bind_blob(ins, k + 1, cols[k], lens[k], SQLITE_TRANSIENT);
+        if (sqlite3_step(ins) != SQLITE_DONE || sqlite3_reset(ins) != SQLITE_OK) goto fail;
+    }
+    sqlite3_finalize(ins);
+    ins = NULL;
+    if (sqlite3_exec(db, "COMMIT; PRAGMA wal_checkpoint(TRUNCATE)", NULL, NULL, NULL) != SQLITE_OK) goto fail;
+    sqlite3_exec(db, "PRAGMA cache_size=-2000; PRAGMA shrink_memory", NULL, NULL, NULL);
+    stored_writer = db;
+    return 0;
+fail:
+    fprintf(stderr, "floor-echo: cannot make %s: %s\n", stored_path, db ? sqlite3_errmsg(db) : "cannot open");
+    sqlite3_finalize(ins);
+    return -1;
+}
+
 struct conn {
     int fd;
+    sqlite3 *db;
+    sqlite3_stmt *lookup;
     pid_t pid;
     int pidfd;
     size_t have; /* bytes of an unfinished frame at the start of buf */
@@ -104,7 +199,19 @@ static long take_frames(struct conn *c) {
         if (c->have - at < n + 4) break;
         if (out + reply_len > BUF) return -1;
         memcpy(c->out + out, reply, reply_len);
-        if (secure) {
+        if (stored_rows > 0) {
+            unsigned char digest[32];
+            uint64_t pick;
+            crypto_generichash(digest, sizeof digest, h + 4, n < 64 ? n : 64, index_key, sizeof index_key);
+            memcpy(&pick, digest, sizeof pick);
+            sqlite3_bind_blob(c->lookup, 1, stored_keys + 32 * (pick % (uint64_t)stored_rows), 32, SQLITE_STATIC);
+            int rc = sqlite3_step(c->lookup);
+            /* The daemon reads every column of the row; so does this (in place, no copy). */
+            for (int col = 0; rc == SQLITE_ROW && col < 10; col++) (void)sqlite3_column_blob(c->lookup, col);
+            int bad = rc != SQLITE_ROW || open_stored(c->lookup, c->out + out + reply_len - 32, 32) != 0;
+            sqlite3_reset(c->lookup);
+            if (bad) return -1;
+        } else if (secure) {
             /* The blind index of the request (its digest is what a lookup would use), then the two
              * opens; the row's associated data is fixed here, as a stored row's is. */
             unsigned char digest[32], item_key[32], secret[28];
@@ -175,6 +282,12 @@ static void *serve_blocking(void *arg) {
         c->pidfd = pidfd;
         if (c->pidfd < 0) goto done;
     }
+    if (stored_rows > 0
+        && (stored_open(&c->db, 1) != 0
+            || sqlite3_prepare_v3(c->db, stored_select, -1, SQLITE_PREPARE_PERSISTENT, &c->lookup, NULL) != SQLITE_OK)) {
+        fprintf(stderr, "floor-echo: %s\n", c->db ? sqlite3_errmsg(c->db) : "cannot open the database");
+        goto done;
+    }
     for (;;) {
         ssize_t r;
         if (isolation) {
@@ -196,6 +309,8 @@ static void *serve_blocking(void *arg) {
         if (secure) sodium_memzero(c->out, (size_t)out);
     }
 done:
+    sqlite3_finalize(c->lookup);
+    sqlite3_close(c->db);
     if (c->pidfd > 0) close(c->pidfd);
     close(c->fd);
     free(c);
@@ -250,14 +365,19 @@ static void *epoll_loop(void *arg) {
 
 int main(int argc, char **argv) {
     if (argc < 3) {
-        fprintf(stderr, "usage: floor-echo SOCKET REPLY_BYTES [--threads | --epoll | --isolation | --secure | --durable DIR]\n");
+        fprintf(stderr, "usage: floor-echo SOCKET REPLY_BYTES [--threads | --epoll | --isolation | --secure | --stored N DIR | --durable DIR]\n");
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
     long total = strtol(argv[2], NULL, 10);
     if (total < 5 || total > BUF / 8) { fprintf(stderr, "floor-echo: REPLY_BYTES out of range\n"); return 2; }
     int use_epoll = argc > 3 && strcmp(argv[3], "--epoll") == 0;
-    secure = argc > 3 && strcmp(argv[3], "--secure") == 0;
+    if (argc > 5 && strcmp(argv[3], "--stored") == 0) {
+        stored_rows = strtol(argv[4], NULL, 10);
+        snprintf(stored_path, sizeof stored_path, "%s/floor-echo-stored-%d.db", argv[5], (int)getpid());
+        if (stored_rows < 1 || total < 4 + 32) { fprintf(stderr, "floor-echo: --stored needs N >= 1 and a reply of 36+ bytes\n"); return 2; }
+    }
+    secure = stored_rows > 0 || (argc > 3 && strcmp(argv[3], "--secure") == 0);
     isolation = secure || (argc > 3 && strcmp(argv[3], "--isolation") == 0);
     if (argc > 4 && strcmp(argv[3], "--durable") == 0) {
         char path[4096];
@@ -281,6 +401,10 @@ int main(int argc, char **argv) {
         aead_encrypt(sealed_key, item_key, sizeof item_key, nonce1, class_key);
         aead_encrypt(sealed_secret, secret, sizeof secret, nonce2, item_key);
         sodium_memzero(item_key, sizeof item_key);
+        if (stored_rows > 0 && (!use_gcm || sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0) != SQLITE_OK || stored_fill() != 0)) {
+            fprintf(stderr, "floor-echo: --stored needs AES-256-GCM (AES-NI) and a database it can make\n");
+            return 2;
+        }
     }
     reply_len = (size_t)total;
     reply = malloc(reply_len);
