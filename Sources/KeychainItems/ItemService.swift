@@ -366,20 +366,16 @@ public final class ItemService: Sendable {
         if let ref = query.persistentRef {
             filter.ref = ref
         } else {
-            let service = query.attributes[.service].flatMap(Attribute.bytes(of:))
-            let account = query.attributes[.account].flatMap(Attribute.bytes(of:))
+            let service = query.attributes[.service]
+            let account = query.attributes[.account]
             let index = vault.blindIndex
-            if let service, let account, let scope {
-                let syncValues: [Bool] = query.sync == .any ? [false, true] : [query.sync == .yes]
-                filter.uniqueIndexes = scope.flatMap { group in
-                    syncValues.map {
-                        index.uniqueKey(
-                            accessGroup: Array(group.utf8), service: service, account: account, synchronizable: $0)
-                    }
-                }
+            if let service, let account, let scope,
+                let digests = Self.uniqueIndexes(index, scope: scope, service: service, account: account, query.sync)
+            {
+                filter.uniqueIndexes = digests
             } else {
-                filter.serviceIndex = service.map { index.column(.service, $0) }
-                filter.accountIndex = account.map { index.column(.account, $0) }
+                filter.serviceIndex = service.flatMap(Attribute.bytes(of:)).map { index.column(.service, $0) }
+                filter.accountIndex = account.flatMap(Attribute.bytes(of:)).map { index.column(.account, $0) }
                 filter.accessGroupIndexes = scope.map { $0.map { index.column(.accessGroup, Array($0.utf8)) } }
             }
             if let code = query.attributes[.accessible]?.text, let protection = ProtectionClass(code: code) {
@@ -387,6 +383,37 @@ public final class ItemService: Sendable {
             }
         }
         return filter
+    }
+
+    /// The uniqueness digests a point lookup reads: one per group of `scope` and synchronizable value
+    /// `sync` accepts, in that order; nil when the service or the account is neither text nor data.
+    /// Hashed from the strings in place: a `copy` its connection's memo has not seen computes them on
+    /// every request, and copying each part into an array cost about as much as the hash.
+    static func uniqueIndexes(
+        _ index: BlindIndexer, scope: [String], service: Value, account: Value, _ sync: SyncFilter
+    ) -> [[UInt8]]? {
+        let digests = Attribute.withBytes(of: service) { s in
+            Attribute.withBytes(of: account) { a in
+                var digests: [[UInt8]] = []
+                digests.reserveCapacity(scope.count * (sync == .any ? 2 : 1))
+                for var group in scope {
+                    group.withUTF8 { utf8 in
+                        let g = UnsafeRawBufferPointer(utf8)
+                        if sync == .any {
+                            digests.append(
+                                index.uniqueKey(accessGroup: g, service: s, account: a, synchronizable: false))
+                            digests.append(
+                                index.uniqueKey(accessGroup: g, service: s, account: a, synchronizable: true))
+                        } else {
+                            digests.append(
+                                index.uniqueKey(accessGroup: g, service: s, account: a, synchronizable: sync == .yes))
+                        }
+                    }
+                }
+                return digests
+            }
+        }
+        return digests ?? nil
     }
 
     /// The decrypted attributes checked against the whole query, whatever the index columns said.
