@@ -215,7 +215,17 @@ public final class ItemService: Sendable {
         var parsed = base.parsed
         parsed.attributes[.service] = try Attribute.service.normalize(.text(service))
         parsed.attributes[.account] = try Attribute.account.normalize(.text(account))
-        return compiled(parsed, scope: base.scope, caller: base.caller)
+        guard let scope = base.scope, base.filter.uniqueIndexes != nil else {
+            return compiled(parsed, scope: base.scope, caller: base.caller)
+        }
+        // A point lookup (the common case) stays one, and of its row filter only the digests depend on
+        // the two values: the rest is the base's, without looking the attributes up again. Whether it
+        // needs the attribute re-check (`keyOnly`) depends on which keys the query names, the same.
+        var filter = base.filter
+        filter.uniqueIndexes = Self.uniqueIndexes(
+            vault.blindIndex, scope: scope, service: .text(service), account: .text(account), parsed.sync)
+        assert(filter == rowFilter(parsed, scope: scope, withSecret: parsed.returns.data))
+        return CompiledCopy(parsed: parsed, scope: scope, filter: filter, keyOnly: base.keyOnly, caller: base.caller)
     }
 
     private func compiled(_ parsed: ParsedQuery, scope: [String]?, caller: Caller) -> CompiledCopy {
