@@ -371,8 +371,9 @@ public final class ItemService: Sendable {
 
     /// The SQL side of a query: indexed columns only. The hot path — service and account known, one
     /// synchronizable value — becomes a point lookup on the UNIQUE index, one digest per group.
+    /// The rows come without their search digests: the calls match the opened attributes instead.
     func rowFilter(_ query: ParsedQuery, scope: [String]?, withSecret: Bool) -> RowFilter {
-        var filter = RowFilter(includeSecret: withSecret)
+        var filter = RowFilter(includeSecret: withSecret, includeSearchIndexes: false)
         if let ref = query.persistentRef {
             filter.ref = ref
         } else {

@@ -225,6 +225,7 @@ public struct StoreReader {
             let generation = cache.generation
             var unfiltered = filter
             unfiltered.classes = nil
+            unfiltered.includeSearchIndexes = true  // a cached row may serve any point lookup
             rows = []
             try query(unfiltered) { (row) throws(KeychainError) -> Bool in
                 rows.append(row)
@@ -246,12 +247,17 @@ public struct StoreReader {
     private func query(_ filter: RowFilter, _ visit: (StoredItem) throws(KeychainError) -> Bool) throws(KeychainError) {
         try db.withStatement(filter.sql) { (s) throws(KeychainError) in
             try filter.bind(s)
+            typealias C = RowFilter.Columns
+            let search = filter.includeSearchIndexes
             while try s.step() {
                 let row = StoredItem(
-                    rowid: s.int64(0), ref: s.blob(1), protectionClass: UInt8(truncatingIfNeeded: s.int64(2)),
-                    accessGroupIndex: s.blob(3), serviceIndex: s.blob(4), accountIndex: s.blob(5),
-                    uniqueIndex: s.blob(6), wrappedKey: s.blob(7), attributes: s.blob(8),
-                    secret: filter.includeSecret ? s.blob(9) : [])
+                    rowid: s.int64(C.rowid), ref: s.blob(C.ref),
+                    protectionClass: UInt8(truncatingIfNeeded: s.int64(C.protectionClass)),
+                    accessGroupIndex: search ? s.blob(C.searchIndexes) : [],
+                    serviceIndex: search ? s.blob(C.searchIndexes + 1) : [],
+                    accountIndex: search ? s.blob(C.searchIndexes + 2) : [],
+                    uniqueIndex: s.blob(C.uniqueIndex), wrappedKey: s.blob(C.wrappedKey),
+                    attributes: s.blob(C.attributes), secret: filter.includeSecret ? s.blob(C.secret(filter)) : [])
                 if try !visit(row) { break }
             }
         }

@@ -22,13 +22,18 @@ public struct RowFilter: Sendable, Hashable {
     public var excludedAttributeIndex: [UInt8]?
     /// Read the sealed secret too.
     public var includeSecret: Bool
+    /// Read the three search digests (`agrp_ix`, `svce_ix`, `acct_ix`) into the rows; without, they
+    /// are empty. Each blob column costs SQLite an allocation and the row an array, and the item
+    /// calls (copy, update, delete) never look at these: they check the opened attributes, and writes
+    /// compute the digests afresh. Rows kept by the point-lookup cache always have them.
+    public var includeSearchIndexes: Bool
 
     /// A filter with the given conditions; with none it matches every row, without reading secrets.
     public init(
         ref: [UInt8]? = nil, uniqueIndexes: [[UInt8]]? = nil, serviceIndex: [UInt8]? = nil,
         accountIndex: [UInt8]? = nil, accessGroupIndexes: [[UInt8]]? = nil, classes: [UInt8]? = nil,
         requiredAttributeIndexes: [[UInt8]]? = nil, excludedAttributeIndex: [UInt8]? = nil,
-        includeSecret: Bool = false
+        includeSecret: Bool = false, includeSearchIndexes: Bool = true
     ) {
         self.ref = ref
         self.uniqueIndexes = uniqueIndexes
@@ -39,6 +44,7 @@ public struct RowFilter: Sendable, Hashable {
         self.requiredAttributeIndexes = requiredAttributeIndexes
         self.excludedAttributeIndex = excludedAttributeIndex
         self.includeSecret = includeSecret
+        self.includeSearchIndexes = includeSearchIndexes
     }
 
     /// The SQL for this filter's shape (values are bound, never spliced in). Equal shapes give equal
@@ -49,7 +55,7 @@ public struct RowFilter: Sendable, Hashable {
             ref: ref != nil, unique: uniqueIndexes?.count, service: serviceIndex != nil,
             account: accountIndex != nil, groups: accessGroupIndexes?.count, classes: classes,
             required: requiredAttributeIndexes?.count, excluded: excludedAttributeIndex != nil,
-            secret: includeSecret)
+            secret: includeSecret, searchIndexes: includeSearchIndexes)
         if let cached = Self.sqlCache.withLock({ $0[shape] }) { return cached }
         let sql = buildSQL()
         Self.sqlCache.withLock { cache in
@@ -66,21 +72,25 @@ public struct RowFilter: Sendable, Hashable {
             serviceIndex == nil, accountIndex == nil, accessGroupIndexes == nil, classes == nil,
             requiredAttributeIndexes == nil, excludedAttributeIndex == nil
         else { return nil }
-        return (includeSecret ? Self.pointLookupWithSecret : Self.pointLookupWithoutSecret)[u.count - 1]
+        return Self.pointLookups[(includeSecret ? 2 : 0) + (includeSearchIndexes ? 1 : 0)][u.count - 1]
     }
 
     private static let pointLookupShapes = 4
-    private static let pointLookupWithSecret = (1...pointLookupShapes).map {
-        RowFilter(uniqueIndexes: Array(repeating: [], count: $0), includeSecret: true).buildSQL()
-    }
-    private static let pointLookupWithoutSecret = (1...pointLookupShapes).map {
-        RowFilter(uniqueIndexes: Array(repeating: [], count: $0), includeSecret: false).buildSQL()
+    /// Without and with the search digests, then the same with the secret.
+    private static let pointLookups = [(false, false), (false, true), (true, false), (true, true)].map {
+        (secret, searchIndexes) in
+        (1...pointLookupShapes).map {
+            RowFilter(
+                uniqueIndexes: Array(repeating: [], count: $0), includeSecret: secret,
+                includeSearchIndexes: searchIndexes
+            ).buildSQL()
+        }
     }
 
     /// What the SQL text depends on: the filter's shape, not its values.
     private struct Shape: Hashable {
         var ref: Bool, unique: Int?, service: Bool, account: Bool, groups: Int?, classes: [UInt8]?
-        var required: Int?, excluded: Bool, secret: Bool
+        var required: Int?, excluded: Bool, secret: Bool, searchIndexes: Bool
     }
 
     private static let sqlCache = Locked<[Shape: String]>([:])
@@ -91,8 +101,9 @@ public struct RowFilter: Sendable, Hashable {
         // by that key; no temporary b-tree, no sort.
         let joined = requiredAttributeIndexes.map { !$0.isEmpty } ?? false
         let t = joined ? "items." : ""
-        var s =
-            "SELECT \(t)rowid, \(t)ref, \(t)class, \(t)agrp_ix, \(t)svce_ix, \(t)acct_ix, \(t)key_ix, \(t)item_key, \(t)attributes"
+        // The columns in the order `StoreReader` reads them (`Columns`).
+        var s = "SELECT \(t)rowid, \(t)ref, \(t)class, \(t)key_ix, \(t)item_key, \(t)attributes"
+        s += includeSearchIndexes ? ", \(t)agrp_ix, \(t)svce_ix, \(t)acct_ix" : ""
         s += includeSecret ? ", \(t)secret" : ""
         s += joined ? " FROM item_attributes AS a CROSS JOIN items ON items.ref = a.ref" : " FROM items"
         var conditions: [String] = []
@@ -113,6 +124,16 @@ public struct RowFilter: Sendable, Hashable {
         if let c = classes { conditions.append("\(t)class IN (\(c.map { String($0) }.joined(separator: ",")))") }
         if !conditions.isEmpty { s += " WHERE " + conditions.joined(separator: " AND ") }
         return joined ? s : s + " ORDER BY rowid"
+    }
+
+    /// Where `sql`'s columns are: the six every row has, then the optional ones in this order.
+    enum Columns {
+        static let rowid: Int32 = 0, ref: Int32 = 1, protectionClass: Int32 = 2, uniqueIndex: Int32 = 3
+        static let wrappedKey: Int32 = 4, attributes: Int32 = 5
+        /// The first search digest (agrp_ix, then svce_ix and acct_ix), when `includeSearchIndexes`.
+        static let searchIndexes: Int32 = 6
+        /// The secret's column, when `includeSecret`.
+        static func secret(_ filter: RowFilter) -> Int32 { filter.includeSearchIndexes ? 9 : 6 }
     }
 
     private static func placeholders(_ n: Int) -> String {

@@ -47,6 +47,8 @@ public struct StoredItem: Sendable {
         set { change { $0.protectionClass = newValue } }
     }
     /// Blind index (keyed digest) of the access group: matches a group without revealing its name.
+    /// Empty, like the service's and the account's, when the row was read without them
+    /// (`RowFilter.includeSearchIndexes == false`).
     public var accessGroupIndex: [UInt8] {
         get { box.columns.accessGroupIndex }
         set { change { $0.accessGroupIndex = newValue } }
