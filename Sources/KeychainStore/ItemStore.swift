@@ -248,16 +248,38 @@ public struct StoreReader {
         try db.withStatement(filter.sql) { (s) throws(KeychainError) in
             try filter.bind(s)
             typealias C = RowFilter.Columns
-            let search = filter.includeSearchIndexes
+            // The blob columns in StoredItem's order; nil for one the filter leaves out.
+            let group: Int32? = filter.includeSearchIndexes ? C.searchIndexes : nil
+            let service = group.map { $0 + 1 }
+            let account = group.map { $0 + 2 }
+            let secret: Int32? = filter.includeSecret ? C.secret(filter) : nil
+            func count(_ column: Int32?) -> Int { column.map { s.byteCount($0) } ?? 0 }
             while try s.step() {
+                // Each column's length once, then its bytes copied straight into the row.
+                let counts = (
+                    count(C.ref), count(group), count(service), count(account), count(C.uniqueIndex),
+                    count(C.wrappedKey), count(C.attributes), count(secret)
+                )
+                func add(_ column: Int32?, _ count: Int, _ append: (UnsafeRawBufferPointer) -> Void) {
+                    if let column {
+                        s.withBlob(column, count: count, append)
+                    } else {
+                        append(UnsafeRawBufferPointer(start: nil, count: 0))
+                    }
+                }
                 let row = StoredItem(
-                    rowid: s.int64(C.rowid), ref: s.blob(C.ref),
-                    protectionClass: UInt8(truncatingIfNeeded: s.int64(C.protectionClass)),
-                    accessGroupIndex: search ? s.blob(C.searchIndexes) : [],
-                    serviceIndex: search ? s.blob(C.searchIndexes + 1) : [],
-                    accountIndex: search ? s.blob(C.searchIndexes + 2) : [],
-                    uniqueIndex: s.blob(C.uniqueIndex), wrappedKey: s.blob(C.wrappedKey),
-                    attributes: s.blob(C.attributes), secret: filter.includeSecret ? s.blob(C.secret(filter)) : [])
+                    rowid: s.int64(C.rowid), protectionClass: UInt8(truncatingIfNeeded: s.int64(C.protectionClass)),
+                    byteCount: counts.0 + counts.1 + counts.2 + counts.3 + counts.4 + counts.5 + counts.6 + counts.7
+                ) { append in
+                    add(C.ref, counts.0, append)
+                    add(group, counts.1, append)
+                    add(service, counts.2, append)
+                    add(account, counts.3, append)
+                    add(C.uniqueIndex, counts.4, append)
+                    add(C.wrappedKey, counts.5, append)
+                    add(C.attributes, counts.6, append)
+                    add(secret, counts.7, append)
+                }
                 if try !visit(row) { break }
             }
         }
