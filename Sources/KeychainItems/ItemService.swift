@@ -224,12 +224,12 @@ public final class ItemService: Sendable {
         var filter = base.filter
         filter.uniqueIndexes = Self.uniqueIndexes(
             vault.blindIndex, scope: scope, service: .text(service), account: .text(account), parsed.sync)
-        assert(filter == rowFilter(parsed, scope: scope, withSecret: parsed.returns.data))
+        assert(filter == compiled(parsed, scope: scope, caller: base.caller).filter)
         return CompiledCopy(parsed: parsed, scope: scope, filter: filter, keyOnly: base.keyOnly, caller: base.caller)
     }
 
     private func compiled(_ parsed: ParsedQuery, scope: [String]?, caller: Caller) -> CompiledCopy {
-        let filter = rowFilter(parsed, scope: scope, withSecret: parsed.returns.data)
+        var filter = rowFilter(parsed, scope: scope, withSecret: parsed.returns.data)
         // A point lookup by the uniqueness digest that asks for no attributes and filters on nothing
         // but the key and the class needs no attribute re-check: the item key's associated data
         // authenticates the row's digest, and the digest was computed from the query and the caller's
@@ -237,6 +237,8 @@ public final class ItemService: Sendable {
         let keyOnly =
             filter.uniqueIndexes != nil && !parsed.returns.attributes
             && parsed.attributes.keys.allSatisfy { $0.isKey || $0 == .accessible }
+        // Nor reading the attributes at all: SQLite copies every column it returns.
+        filter.includeAttributes = !keyOnly
         return CompiledCopy(parsed: parsed, scope: scope, filter: filter, keyOnly: keyOnly, caller: caller)
     }
 

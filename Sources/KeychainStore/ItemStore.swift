@@ -225,7 +225,9 @@ public struct StoreReader {
             let generation = cache.generation
             var unfiltered = filter
             unfiltered.classes = nil
-            unfiltered.includeSearchIndexes = true  // a cached row may serve any point lookup
+            // Whole rows: a cached row may serve any point lookup.
+            unfiltered.includeSearchIndexes = true
+            unfiltered.includeAttributes = true
             rows = []
             try query(unfiltered) { (row) throws(KeychainError) -> Bool in
                 rows.append(row)
@@ -249,16 +251,19 @@ public struct StoreReader {
             try filter.bind(s)
             typealias C = RowFilter.Columns
             // The blob columns in StoredItem's order; nil for one the filter leaves out.
-            let group: Int32? = filter.includeSearchIndexes ? C.searchIndexes : nil
+            let columns = filter.columns
+            let group = columns.searchIndexes
             let service = group.map { $0 + 1 }
             let account = group.map { $0 + 2 }
-            let secret: Int32? = filter.includeSecret ? C.secret(filter) : nil
+            // Not selected for a lookup by one digest: the row's is that digest.
+            let digest = columns.uniqueIndex == nil ? filter.uniqueIndexes?.first ?? [] : []
             func count(_ column: Int32?) -> Int { column.map { s.byteCount($0) } ?? 0 }
             while try s.step() {
                 // Each column's length once, then its bytes copied straight into the row.
                 let counts = (
-                    count(C.ref), count(group), count(service), count(account), count(C.uniqueIndex),
-                    count(C.wrappedKey), count(C.attributes), count(secret)
+                    count(C.ref), count(group), count(service), count(account),
+                    columns.uniqueIndex.map { s.byteCount($0) } ?? digest.count,
+                    count(C.wrappedKey), count(columns.attributes), count(columns.secret)
                 )
                 func add(_ column: Int32?, _ count: Int, _ append: (UnsafeRawBufferPointer) -> Void) {
                     if let column {
@@ -275,10 +280,14 @@ public struct StoreReader {
                     add(group, counts.1, append)
                     add(service, counts.2, append)
                     add(account, counts.3, append)
-                    add(C.uniqueIndex, counts.4, append)
+                    if columns.uniqueIndex != nil {
+                        add(columns.uniqueIndex, counts.4, append)
+                    } else {
+                        digest.withUnsafeBytes(append)
+                    }
                     add(C.wrappedKey, counts.5, append)
-                    add(C.attributes, counts.6, append)
-                    add(secret, counts.7, append)
+                    add(columns.attributes, counts.6, append)
+                    add(columns.secret, counts.7, append)
                 }
                 if try !visit(row) { break }
             }

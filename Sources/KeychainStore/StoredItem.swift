@@ -138,7 +138,8 @@ public struct StoredItem: @unchecked Sendable {
         get { column(.wrappedKey) }
         set { self = changed(column: .wrappedKey, to: newValue) }
     }
-    /// The CBOR map of every attribute, sealed by the item key.
+    /// The CBOR map of every attribute, sealed by the item key; empty when the row was read without
+    /// it (`RowFilter.includeAttributes == false`).
     public var attributes: [UInt8] {
         get { column(.attributes) }
         set { self = changed(column: .attributes, to: newValue) }

@@ -60,10 +60,16 @@ import Testing
                 && scan.sql.contains("class IN (6,7)"))
         #expect(!scan.sql.contains("secret"))
         #expect(scan.pointLookupKeys == nil)
-        // The item calls read rows without the search digests: three blob columns fewer per row.
+        // The item calls read rows without the search digests, a key-only copy without the attributes
+        // either, and a lookup by one digest takes key_ix from the filter: fewer blob columns per row.
         let bare = RowFilter(uniqueIndexes: [[1]], includeSecret: true, includeSearchIndexes: false)
-        #expect(bare.sql.hasPrefix("SELECT rowid, ref, class, key_ix, item_key, attributes, secret FROM items"))
-        #expect(point.sql.contains("attributes, agrp_ix, svce_ix, acct_ix, secret FROM items"))
+        #expect(bare.sql.hasPrefix("SELECT rowid, ref, class, item_key, attributes, secret FROM items"))
+        var keyOnly = bare
+        keyOnly.includeAttributes = false
+        #expect(keyOnly.sql.hasPrefix("SELECT rowid, ref, class, item_key, secret FROM items"))
+        #expect(
+            point.sql.hasPrefix(
+                "SELECT rowid, ref, class, item_key, key_ix, attributes, agrp_ix, svce_ix, acct_ix, secret FROM items"))
         // Point lookups of one to four digests take SQL made once; any other shape builds its own.
         for count in 1...6 {
             for secret in [false, true] {
