@@ -20,7 +20,8 @@ import KeychainItems
 /// the service and account values cut out): a query that misses the first table but has the shape of
 /// one compiled before (same keys and other values, another service or account) is compiled from that
 /// one by `ItemService.recompile` — only the two attribute filters and the digests are made again —
-/// under the same token rules. It then goes into the first table like any compiled query.
+/// under the same token rules. It goes into the first table the second time its bytes are compiled
+/// so (`storeRecompiled`).
 ///
 /// Used by its connection's thread only.
 final class CopyMemo {
@@ -48,13 +49,21 @@ final class CopyMemo {
     /// Keyed by template (`QueryTemplate.key`): an app uses few query shapes.
     static let templateSlots = 8
     private var templates: [Entry?]
+    /// A hash of the bytes of the last query compiled from a template in each slot of `entries`,
+    /// not remembered yet (0: none); see `storeRecompiled`.
+    private var recompiled: [UInt64]
 
     init() {
         entries = Array(repeating: nil, count: Self.slots)
         templates = Array(repeating: nil, count: Self.templateSlots)
+        recompiled = Array(repeating: 0, count: Self.slots)
     }
 
-    private static func slot(_ bytes: UnsafeRawBufferPointer) -> Int {
+    private static func slot(_ bytes: UnsafeRawBufferPointer) -> Int { slot(hash(bytes)) }
+
+    private static func slot(_ hash: UInt64) -> Int { Int(truncatingIfNeeded: hash) & (slots - 1) }
+
+    private static func hash(_ bytes: UnsafeRawBufferPointer) -> UInt64 {
         // FNV-1a over 8-byte words: cheap, and a collision only costs a miss (the bytes are compared
         // in full). Not a defence against chosen collisions, and needs none: the memo is per connection.
         var h: UInt64 = 0xcbf2_9ce4_8422_2325
@@ -68,7 +77,7 @@ final class CopyMemo {
             i += 1
         }
         h ^= h >> 29
-        return Int(truncatingIfNeeded: h ^ (h >> 32)) & (slots - 1)
+        return h ^ (h >> 32)
     }
 
     /// The compiled query remembered for exactly these `query` bytes under `token`, else nil.
@@ -124,6 +133,26 @@ final class CopyMemo {
     func store(_ query: UnsafeRawBufferPointer, token: Token, compiled: ItemService.CompiledCopy) {
         guard !compiled.carriesSecret, query.count <= Self.maxQueryBytes else { return }
         entries[Self.slot(query)] = Entry(query: Array(query), token: token, compiled: compiled)
+    }
+
+    /// Remembers `compiled`, made by `ItemService.recompile` for these `query` bytes, the second time
+    /// these bytes are compiled so while their slot holds no other's: the first time only notes a
+    /// hash of them. A client that reads each of many items once (or seldom) would otherwise replace
+    /// an entry on every request, and making an entry and freeing the one it replaces cost a third
+    /// of the recompilation it saves; a client that asks the same items again pays one more
+    /// recompilation per query. (Same conditions as `store`: the hash of a query carrying a secret
+    /// is never kept either.)
+    func storeRecompiled(_ query: UnsafeRawBufferPointer, token: Token, compiled: ItemService.CompiledCopy) {
+        guard !compiled.carriesSecret, query.count <= Self.maxQueryBytes else { return }
+        let hash = Self.hash(query)
+        let slot = Self.slot(hash)
+        let mark = max(hash, 1)  // never 0, which marks a slot with none
+        if recompiled[slot] == mark {
+            recompiled[slot] = 0
+            entries[slot] = Entry(query: Array(query), token: token, compiled: compiled)
+        } else {
+            recompiled[slot] = mark
+        }
     }
 
     /// Remembers `compiled`, the compiled form of a query of `queryCount` bytes, as the compiled query

@@ -121,8 +121,8 @@ public final class RequestHandler: Sendable {
     ///
     /// A query the memo does not hold but whose template it does (the same query but for the service
     /// and account, both text) is compiled from the template's entry: its two values read as the
-    /// decoder reads text, the filters and digests made again (`ItemService.recompile`); it is then
-    /// remembered as any compiled query. When that fails (a value that is not valid UTF-8), the
+    /// decoder reads text, the filters and digests made again (`ItemService.recompile`); the memo
+    /// keeps it when the same bytes come that way again (`CopyMemo.storeRecompiled`). When that fails (a value that is not valid UTF-8), the
     /// request takes the full path, which answers with the error.
     private func memoized(_ body: SecretBytes, shape: RequestShape, memo: CopyMemo, peer: ConnectionPeer) -> Outcome? {
         guard peer.isIdentified(in: registrar) else { return nil }
@@ -136,7 +136,7 @@ public final class RequestHandler: Sendable {
                 let account = CBOR.text(UnsafeRawBufferPointer(rebasing: query[template.account])),
                 let compiled = try? items.recompile(base, service: service, account: account)
             else { return nil }
-            memo.store(query, token: token, compiled: compiled)
+            memo.storeRecompiled(query, token: token, compiled: compiled)
             return compiled
         }
         guard let compiled = found else { return nil }
