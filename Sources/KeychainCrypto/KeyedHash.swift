@@ -143,16 +143,18 @@ public struct BlindIndexer: Sendable {
         accessGroup: UnsafeRawBufferPointer, service: UnsafeRawBufferPointer, account: UnsafeRawBufferPointer,
         synchronizable: Bool
     ) -> [UInt8] {
+        // Hashed on the stack, then copied into the array: the array initializers that allocate
+        // uninitialized storage are not specialised in this module, and looking the storage type up
+        // at run time cost more than the copy.
         key.withUnsafeBytes { k in
-            [UInt8](unsafeUninitializedCapacity: Self.keyLength) { out, initialized in
-                KeyedHash.hash(key: k, domain: Column.uniqueKey.rawValue, into: UnsafeMutableRawBufferPointer(out)) {
-                    add in
+            withUnsafeTemporaryAllocation(byteCount: Self.keyLength, alignment: 1) { out in
+                KeyedHash.hash(key: k, domain: Column.uniqueKey.rawValue, into: out) { add in
                     add(accessGroup)
                     add(service)
                     add(account)
                     withUnsafeBytes(of: synchronizable ? UInt8(1) : 0) { add($0) }
                 }
-                initialized = Self.keyLength
+                return Array(UnsafeRawBufferPointer(out))
             }
         }
     }
