@@ -249,20 +249,25 @@ public final class ItemService: Sendable {
         let scope = compiled.scope
         let keyOnly = compiled.keyOnly
         let maximum = parsed.limit.maximum
-        var found: [OpenedItem] = []
+        // The first match apart from the others: most copies find one item, and an array for it
+        // would be an allocation and a free on every request.
+        var first: OpenedItem?
+        var others: [OpenedItem] = []
         try store.read { (reader) throws(KeychainError) in
             try reader.forEach(compiled.filter) { (row) throws(KeychainError) -> Bool in
                 let item = try codec.open(row, withSecret: parsed.returns.data, withAttributes: !keyOnly)
-                if keyOnly || Self.matches(item, parsed, scope) { found.append(item) }
-                return found.count < maximum
+                if keyOnly || Self.matches(item, parsed, scope) {
+                    if first == nil { first = item } else { others.append(item) }
+                }
+                return (first == nil ? 0 : 1) + others.count < maximum
             }
         }
-        guard !found.isEmpty else { throw Self.notFound }
+        guard let first else { throw Self.notFound }
         let caller = compiled.caller
         if parsed.returns.data && caller.isAdmin && !caller.hasPresence {
             // The group of a key-only match is the one the query's digest was computed for.
             try AccessPolicy.checkAdminReach(
-                found.map { $0.attributes["agrp"]?.text ?? scope?.first ?? "" }, .readSecrets, caller)
+                ([first] + others).map { $0.attributes["agrp"]?.text ?? scope?.first ?? "" }, .readSecrets, caller)
         }
         guard parsed.returns.any else { return nil }
         func shaped(_ item: OpenedItem) -> Value {
@@ -270,7 +275,7 @@ public final class ItemService: Sendable {
                 attributes: item.attributes, secret: item.secret ?? SecretBytes(), ref: item.row.ref,
                 returns: parsed.returns)
         }
-        return parsed.limit.returnsArray ? .array(found.map(shaped)) : shaped(found[0])
+        return parsed.limit.returnsArray ? .array(([first] + others).map(shaped)) : shaped(first)
     }
 
     // MARK: SecItemUpdate
