@@ -177,22 +177,50 @@ public final class ItemService: Sendable {
     /// so in `carriesSecret`, and must not be kept.
     /// A class, immutable: handing it around (memo hit, copy) costs one reference count, not one per field.
     public final class CompiledCopy {
-        let parsed: ParsedQuery
+        /// How a row found by `filter` is checked against the query.
+        enum RowCheck {
+            /// Not at all: a point lookup that needs no attribute re-check (see `compiled`). It keeps
+            /// no attribute filters, so one recompiled from its template makes none.
+            case keyOnly
+            /// By its opened attributes, against the whole parsed query.
+            case attributes(ParsedQuery)
+        }
+
+        let check: RowCheck
+        let limit: MatchLimit
+        let returns: ReturnFlags
+        let sync: SyncFilter
         let scope: [String]?
         let filter: RowFilter
-        /// A point lookup that needs no attribute re-check (see `compileCopy`).
-        let keyOnly: Bool
         /// The caller the query was scoped to; a compiled query is run only for it.
         public let caller: Caller
         /// The query names `v_Data`: its compiled form holds those bytes and must not be remembered.
-        public var carriesSecret: Bool { parsed.secret != nil }
+        public let carriesSecret: Bool
+        /// A point lookup that needs no attribute re-check.
+        var keyOnly: Bool {
+            if case .keyOnly = check { return true }
+            return false
+        }
 
-        init(parsed: ParsedQuery, scope: [String]?, filter: RowFilter, keyOnly: Bool, caller: Caller) {
-            self.parsed = parsed
+        init(
+            check: RowCheck, limit: MatchLimit, returns: ReturnFlags, sync: SyncFilter, carriesSecret: Bool,
+            scope: [String]?, filter: RowFilter, caller: Caller
+        ) {
+            self.check = check
+            self.limit = limit
+            self.returns = returns
+            self.sync = sync
+            self.carriesSecret = carriesSecret
             self.scope = scope
             self.filter = filter
-            self.keyOnly = keyOnly
             self.caller = caller
+        }
+
+        /// `base` for another query of its template: its filter (with new digests) and check.
+        convenience init(_ base: CompiledCopy, check: RowCheck, filter: RowFilter) {
+            self.init(
+                check: check, limit: base.limit, returns: base.returns, sync: base.sync,
+                carriesSecret: base.carriesSecret, scope: base.scope, filter: filter, caller: base.caller)
         }
     }
 
@@ -212,20 +240,33 @@ public final class ItemService: Sendable {
     public func recompile(_ base: CompiledCopy, service: String, account: String) throws(KeychainError)
         -> CompiledCopy
     {
-        var parsed = base.parsed
-        parsed.attributes[.service] = try Attribute.service.normalize(.text(service))
-        parsed.attributes[.account] = try Attribute.account.normalize(.text(account))
-        guard let scope = base.scope, base.filter.uniqueIndexes != nil else {
-            return compiled(parsed, scope: base.scope, caller: base.caller)
-        }
+        let serviceValue = try Attribute.service.normalize(.text(service))
+        let accountValue = try Attribute.account.normalize(.text(account))
         // A point lookup (the common case) stays one, and of its row filter only the digests depend on
         // the two values: the rest is the base's, without looking the attributes up again. Whether it
         // needs the attribute re-check (`keyOnly`) depends on which keys the query names, the same.
-        var filter = base.filter
-        filter.uniqueIndexes = Self.uniqueIndexes(
-            vault.blindIndex, scope: scope, service: .text(service), account: .text(account), parsed.sync)
-        assert(filter == compiled(parsed, scope: scope, caller: base.caller).filter)
-        return CompiledCopy(parsed: parsed, scope: scope, filter: filter, keyOnly: base.keyOnly, caller: base.caller)
+        func pointLookup(_ scope: [String]) -> RowFilter {
+            var filter = base.filter
+            filter.uniqueIndexes = Self.uniqueIndexes(
+                vault.blindIndex, scope: scope, service: serviceValue, account: accountValue, base.sync)
+            return filter
+        }
+        switch base.check {
+        case .keyOnly:
+            // No attribute filters to make: a key-only copy reads none. (It is a point lookup, so it
+            // has a scope; without, the caller takes the full path.)
+            guard let scope = base.scope else { throw KeychainError(.internal, "a key-only copy without a scope") }
+            return CompiledCopy(base, check: .keyOnly, filter: pointLookup(scope))
+        case .attributes(var parsed):
+            parsed.attributes[.service] = serviceValue
+            parsed.attributes[.account] = accountValue
+            guard let scope = base.scope, base.filter.uniqueIndexes != nil else {
+                return compiled(parsed, scope: base.scope, caller: base.caller)
+            }
+            let filter = pointLookup(scope)
+            assert(filter == compiled(parsed, scope: scope, caller: base.caller).filter)
+            return CompiledCopy(base, check: .attributes(parsed), filter: filter)
+        }
     }
 
     private func compiled(_ parsed: ParsedQuery, scope: [String]?, caller: Caller) -> CompiledCopy {
@@ -239,24 +280,31 @@ public final class ItemService: Sendable {
             && parsed.attributes.keys.allSatisfy { $0.isKey || $0 == .accessible }
         // Nor reading the attributes at all: SQLite copies every column it returns.
         filter.includeAttributes = !keyOnly
-        return CompiledCopy(parsed: parsed, scope: scope, filter: filter, keyOnly: keyOnly, caller: caller)
+        return CompiledCopy(
+            check: keyOnly ? .keyOnly : .attributes(parsed), limit: parsed.limit, returns: parsed.returns,
+            sync: parsed.sync, carriesSecret: parsed.secret != nil, scope: scope, filter: filter, caller: caller)
     }
 
     /// Runs a compiled `copy`: reads and opens the matching rows now (the store, the lookup cache and
     /// the class keys decide, as for any copy) and shapes the result.
     public func copy(_ compiled: CompiledCopy) throws(KeychainError) -> Value? {
-        let parsed = compiled.parsed
+        let returns = compiled.returns
         let scope = compiled.scope
         let keyOnly = compiled.keyOnly
-        let maximum = parsed.limit.maximum
+        let maximum = compiled.limit.maximum
         // The first match apart from the others: most copies find one item, and an array for it
         // would be an allocation and a free on every request.
         var first: OpenedItem?
         var others: [OpenedItem] = []
         try store.read { (reader) throws(KeychainError) in
             try reader.forEach(compiled.filter) { (row) throws(KeychainError) -> Bool in
-                let item = try codec.open(row, withSecret: parsed.returns.data, withAttributes: !keyOnly)
-                if keyOnly || Self.matches(item, parsed, scope) {
+                let item = try codec.open(row, withSecret: returns.data, withAttributes: !keyOnly)
+                let matched: Bool
+                switch compiled.check {
+                case .keyOnly: matched = true
+                case .attributes(let parsed): matched = Self.matches(item, parsed, scope)
+                }
+                if matched {
                     if first == nil { first = item } else { others.append(item) }
                 }
                 return (first == nil ? 0 : 1) + others.count < maximum
@@ -264,18 +312,18 @@ public final class ItemService: Sendable {
         }
         guard let first else { throw Self.notFound }
         let caller = compiled.caller
-        if parsed.returns.data && caller.isAdmin && !caller.hasPresence {
+        if returns.data && caller.isAdmin && !caller.hasPresence {
             // The group of a key-only match is the one the query's digest was computed for.
             try AccessPolicy.checkAdminReach(
                 ([first] + others).map { $0.attributes["agrp"]?.text ?? scope?.first ?? "" }, .readSecrets, caller)
         }
-        guard parsed.returns.any else { return nil }
+        guard returns.any else { return nil }
         func shaped(_ item: OpenedItem) -> Value {
             ResultShape.value(
                 attributes: item.attributes, secret: item.secret ?? SecretBytes(), ref: item.row.ref,
-                returns: parsed.returns)
+                returns: returns)
         }
-        return parsed.limit.returnsArray ? .array(([first] + others).map(shaped)) : shaped(first)
+        return compiled.limit.returnsArray ? .array(([first] + others).map(shaped)) : shaped(first)
     }
 
     // MARK: SecItemUpdate
