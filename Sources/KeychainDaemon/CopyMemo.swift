@@ -1,4 +1,5 @@
 import KeychainItems
+import KeychainWire
 
 /// One connection's memo of compiled `copy` queries, keyed by the bytes of the request's `query`.
 ///
@@ -53,11 +54,19 @@ final class CopyMemo {
     /// not remembered yet (0: none); see `storeRecompiled`.
     private var recompiled: [UInt64]
 
+    /// Where `lookup(templateOf:)` writes a query's template key: allocated once, as long as the
+    /// longest query the memo keeps, so a lookup allocates nothing (and, a constant reference to
+    /// memory, costs no exclusivity check as a stored array would).
+    private let templateKey: UnsafeMutableRawBufferPointer
+
     init() {
         entries = Array(repeating: nil, count: Self.slots)
         templates = Array(repeating: nil, count: Self.templateSlots)
         recompiled = Array(repeating: 0, count: Self.slots)
+        templateKey = .allocate(byteCount: Self.maxQueryBytes, alignment: 8)
     }
+
+    deinit { templateKey.deallocate() }
 
     private static func slot(_ bytes: UnsafeRawBufferPointer) -> Int { slot(hash(bytes)) }
 
@@ -88,9 +97,31 @@ final class CopyMemo {
 
     /// A compiled query of this template (`QueryTemplate.key`) under `token`, else nil.
     func lookup(template key: [UInt8], token: Token) -> ItemService.CompiledCopy? {
-        key.withUnsafeBytes { key in
-            Self.found(templates[Self.slot(key) & (Self.templateSlots - 1)], key, token)
+        key.withUnsafeBytes { key in lookup(templateKey: key, token: token) }
+    }
+
+    private func lookup(templateKey key: UnsafeRawBufferPointer, token: Token) -> ItemService.CompiledCopy? {
+        Self.found(templates[Self.slot(key) & (Self.templateSlots - 1)], key, token)
+    }
+
+    /// The compiled query of `query`'s template (`QueryTemplate`) under `token`, with where the
+    /// query's service and account texts are; nil when the query has no template or the memo holds
+    /// none for it.
+    func lookup(templateOf query: UnsafeRawBufferPointer, token: Token) -> (
+        compiled: ItemService.CompiledCopy, service: Range<Int>, account: Range<Int>
+    )? {
+        guard query.count <= templateKey.count else {
+            // Longer than any query whose template is kept, but its key may be shorter than one's.
+            guard let template = QueryTemplate.scan(query),
+                let compiled = lookup(template: template.key, token: token)
+            else { return nil }
+            return (compiled, template.service, template.account)
         }
+        guard let found = QueryTemplate.scan(query, into: templateKey),
+            let compiled = lookup(
+                templateKey: UnsafeRawBufferPointer(rebasing: templateKey[0..<found.count]), token: token)
+        else { return nil }
+        return (compiled, found.service, found.account)
     }
 
     private static func found(_ entry: Entry?, _ bytes: UnsafeRawBufferPointer, _ token: Token)

@@ -130,11 +130,10 @@ public final class RequestHandler: Sendable {
         let found = body.withUnsafeBytes { raw -> ItemService.CompiledCopy? in
             let query = UnsafeRawBufferPointer(rebasing: raw[shape.queryStart...])
             if let compiled = memo.lookup(query, token: token) { return compiled }
-            guard let template = QueryTemplate.scan(query),
-                let base = memo.lookup(template: template.key, token: token),
+            guard let template = memo.lookup(templateOf: query, token: token),
                 let service = CBOR.text(UnsafeRawBufferPointer(rebasing: query[template.service])),
                 let account = CBOR.text(UnsafeRawBufferPointer(rebasing: query[template.account])),
-                let compiled = try? items.recompile(base, service: service, account: account)
+                let compiled = try? items.recompile(template.compiled, service: service, account: account)
             else { return nil }
             memo.storeRecompiled(query, token: token, compiled: compiled)
             return compiled
