@@ -155,9 +155,9 @@ final class CopyMemo {
     /// The longest `query` remembered: the memo must not let a client park 64 large frames in the
     /// daemon outside the buffer budget. Real queries are tens to a few hundred bytes. Each entry also
     /// holds its compiled query (at most two 32-byte digests per access group of the caller), so a
-    /// connection's memo (64 entries and 8 templates) is bounded by about 72 KiB plus the digests,
-    /// about the size of its own read buffer; only copies that an identified app was allowed to
-    /// compile fill it.
+    /// connection's memo (64 entries and 8 templates, with the template key buffer and the 64
+    /// hashes of `storeRecompiled`) is bounded by about 74 KiB plus the digests, about the size of
+    /// its own read buffer; only copies that an identified app was allowed to compile fill it.
     static let maxQueryBytes = 1024
 
     /// Remembers `compiled` for these `query` bytes (never a query that carries a secret, nor a long one).
