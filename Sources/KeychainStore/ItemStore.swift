@@ -110,10 +110,17 @@ public final class ItemStore: Sendable {
     /// ordinary writes; only the commit of a `writeAlone` (a key change) waits for reads to finish and
     /// holds new ones back until its new keys are in force. `body` must not call `read` again.
     /// The reader connection is taken from the pool when `body` first needs one: a point lookup the
-    /// cache answers takes none (and none of the pool's two locks).
+    /// cache answers takes none (and none of the pool's two locks). With the cache off it is taken at
+    /// once, without the lease object that defers it.
     public func read<R>(_ body: (StoreReader) throws(KeychainError) -> R) throws(KeychainError) -> R {
         try transition.shared { () throws(KeychainError) -> R in
             if closed.load(ordering: .sequentiallyConsistent) { throw Self.closedError }
+            if pointCache.capacity == 0 {
+                // No cache to answer first: every read needs a connection, taken at once (no lease).
+                let db = try takeReader()
+                defer { giveBack(db) }
+                return try body(StoreReader(db: db))
+            }
             let lease = ReaderLease(store: self)
             defer { if let db = lease.taken { giveBack(db) } }
             return try body(StoreReader(lease: lease, cache: pointCache))
