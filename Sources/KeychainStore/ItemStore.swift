@@ -241,9 +241,10 @@ public struct StoreReader {
                 return true
             }
             var entries: [([UInt8], PointLookupCache.Entry)] = keys.map { ($0, .init(row: nil, hasSecret: true)) }
+            let found = rows.map(\.uniqueIndex)  // once each: a row's getters copy the column
             for (i, entry) in entries.enumerated() {
-                if let row = rows.first(where: { $0.uniqueIndex == entry.0 }) {
-                    entries[i].1 = .init(row: row, hasSecret: filter.includeSecret)
+                if let j = found.firstIndex(of: entry.0) {
+                    entries[i].1 = .init(row: rows[j], hasSecret: filter.includeSecret)
                 }
             }
             cache.store(entries, generation: generation)
