@@ -28,6 +28,12 @@ public enum ItemSealing: UInt8, Sendable, CaseIterable {
     /// The construction of a row, from its sealed item key's layout; nil for a layout none has
     /// (a damaged row).
     public init?(sealedItemKey sealed: [UInt8]) {
+        guard let sealing = sealed.withUnsafeBytes({ ItemSealing(sealedItemKey: $0) }) else { return nil }
+        self = sealing
+    }
+
+    /// The same from the sealed item key's bytes in place (a row's columns, read without copies).
+    public init?(sealedItemKey sealed: UnsafeRawBufferPointer) {
         if sealed.count == ItemSealing.xchacha20Poly1305.sealedKeyBytes {
             self = .xchacha20Poly1305
         } else if sealed.count == ItemSealing.aes256GCM.sealedKeyBytes, sealed.first == ItemSealing.aes256GCM.rawValue {
@@ -231,12 +237,19 @@ public enum AEAD {
         _ sealed: [UInt8], key: UnsafeRawBufferPointer, ad: UnsafeRawBufferPointer,
         what: StaticString, sealing: ItemSealing = .xchacha20Poly1305
     ) throws(KeychainError) -> [UInt8] {
+        try withBytes(sealed) { (s) throws(KeychainError) in try open(s, key: key, ad: ad, what: what, sealing: sealing)
+        }
+    }
+
+    /// Opens a sealed box, given in place, into a new array.
+    public static func open(
+        _ sealed: UnsafeRawBufferPointer, key: UnsafeRawBufferPointer, ad: UnsafeRawBufferPointer,
+        what: StaticString, sealing: ItemSealing = .xchacha20Poly1305
+    ) throws(KeychainError) -> [UInt8] {
         guard sealed.count >= sealing.overhead else { throw KeychainError(.decode, "\(what) is damaged (too short)") }
         var out = [UInt8](repeating: 0, count: sealed.count - sealing.overhead)
-        try withBytes(sealed) { (s) throws(KeychainError) in
-            try withMutableBytes(&out) { (o) throws(KeychainError) in
-                try open(s, key: key, ad: ad, into: o, what: what, sealing: sealing)
-            }
+        try withMutableBytes(&out) { (o) throws(KeychainError) in
+            try open(sealed, key: key, ad: ad, into: o, what: what, sealing: sealing)
         }
         return out
     }
@@ -246,12 +259,20 @@ public enum AEAD {
         _ sealed: [UInt8], key: UnsafeRawBufferPointer, ad: UnsafeRawBufferPointer,
         what: StaticString, sealing: ItemSealing = .xchacha20Poly1305
     ) throws(KeychainError) -> SecretBytes {
+        try withBytes(sealed) { (s) throws(KeychainError) in
+            try openSecret(s, key: key, ad: ad, what: what, sealing: sealing)
+        }
+    }
+
+    /// Opens a sealed box, given in place, into wiping storage.
+    public static func openSecret(
+        _ sealed: UnsafeRawBufferPointer, key: UnsafeRawBufferPointer, ad: UnsafeRawBufferPointer,
+        what: StaticString, sealing: ItemSealing = .xchacha20Poly1305
+    ) throws(KeychainError) -> SecretBytes {
         guard sealed.count >= sealing.overhead else { throw KeychainError(.decode, "\(what) is damaged (too short)") }
         var out = SecretBytes(count: sealed.count - sealing.overhead)
-        try withBytes(sealed) { (s) throws(KeychainError) in
-            try out.withUnsafeMutableBytes { (o) throws(KeychainError) in
-                try open(s, key: key, ad: ad, into: o, what: what, sealing: sealing)
-            }
+        try out.withUnsafeMutableBytes { (o) throws(KeychainError) in
+            try open(sealed, key: key, ad: ad, into: o, what: what, sealing: sealing)
         }
         return out
     }
@@ -265,6 +286,18 @@ public enum AEAD {
         sealing: ItemSealing = .xchacha20Poly1305,
         _ body: (UnsafeRawBufferPointer) throws(KeychainError) -> R
     ) throws(KeychainError) -> R {
+        try withBytes(sealed) { (s) throws(KeychainError) in
+            try withOpenedKey(s, key: key, ad: ad, what: what, sealing: sealing, body)
+        }
+    }
+
+    /// The same with the sealed item key given in place (a row's column, read without a copy).
+    @inlinable
+    public static func withOpenedKey<R>(
+        _ sealed: UnsafeRawBufferPointer, key: UnsafeRawBufferPointer, ad: UnsafeRawBufferPointer,
+        what: StaticString, sealing: ItemSealing = .xchacha20Poly1305,
+        _ body: (UnsafeRawBufferPointer) throws(KeychainError) -> R
+    ) throws(KeychainError) -> R {
         guard sealed.count == sealing.sealedKeyBytes, sealing.keyPrefixBytes == 0 || sealed[0] == sealing.rawValue
         else {
             throw KeychainError(.decode, "\(what) is damaged (wrong length)")
@@ -272,10 +305,8 @@ public enum AEAD {
         return try withUnsafeTemporaryAllocation(byteCount: keyBytes, alignment: 16) {
             (buffer) throws(KeychainError) -> R in
             defer { Sodium.zero(buffer) }
-            try withBytes(sealed) { (s) throws(KeychainError) in
-                let box = UnsafeRawBufferPointer(rebasing: s[sealing.keyPrefixBytes...])
-                try open(box, key: key, ad: ad, into: buffer, what: what, sealing: sealing)
-            }
+            let box = UnsafeRawBufferPointer(rebasing: sealed[sealing.keyPrefixBytes...])
+            try open(box, key: key, ad: ad, into: buffer, what: what, sealing: sealing)
             return try body(UnsafeRawBufferPointer(buffer))
         }
     }

@@ -128,10 +128,34 @@ public struct BlindIndexer: Sendable {
 
     /// Digest of Apple's uniqueness key (agrp, svce, acct, sync) for the UNIQUE column.
     public func uniqueKey(accessGroup: [UInt8], service: [UInt8], account: [UInt8], synchronizable: Bool) -> [UInt8] {
-        key.withUnsafeBytes {
-            KeyedHash.hash(
-                key: $0, domain: Column.uniqueKey.rawValue,
-                parts: [accessGroup, service, account, [synchronizable ? 1 : 0]], length: Self.keyLength)
+        accessGroup.withUnsafeBytes { g in
+            service.withUnsafeBytes { s in
+                account.withUnsafeBytes { a in
+                    uniqueKey(accessGroup: g, service: s, account: a, synchronizable: synchronizable)
+                }
+            }
+        }
+    }
+
+    /// The same digest of bytes in place: a `copy` computes one per request from the query's own
+    /// strings, and the array of parts (and each part's array) cost more than the hash around them.
+    public func uniqueKey(
+        accessGroup: UnsafeRawBufferPointer, service: UnsafeRawBufferPointer, account: UnsafeRawBufferPointer,
+        synchronizable: Bool
+    ) -> [UInt8] {
+        // Hashed on the stack, then copied into the array: the array initializers that allocate
+        // uninitialized storage are not specialised in this module, and looking the storage type up
+        // at run time cost more than the copy.
+        key.withUnsafeBytes { k in
+            withUnsafeTemporaryAllocation(byteCount: Self.keyLength, alignment: 1) { out in
+                KeyedHash.hash(key: k, domain: Column.uniqueKey.rawValue, into: out) { add in
+                    add(accessGroup)
+                    add(service)
+                    add(account)
+                    withUnsafeBytes(of: synchronizable ? UInt8(1) : 0) { add($0) }
+                }
+                return Array(UnsafeRawBufferPointer(out))
+            }
         }
     }
 }

@@ -1,4 +1,5 @@
 import KeychainItems
+import KeychainWire
 
 /// One connection's memo of compiled `copy` queries, keyed by the bytes of the request's `query`.
 ///
@@ -20,7 +21,8 @@ import KeychainItems
 /// the service and account values cut out): a query that misses the first table but has the shape of
 /// one compiled before (same keys and other values, another service or account) is compiled from that
 /// one by `ItemService.recompile` — only the two attribute filters and the digests are made again —
-/// under the same token rules. It then goes into the first table like any compiled query.
+/// under the same token rules. It goes into the first table the second time its bytes are compiled
+/// so (`storeRecompiled`).
 ///
 /// Used by its connection's thread only.
 final class CopyMemo {
@@ -48,13 +50,29 @@ final class CopyMemo {
     /// Keyed by template (`QueryTemplate.key`): an app uses few query shapes.
     static let templateSlots = 8
     private var templates: [Entry?]
+    /// A hash of the bytes of the last query compiled from a template in each slot of `entries`,
+    /// not remembered yet (0: none); see `storeRecompiled`.
+    private var recompiled: [UInt64]
+
+    /// Where `lookup(templateOf:)` writes a query's template key: allocated once, as long as the
+    /// longest query the memo keeps, so a lookup allocates nothing (and, a constant reference to
+    /// memory, costs no exclusivity check as a stored array would).
+    private let templateKey: UnsafeMutableRawBufferPointer
 
     init() {
         entries = Array(repeating: nil, count: Self.slots)
         templates = Array(repeating: nil, count: Self.templateSlots)
+        recompiled = Array(repeating: 0, count: Self.slots)
+        templateKey = .allocate(byteCount: Self.maxQueryBytes, alignment: 8)
     }
 
-    private static func slot(_ bytes: UnsafeRawBufferPointer) -> Int {
+    deinit { templateKey.deallocate() }
+
+    private static func slot(_ bytes: UnsafeRawBufferPointer) -> Int { slot(hash(bytes)) }
+
+    private static func slot(_ hash: UInt64) -> Int { Int(truncatingIfNeeded: hash) & (slots - 1) }
+
+    private static func hash(_ bytes: UnsafeRawBufferPointer) -> UInt64 {
         // FNV-1a over 8-byte words: cheap, and a collision only costs a miss (the bytes are compared
         // in full). Not a defence against chosen collisions, and needs none: the memo is per connection.
         var h: UInt64 = 0xcbf2_9ce4_8422_2325
@@ -68,7 +86,7 @@ final class CopyMemo {
             i += 1
         }
         h ^= h >> 29
-        return Int(truncatingIfNeeded: h ^ (h >> 32)) & (slots - 1)
+        return h ^ (h >> 32)
     }
 
     /// The compiled query remembered for exactly these `query` bytes under `token`, else nil.
@@ -79,9 +97,31 @@ final class CopyMemo {
 
     /// A compiled query of this template (`QueryTemplate.key`) under `token`, else nil.
     func lookup(template key: [UInt8], token: Token) -> ItemService.CompiledCopy? {
-        key.withUnsafeBytes { key in
-            Self.found(templates[Self.slot(key) & (Self.templateSlots - 1)], key, token)
+        key.withUnsafeBytes { key in lookup(templateKey: key, token: token) }
+    }
+
+    private func lookup(templateKey key: UnsafeRawBufferPointer, token: Token) -> ItemService.CompiledCopy? {
+        Self.found(templates[Self.slot(key) & (Self.templateSlots - 1)], key, token)
+    }
+
+    /// The compiled query of `query`'s template (`QueryTemplate`) under `token`, with where the
+    /// query's service and account texts are; nil when the query has no template or the memo holds
+    /// none for it.
+    func lookup(templateOf query: UnsafeRawBufferPointer, token: Token) -> (
+        compiled: ItemService.CompiledCopy, service: Range<Int>, account: Range<Int>
+    )? {
+        guard query.count <= templateKey.count else {
+            // Longer than any query whose template is kept, but its key may be shorter than one's.
+            guard let template = QueryTemplate.scan(query),
+                let compiled = lookup(template: template.key, token: token)
+            else { return nil }
+            return (compiled, template.service, template.account)
         }
+        guard let found = QueryTemplate.scan(query, into: templateKey),
+            let compiled = lookup(
+                templateKey: UnsafeRawBufferPointer(rebasing: templateKey[0..<found.count]), token: token)
+        else { return nil }
+        return (compiled, found.service, found.account)
     }
 
     private static func found(_ entry: Entry?, _ bytes: UnsafeRawBufferPointer, _ token: Token)
@@ -115,15 +155,35 @@ final class CopyMemo {
     /// The longest `query` remembered: the memo must not let a client park 64 large frames in the
     /// daemon outside the buffer budget. Real queries are tens to a few hundred bytes. Each entry also
     /// holds its compiled query (at most two 32-byte digests per access group of the caller), so a
-    /// connection's memo (64 entries and 8 templates) is bounded by about 72 KiB plus the digests,
-    /// about the size of its own read buffer; only copies that an identified app was allowed to
-    /// compile fill it.
+    /// connection's memo (64 entries and 8 templates, with the template key buffer and the 64
+    /// hashes of `storeRecompiled`) is bounded by about 74 KiB plus the digests, about the size of
+    /// its own read buffer; only copies that an identified app was allowed to compile fill it.
     static let maxQueryBytes = 1024
 
     /// Remembers `compiled` for these `query` bytes (never a query that carries a secret, nor a long one).
     func store(_ query: UnsafeRawBufferPointer, token: Token, compiled: ItemService.CompiledCopy) {
         guard !compiled.carriesSecret, query.count <= Self.maxQueryBytes else { return }
         entries[Self.slot(query)] = Entry(query: Array(query), token: token, compiled: compiled)
+    }
+
+    /// Remembers `compiled`, made by `ItemService.recompile` for these `query` bytes, the second time
+    /// these bytes are compiled so while their slot holds no other's: the first time only notes a
+    /// hash of them. A client that reads each of many items once (or seldom) would otherwise replace
+    /// an entry on every request, and making an entry and freeing the one it replaces cost a third
+    /// of the recompilation it saves; a client that asks the same items again pays one more
+    /// recompilation per query. (Same conditions as `store`: the hash of a query carrying a secret
+    /// is never kept either.)
+    func storeRecompiled(_ query: UnsafeRawBufferPointer, token: Token, compiled: ItemService.CompiledCopy) {
+        guard !compiled.carriesSecret, query.count <= Self.maxQueryBytes else { return }
+        let hash = Self.hash(query)
+        let slot = Self.slot(hash)
+        let mark = max(hash, 1)  // never 0, which marks a slot with none
+        if recompiled[slot] == mark {
+            recompiled[slot] = 0
+            entries[slot] = Entry(query: Array(query), token: token, compiled: compiled)
+        } else {
+            recompiled[slot] = mark
+        }
     }
 
     /// Remembers `compiled`, the compiled form of a query of `queryCount` bytes, as the compiled query

@@ -121,8 +121,8 @@ public final class RequestHandler: Sendable {
     ///
     /// A query the memo does not hold but whose template it does (the same query but for the service
     /// and account, both text) is compiled from the template's entry: its two values read as the
-    /// decoder reads text, the filters and digests made again (`ItemService.recompile`); it is then
-    /// remembered as any compiled query. When that fails (a value that is not valid UTF-8), the
+    /// decoder reads text, the filters and digests made again (`ItemService.recompile`); the memo
+    /// keeps it when the same bytes come that way again (`CopyMemo.storeRecompiled`). When that fails (a value that is not valid UTF-8), the
     /// request takes the full path, which answers with the error.
     private func memoized(_ body: SecretBytes, shape: RequestShape, memo: CopyMemo, peer: ConnectionPeer) -> Outcome? {
         guard peer.isIdentified(in: registrar) else { return nil }
@@ -130,13 +130,12 @@ public final class RequestHandler: Sendable {
         let found = body.withUnsafeBytes { raw -> ItemService.CompiledCopy? in
             let query = UnsafeRawBufferPointer(rebasing: raw[shape.queryStart...])
             if let compiled = memo.lookup(query, token: token) { return compiled }
-            guard let template = QueryTemplate.scan(query),
-                let base = memo.lookup(template: template.key, token: token),
+            guard let template = memo.lookup(templateOf: query, token: token),
                 let service = CBOR.text(UnsafeRawBufferPointer(rebasing: query[template.service])),
                 let account = CBOR.text(UnsafeRawBufferPointer(rebasing: query[template.account])),
-                let compiled = try? items.recompile(base, service: service, account: account)
+                let compiled = try? items.recompile(template.compiled, service: service, account: account)
             else { return nil }
-            memo.store(query, token: token, compiled: compiled)
+            memo.storeRecompiled(query, token: token, compiled: compiled)
             return compiled
         }
         guard let compiled = found else { return nil }

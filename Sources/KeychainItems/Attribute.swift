@@ -128,6 +128,16 @@ enum Attribute: String, CaseIterable, Sendable {
         default: return nil
         }
     }
+
+    /// `bytes(of:)` handed to `body` in place, without copying a string's UTF-8 into an array
+    /// (the copy path hashes the query's service and account this way); nil for other values.
+    static func withBytes<R>(of value: Value, _ body: (UnsafeRawBufferPointer) -> R) -> R? {
+        switch value {
+        case .text(var s): return s.withUTF8 { body(UnsafeRawBufferPointer($0)) }
+        case .bytes(let b): return b.withUnsafeBytes(body)
+        default: return nil
+        }
+    }
 }
 
 /// A key as it may appear in an error message: printable ASCII, bounded length.

@@ -53,10 +53,11 @@ struct ItemCodec: Sendable {
     /// The last byte of "kc1" / "kc2".
     private static func version(_ sealing: ItemSealing) -> UInt8 { sealing == .xchacha20Poly1305 ? 0x31 : 0x32 }
 
-    /// `associatedData` built on the stack for `body` (the same bytes, no heap allocation): the
-    /// read path opens two boxes per item.
+    /// `associatedData` built on the stack for `body` (the same bytes, no heap allocation), from a
+    /// row's columns in place: the read path opens two boxes per item.
     static func withAssociatedData<R>(
-        ref: [UInt8], protection: ProtectionClass, part: Part, uniqueIndex: [UInt8] = [], sealing: ItemSealing,
+        ref: UnsafeRawBufferPointer, protection: ProtectionClass, part: Part,
+        uniqueIndex: UnsafeRawBufferPointer = UnsafeRawBufferPointer(start: nil, count: 0), sealing: ItemSealing,
         _ body: (UnsafeRawBufferPointer) throws(KeychainError) -> R
     ) throws(KeychainError) -> R {
         let tail = part == .itemKey ? uniqueIndex.count : 0
@@ -65,15 +66,11 @@ struct ItemCodec: Sendable {
             buffer[0] = 0x6B
             buffer[1] = 0x63
             buffer[2] = version(sealing)  // "kc1" / "kc2": format version
-            ref.withUnsafeBytes {
-                UnsafeMutableRawBufferPointer(rebasing: buffer[3..<3 + ref.count]).copyMemory(from: $0)
-            }
+            UnsafeMutableRawBufferPointer(rebasing: buffer[3..<3 + ref.count]).copyMemory(from: ref)
             buffer[3 + ref.count] = protection.rawValue
             buffer[4 + ref.count] = part.rawValue
             if tail > 0 {
-                uniqueIndex.withUnsafeBytes {
-                    UnsafeMutableRawBufferPointer(rebasing: buffer[(5 + ref.count)...]).copyMemory(from: $0)
-                }
+                UnsafeMutableRawBufferPointer(rebasing: buffer[(5 + ref.count)...]).copyMemory(from: uniqueIndex)
             }
             return try body(UnsafeRawBufferPointer(buffer))
         }
@@ -84,33 +81,37 @@ struct ItemCodec: Sendable {
     /// Opens a row: the attributes always, the secret when `withSecret`. A locked class is
     /// errSecInteractionNotAllowed; anything damaged or moved is errSecDecode.
     func open(_ row: StoredItem, withSecret: Bool, withAttributes: Bool = true) throws(KeychainError) -> OpenedItem {
-        guard let protection = ProtectionClass(rawValue: row.protectionClass), row.ref.count == PersistentRef.idLength
-        else {
+        guard let protection = ProtectionClass(rawValue: row.protectionClass) else {
             throw KeychainError(.decode, "an item in the database is damaged (unknown class or id)")
         }
-        guard let sealing = ItemSealing(sealedItemKey: row.wrappedKey) else {
-            throw KeychainError(.decode, "an item in the database is damaged (its item key has no known layout)")
-        }
-        let classKey = try vault.classKey(protection)
         var secret: SecretBytes?
-        let attributes = try classKey.withUnsafeBytes { (ck) throws(KeychainError) -> [String: Value] in
-            return try Self.withAssociatedData(
-                ref: row.ref, protection: protection, part: .itemKey,
-                uniqueIndex: row.uniqueIndex, sealing: sealing
-            ) { (kad) throws(KeychainError) -> [String: Value] in
-                try AEAD.withOpenedKey(row.wrappedKey, key: ck, ad: kad, what: "item key", sealing: sealing) {
-                    (ik) throws(KeychainError) -> [String: Value] in
-                    let attributes =
-                        withAttributes
-                        ? try openAttributes(row, protection: protection, itemKey: ik, sealing: sealing) : [:]
-                    if withSecret {
-                        secret = try Self.withAssociatedData(
-                            ref: row.ref, protection: protection, part: .secret, sealing: sealing
-                        ) { (sad) throws(KeychainError) in
-                            try AEAD.openSecret(row.secret, key: ik, ad: sad, what: "item secret", sealing: sealing)
+        // The columns in place: a row's getters copy, and every row a read finds is opened.
+        let attributes = try row.withSealedColumns { (c) throws(KeychainError) -> [String: Value] in
+            guard c.ref.count == PersistentRef.idLength else {
+                throw KeychainError(.decode, "an item in the database is damaged (unknown class or id)")
+            }
+            guard let sealing = ItemSealing(sealedItemKey: c.wrappedKey) else {
+                throw KeychainError(.decode, "an item in the database is damaged (its item key has no known layout)")
+            }
+            let classKey = try vault.classKey(protection)
+            return try classKey.withUnsafeBytes { (ck) throws(KeychainError) -> [String: Value] in
+                try Self.withAssociatedData(
+                    ref: c.ref, protection: protection, part: .itemKey, uniqueIndex: c.uniqueIndex, sealing: sealing
+                ) { (kad) throws(KeychainError) -> [String: Value] in
+                    try AEAD.withOpenedKey(c.wrappedKey, key: ck, ad: kad, what: "item key", sealing: sealing) {
+                        (ik) throws(KeychainError) -> [String: Value] in
+                        let attributes =
+                            withAttributes
+                            ? try openAttributes(c, protection: protection, itemKey: ik, sealing: sealing) : [:]
+                        if withSecret {
+                            secret = try Self.withAssociatedData(
+                                ref: c.ref, protection: protection, part: .secret, sealing: sealing
+                            ) { (sad) throws(KeychainError) in
+                                try AEAD.openSecret(c.secret, key: ik, ad: sad, what: "item secret", sealing: sealing)
+                            }
                         }
+                        return attributes
                     }
-                    return attributes
                 }
             }
         }
@@ -118,11 +119,12 @@ struct ItemCodec: Sendable {
     }
 
     private func openAttributes(
-        _ row: StoredItem, protection: ProtectionClass,
+        _ row: StoredItem.SealedColumns, protection: ProtectionClass,
         itemKey: UnsafeRawBufferPointer, sealing: ItemSealing
     ) throws(KeychainError) -> [String: Value] {
-        let ad = Self.associatedData(ref: row.ref, protection: protection, part: .attributes, sealing: sealing)
-        var plain = try withBytes(ad) { (aad) throws(KeychainError) in
+        var plain = try Self.withAssociatedData(
+            ref: row.ref, protection: protection, part: .attributes, sealing: sealing
+        ) { (aad) throws(KeychainError) in
             try AEAD.open(row.attributes, key: itemKey, ad: aad, what: "item attributes", sealing: sealing)
         }
         defer { Sodium.zero(&plain) }

@@ -85,7 +85,8 @@ extension ItemService {
     private func view(_ row: StoredItem, _ digests: [(group: String, digest: [UInt8])]) throws(KeychainError)
         -> SecretServiceItem?
     {
-        guard let group = digests.first(where: { $0.digest == row.accessGroupIndex })?.group else { return nil }
+        let groupIndex = row.accessGroupIndex  // once: a row's getters copy the column
+        guard let group = digests.first(where: { $0.digest == groupIndex })?.group else { return nil }
         let created = Self.creationTime(id: row.ref)
         guard let protection = ProtectionClass(rawValue: row.protectionClass), vault.isAvailable(protection) else {
             return SecretServiceItem(
@@ -188,7 +189,8 @@ extension ItemService {
         try store.read { (r) throws(KeychainError) in
             for filter in searchFilters(query, groupIndexes: digests.map(\.digest)) {
                 try r.forEach(filter) { (row) throws(KeychainError) -> Bool in
-                    guard let group = digests.first(where: { $0.digest == row.accessGroupIndex })?.group else {
+                    let groupIndex = row.accessGroupIndex  // once: a row's getters copy the column
+                    guard let group = digests.first(where: { $0.digest == groupIndex })?.group else {
                         return true
                     }
                     let match = SecretServiceMatch(id: row.ref, group: group)
@@ -216,7 +218,8 @@ extension ItemService {
         try store.read { (r) throws(KeychainError) in
             try r.forEach(RowFilter(ref: id, accessGroupIndexes: digests.map(\.digest), includeSecret: true)) {
                 (row) throws(KeychainError) -> Bool in
-                guard let group = digests.first(where: { $0.digest == row.accessGroupIndex })?.group else {
+                let groupIndex = row.accessGroupIndex  // once: a row's getters copy the column
+                guard let group = digests.first(where: { $0.digest == groupIndex })?.group else {
                     return false
                 }
                 let item = try codec.open(row, withSecret: true)
@@ -407,7 +410,8 @@ extension ItemService {
             var filter = RowFilter(ref: id, accessGroupIndexes: digests.map(\.digest))
             filter.includeSecret = true
             try w.reader.forEach(filter) { (row) throws(KeychainError) -> Bool in
-                guard let group = digests.first(where: { $0.digest == row.accessGroupIndex })?.group else {
+                let groupIndex = row.accessGroupIndex  // once: a row's getters copy the column
+                guard let group = digests.first(where: { $0.digest == groupIndex })?.group else {
                     return false
                 }
                 let item = try codec.open(row, withSecret: false)

@@ -177,22 +177,50 @@ public final class ItemService: Sendable {
     /// so in `carriesSecret`, and must not be kept.
     /// A class, immutable: handing it around (memo hit, copy) costs one reference count, not one per field.
     public final class CompiledCopy {
-        let parsed: ParsedQuery
+        /// How a row found by `filter` is checked against the query.
+        enum RowCheck {
+            /// Not at all: a point lookup that needs no attribute re-check (see `compiled`). It keeps
+            /// no attribute filters, so one recompiled from its template makes none.
+            case keyOnly
+            /// By its opened attributes, against the whole parsed query.
+            case attributes(ParsedQuery)
+        }
+
+        let check: RowCheck
+        let limit: MatchLimit
+        let returns: ReturnFlags
+        let sync: SyncFilter
         let scope: [String]?
         let filter: RowFilter
-        /// A point lookup that needs no attribute re-check (see `compileCopy`).
-        let keyOnly: Bool
         /// The caller the query was scoped to; a compiled query is run only for it.
         public let caller: Caller
         /// The query names `v_Data`: its compiled form holds those bytes and must not be remembered.
-        public var carriesSecret: Bool { parsed.secret != nil }
+        public let carriesSecret: Bool
+        /// A point lookup that needs no attribute re-check.
+        var keyOnly: Bool {
+            if case .keyOnly = check { return true }
+            return false
+        }
 
-        init(parsed: ParsedQuery, scope: [String]?, filter: RowFilter, keyOnly: Bool, caller: Caller) {
-            self.parsed = parsed
+        init(
+            check: RowCheck, limit: MatchLimit, returns: ReturnFlags, sync: SyncFilter, carriesSecret: Bool,
+            scope: [String]?, filter: RowFilter, caller: Caller
+        ) {
+            self.check = check
+            self.limit = limit
+            self.returns = returns
+            self.sync = sync
+            self.carriesSecret = carriesSecret
             self.scope = scope
             self.filter = filter
-            self.keyOnly = keyOnly
             self.caller = caller
+        }
+
+        /// `base` for another query of its template: its filter (with new digests) and check.
+        convenience init(_ base: CompiledCopy, check: RowCheck, filter: RowFilter) {
+            self.init(
+                check: check, limit: base.limit, returns: base.returns, sync: base.sync,
+                carriesSecret: base.carriesSecret, scope: base.scope, filter: filter, caller: base.caller)
         }
     }
 
@@ -212,14 +240,37 @@ public final class ItemService: Sendable {
     public func recompile(_ base: CompiledCopy, service: String, account: String) throws(KeychainError)
         -> CompiledCopy
     {
-        var parsed = base.parsed
-        parsed.attributes[.service] = try Attribute.service.normalize(.text(service))
-        parsed.attributes[.account] = try Attribute.account.normalize(.text(account))
-        return compiled(parsed, scope: base.scope, caller: base.caller)
+        let serviceValue = try Attribute.service.normalize(.text(service))
+        let accountValue = try Attribute.account.normalize(.text(account))
+        // A point lookup (the common case) stays one, and of its row filter only the digests depend on
+        // the two values: the rest is the base's, without looking the attributes up again. Whether it
+        // needs the attribute re-check (`keyOnly`) depends on which keys the query names, the same.
+        func pointLookup(_ scope: [String]) -> RowFilter {
+            var filter = base.filter
+            filter.uniqueIndexes = Self.uniqueIndexes(
+                vault.blindIndex, scope: scope, service: serviceValue, account: accountValue, base.sync)
+            return filter
+        }
+        switch base.check {
+        case .keyOnly:
+            // No attribute filters to make: a key-only copy reads none. (It is a point lookup, so it
+            // has a scope; without, the caller takes the full path.)
+            guard let scope = base.scope else { throw KeychainError(.internal, "a key-only copy without a scope") }
+            return CompiledCopy(base, check: .keyOnly, filter: pointLookup(scope))
+        case .attributes(var parsed):
+            parsed.attributes[.service] = serviceValue
+            parsed.attributes[.account] = accountValue
+            guard let scope = base.scope, base.filter.uniqueIndexes != nil else {
+                return compiled(parsed, scope: base.scope, caller: base.caller)
+            }
+            let filter = pointLookup(scope)
+            assert(filter == compiled(parsed, scope: scope, caller: base.caller).filter)
+            return CompiledCopy(base, check: .attributes(parsed), filter: filter)
+        }
     }
 
     private func compiled(_ parsed: ParsedQuery, scope: [String]?, caller: Caller) -> CompiledCopy {
-        let filter = rowFilter(parsed, scope: scope, withSecret: parsed.returns.data)
+        var filter = rowFilter(parsed, scope: scope, withSecret: parsed.returns.data)
         // A point lookup by the uniqueness digest that asks for no attributes and filters on nothing
         // but the key and the class needs no attribute re-check: the item key's associated data
         // authenticates the row's digest, and the digest was computed from the query and the caller's
@@ -227,38 +278,52 @@ public final class ItemService: Sendable {
         let keyOnly =
             filter.uniqueIndexes != nil && !parsed.returns.attributes
             && parsed.attributes.keys.allSatisfy { $0.isKey || $0 == .accessible }
-        return CompiledCopy(parsed: parsed, scope: scope, filter: filter, keyOnly: keyOnly, caller: caller)
+        // Nor reading the attributes at all: SQLite copies every column it returns.
+        filter.includeAttributes = !keyOnly
+        return CompiledCopy(
+            check: keyOnly ? .keyOnly : .attributes(parsed), limit: parsed.limit, returns: parsed.returns,
+            sync: parsed.sync, carriesSecret: parsed.secret != nil, scope: scope, filter: filter, caller: caller)
     }
 
     /// Runs a compiled `copy`: reads and opens the matching rows now (the store, the lookup cache and
     /// the class keys decide, as for any copy) and shapes the result.
     public func copy(_ compiled: CompiledCopy) throws(KeychainError) -> Value? {
-        let parsed = compiled.parsed
+        let returns = compiled.returns
         let scope = compiled.scope
         let keyOnly = compiled.keyOnly
-        let maximum = parsed.limit.maximum
-        var found: [OpenedItem] = []
+        let maximum = compiled.limit.maximum
+        // The first match apart from the others: most copies find one item, and an array for it
+        // would be an allocation and a free on every request.
+        var first: OpenedItem?
+        var others: [OpenedItem] = []
         try store.read { (reader) throws(KeychainError) in
             try reader.forEach(compiled.filter) { (row) throws(KeychainError) -> Bool in
-                let item = try codec.open(row, withSecret: parsed.returns.data, withAttributes: !keyOnly)
-                if keyOnly || Self.matches(item, parsed, scope) { found.append(item) }
-                return found.count < maximum
+                let item = try codec.open(row, withSecret: returns.data, withAttributes: !keyOnly)
+                let matched: Bool
+                switch compiled.check {
+                case .keyOnly: matched = true
+                case .attributes(let parsed): matched = Self.matches(item, parsed, scope)
+                }
+                if matched {
+                    if first == nil { first = item } else { others.append(item) }
+                }
+                return (first == nil ? 0 : 1) + others.count < maximum
             }
         }
-        guard !found.isEmpty else { throw Self.notFound }
+        guard let first else { throw Self.notFound }
         let caller = compiled.caller
-        if parsed.returns.data && caller.isAdmin && !caller.hasPresence {
+        if returns.data && caller.isAdmin && !caller.hasPresence {
             // The group of a key-only match is the one the query's digest was computed for.
             try AccessPolicy.checkAdminReach(
-                found.map { $0.attributes["agrp"]?.text ?? scope?.first ?? "" }, .readSecrets, caller)
+                ([first] + others).map { $0.attributes["agrp"]?.text ?? scope?.first ?? "" }, .readSecrets, caller)
         }
-        guard parsed.returns.any else { return nil }
+        guard returns.any else { return nil }
         func shaped(_ item: OpenedItem) -> Value {
             ResultShape.value(
                 attributes: item.attributes, secret: item.secret ?? SecretBytes(), ref: item.row.ref,
-                returns: parsed.returns)
+                returns: returns)
         }
-        return parsed.limit.returnsArray ? .array(found.map(shaped)) : shaped(found[0])
+        return compiled.limit.returnsArray ? .array(([first] + others).map(shaped)) : shaped(first)
     }
 
     // MARK: SecItemUpdate
@@ -361,25 +426,22 @@ public final class ItemService: Sendable {
 
     /// The SQL side of a query: indexed columns only. The hot path — service and account known, one
     /// synchronizable value — becomes a point lookup on the UNIQUE index, one digest per group.
+    /// The rows come without their search digests: the calls match the opened attributes instead.
     func rowFilter(_ query: ParsedQuery, scope: [String]?, withSecret: Bool) -> RowFilter {
-        var filter = RowFilter(includeSecret: withSecret)
+        var filter = RowFilter(includeSecret: withSecret, includeSearchIndexes: false)
         if let ref = query.persistentRef {
             filter.ref = ref
         } else {
-            let service = query.attributes[.service].flatMap(Attribute.bytes(of:))
-            let account = query.attributes[.account].flatMap(Attribute.bytes(of:))
+            let service = query.attributes[.service]
+            let account = query.attributes[.account]
             let index = vault.blindIndex
-            if let service, let account, let scope {
-                let syncValues: [Bool] = query.sync == .any ? [false, true] : [query.sync == .yes]
-                filter.uniqueIndexes = scope.flatMap { group in
-                    syncValues.map {
-                        index.uniqueKey(
-                            accessGroup: Array(group.utf8), service: service, account: account, synchronizable: $0)
-                    }
-                }
+            if let service, let account, let scope,
+                let digests = Self.uniqueIndexes(index, scope: scope, service: service, account: account, query.sync)
+            {
+                filter.uniqueIndexes = digests
             } else {
-                filter.serviceIndex = service.map { index.column(.service, $0) }
-                filter.accountIndex = account.map { index.column(.account, $0) }
+                filter.serviceIndex = service.flatMap(Attribute.bytes(of:)).map { index.column(.service, $0) }
+                filter.accountIndex = account.flatMap(Attribute.bytes(of:)).map { index.column(.account, $0) }
                 filter.accessGroupIndexes = scope.map { $0.map { index.column(.accessGroup, Array($0.utf8)) } }
             }
             if let code = query.attributes[.accessible]?.text, let protection = ProtectionClass(code: code) {
@@ -387,6 +449,37 @@ public final class ItemService: Sendable {
             }
         }
         return filter
+    }
+
+    /// The uniqueness digests a point lookup reads: one per group of `scope` and synchronizable value
+    /// `sync` accepts, in that order; nil when the service or the account is neither text nor data.
+    /// Hashed from the strings in place: a `copy` its connection's memo has not seen computes them on
+    /// every request, and copying each part into an array cost about as much as the hash.
+    static func uniqueIndexes(
+        _ index: BlindIndexer, scope: [String], service: Value, account: Value, _ sync: SyncFilter
+    ) -> [[UInt8]]? {
+        let digests = Attribute.withBytes(of: service) { s in
+            Attribute.withBytes(of: account) { a in
+                var digests: [[UInt8]] = []
+                digests.reserveCapacity(scope.count * (sync == .any ? 2 : 1))
+                for var group in scope {
+                    group.withUTF8 { utf8 in
+                        let g = UnsafeRawBufferPointer(utf8)
+                        if sync == .any {
+                            digests.append(
+                                index.uniqueKey(accessGroup: g, service: s, account: a, synchronizable: false))
+                            digests.append(
+                                index.uniqueKey(accessGroup: g, service: s, account: a, synchronizable: true))
+                        } else {
+                            digests.append(
+                                index.uniqueKey(accessGroup: g, service: s, account: a, synchronizable: sync == .yes))
+                        }
+                    }
+                }
+                return digests
+            }
+        }
+        return digests ?? nil
     }
 
     /// The decrypted attributes checked against the whole query, whatever the index columns said.

@@ -110,10 +110,17 @@ public final class ItemStore: Sendable {
     /// ordinary writes; only the commit of a `writeAlone` (a key change) waits for reads to finish and
     /// holds new ones back until its new keys are in force. `body` must not call `read` again.
     /// The reader connection is taken from the pool when `body` first needs one: a point lookup the
-    /// cache answers takes none (and none of the pool's two locks).
+    /// cache answers takes none (and none of the pool's two locks). With the cache off it is taken at
+    /// once, without the lease object that defers it.
     public func read<R>(_ body: (StoreReader) throws(KeychainError) -> R) throws(KeychainError) -> R {
         try transition.shared { () throws(KeychainError) -> R in
             if closed.load(ordering: .sequentiallyConsistent) { throw Self.closedError }
+            if pointCache.capacity == 0 {
+                // No cache to answer first: every read needs a connection, taken at once (no lease).
+                let db = try takeReader()
+                defer { giveBack(db) }
+                return try body(StoreReader(db: db))
+            }
             let lease = ReaderLease(store: self)
             defer { if let db = lease.taken { giveBack(db) } }
             return try body(StoreReader(lease: lease, cache: pointCache))
@@ -225,15 +232,19 @@ public struct StoreReader {
             let generation = cache.generation
             var unfiltered = filter
             unfiltered.classes = nil
+            // Whole rows: a cached row may serve any point lookup.
+            unfiltered.includeSearchIndexes = true
+            unfiltered.includeAttributes = true
             rows = []
             try query(unfiltered) { (row) throws(KeychainError) -> Bool in
                 rows.append(row)
                 return true
             }
             var entries: [([UInt8], PointLookupCache.Entry)] = keys.map { ($0, .init(row: nil, hasSecret: true)) }
+            let found = rows.map(\.uniqueIndex)  // once each: a row's getters copy the column
             for (i, entry) in entries.enumerated() {
-                if let row = rows.first(where: { $0.uniqueIndex == entry.0 }) {
-                    entries[i].1 = .init(row: row, hasSecret: filter.includeSecret)
+                if let j = found.firstIndex(of: entry.0) {
+                    entries[i].1 = .init(row: rows[j], hasSecret: filter.includeSecret)
                 }
             }
             cache.store(entries, generation: generation)
@@ -246,12 +257,46 @@ public struct StoreReader {
     private func query(_ filter: RowFilter, _ visit: (StoredItem) throws(KeychainError) -> Bool) throws(KeychainError) {
         try db.withStatement(filter.sql) { (s) throws(KeychainError) in
             try filter.bind(s)
+            typealias C = RowFilter.Columns
+            // The blob columns in StoredItem's order; nil for one the filter leaves out.
+            let columns = filter.columns
+            let group = columns.searchIndexes
+            let service = group.map { $0 + 1 }
+            let account = group.map { $0 + 2 }
+            // Not selected for a lookup by one digest: the row's is that digest.
+            let digest = columns.uniqueIndex == nil ? filter.uniqueIndexes?.first ?? [] : []
+            func count(_ column: Int32?) -> Int { column.map { s.byteCount($0) } ?? 0 }
             while try s.step() {
+                // Each column's length once, then its bytes copied straight into the row.
+                let counts = (
+                    count(C.ref), count(group), count(service), count(account),
+                    columns.uniqueIndex.map { s.byteCount($0) } ?? digest.count,
+                    count(C.wrappedKey), count(columns.attributes), count(columns.secret)
+                )
+                func add(_ column: Int32?, _ count: Int, _ append: (UnsafeRawBufferPointer) -> Void) {
+                    if let column {
+                        s.withBlob(column, count: count, append)
+                    } else {
+                        append(UnsafeRawBufferPointer(start: nil, count: 0))
+                    }
+                }
                 let row = StoredItem(
-                    rowid: s.int64(0), ref: s.blob(1), protectionClass: UInt8(truncatingIfNeeded: s.int64(2)),
-                    accessGroupIndex: s.blob(3), serviceIndex: s.blob(4), accountIndex: s.blob(5),
-                    uniqueIndex: s.blob(6), wrappedKey: s.blob(7), attributes: s.blob(8),
-                    secret: filter.includeSecret ? s.blob(9) : [])
+                    rowid: s.int64(C.rowid), protectionClass: UInt8(truncatingIfNeeded: s.int64(C.protectionClass)),
+                    byteCount: counts.0 + counts.1 + counts.2 + counts.3 + counts.4 + counts.5 + counts.6 + counts.7
+                ) { append in
+                    add(C.ref, counts.0, append)
+                    add(group, counts.1, append)
+                    add(service, counts.2, append)
+                    add(account, counts.3, append)
+                    if columns.uniqueIndex != nil {
+                        add(columns.uniqueIndex, counts.4, append)
+                    } else {
+                        digest.withUnsafeBytes(append)
+                    }
+                    add(C.wrappedKey, counts.5, append)
+                    add(columns.attributes, counts.6, append)
+                    add(columns.secret, counts.7, append)
+                }
                 if try !visit(row) { break }
             }
         }

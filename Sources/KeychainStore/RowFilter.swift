@@ -22,13 +22,22 @@ public struct RowFilter: Sendable, Hashable {
     public var excludedAttributeIndex: [UInt8]?
     /// Read the sealed secret too.
     public var includeSecret: Bool
+    /// Read the three search digests (`agrp_ix`, `svce_ix`, `acct_ix`) into the rows; without, they
+    /// are empty. Each blob column costs SQLite an allocation and the row an array, and the item
+    /// calls (copy, update, delete) never look at these: they check the opened attributes, and writes
+    /// compute the digests afresh. Rows kept by the point-lookup cache always have them.
+    public var includeSearchIndexes: Bool
+    /// Read the sealed attributes; without, the rows' are empty. A copy that opens no attributes (a
+    /// point lookup asking for the secret or the reference only) needs the item key and the secret
+    /// alone. Rows kept by the point-lookup cache always have them.
+    public var includeAttributes: Bool
 
     /// A filter with the given conditions; with none it matches every row, without reading secrets.
     public init(
         ref: [UInt8]? = nil, uniqueIndexes: [[UInt8]]? = nil, serviceIndex: [UInt8]? = nil,
         accountIndex: [UInt8]? = nil, accessGroupIndexes: [[UInt8]]? = nil, classes: [UInt8]? = nil,
         requiredAttributeIndexes: [[UInt8]]? = nil, excludedAttributeIndex: [UInt8]? = nil,
-        includeSecret: Bool = false
+        includeSecret: Bool = false, includeSearchIndexes: Bool = true, includeAttributes: Bool = true
     ) {
         self.ref = ref
         self.uniqueIndexes = uniqueIndexes
@@ -39,6 +48,8 @@ public struct RowFilter: Sendable, Hashable {
         self.requiredAttributeIndexes = requiredAttributeIndexes
         self.excludedAttributeIndex = excludedAttributeIndex
         self.includeSecret = includeSecret
+        self.includeSearchIndexes = includeSearchIndexes
+        self.includeAttributes = includeAttributes
     }
 
     /// The SQL for this filter's shape (values are bound, never spliced in). Equal shapes give equal
@@ -49,7 +60,7 @@ public struct RowFilter: Sendable, Hashable {
             ref: ref != nil, unique: uniqueIndexes?.count, service: serviceIndex != nil,
             account: accountIndex != nil, groups: accessGroupIndexes?.count, classes: classes,
             required: requiredAttributeIndexes?.count, excluded: excludedAttributeIndex != nil,
-            secret: includeSecret)
+            secret: includeSecret, searchIndexes: includeSearchIndexes, attributes: includeAttributes)
         if let cached = Self.sqlCache.withLock({ $0[shape] }) { return cached }
         let sql = buildSQL()
         Self.sqlCache.withLock { cache in
@@ -66,21 +77,28 @@ public struct RowFilter: Sendable, Hashable {
             serviceIndex == nil, accountIndex == nil, accessGroupIndexes == nil, classes == nil,
             requiredAttributeIndexes == nil, excludedAttributeIndex == nil
         else { return nil }
-        return (includeSecret ? Self.pointLookupWithSecret : Self.pointLookupWithoutSecret)[u.count - 1]
+        return Self.pointLookups[Self.variant(includeSecret, includeSearchIndexes, includeAttributes)][u.count - 1]
     }
 
     private static let pointLookupShapes = 4
-    private static let pointLookupWithSecret = (1...pointLookupShapes).map {
-        RowFilter(uniqueIndexes: Array(repeating: [], count: $0), includeSecret: true).buildSQL()
+    /// Each combination of the optional columns (`variant`), then each number of digests.
+    private static let pointLookups = (0..<8).map { variant in
+        (1...pointLookupShapes).map {
+            RowFilter(
+                uniqueIndexes: Array(repeating: [], count: $0), includeSecret: variant & 4 != 0,
+                includeSearchIndexes: variant & 2 != 0, includeAttributes: variant & 1 != 0
+            ).buildSQL()
+        }
     }
-    private static let pointLookupWithoutSecret = (1...pointLookupShapes).map {
-        RowFilter(uniqueIndexes: Array(repeating: [], count: $0), includeSecret: false).buildSQL()
+
+    private static func variant(_ secret: Bool, _ searchIndexes: Bool, _ attributes: Bool) -> Int {
+        (secret ? 4 : 0) + (searchIndexes ? 2 : 0) + (attributes ? 1 : 0)
     }
 
     /// What the SQL text depends on: the filter's shape, not its values.
     private struct Shape: Hashable {
         var ref: Bool, unique: Int?, service: Bool, account: Bool, groups: Int?, classes: [UInt8]?
-        var required: Int?, excluded: Bool, secret: Bool
+        var required: Int?, excluded: Bool, secret: Bool, searchIndexes: Bool, attributes: Bool
     }
 
     private static let sqlCache = Locked<[Shape: String]>([:])
@@ -91,9 +109,13 @@ public struct RowFilter: Sendable, Hashable {
         // by that key; no temporary b-tree, no sort.
         let joined = requiredAttributeIndexes.map { !$0.isEmpty } ?? false
         let t = joined ? "items." : ""
-        var s =
-            "SELECT \(t)rowid, \(t)ref, \(t)class, \(t)agrp_ix, \(t)svce_ix, \(t)acct_ix, \(t)key_ix, \(t)item_key, \(t)attributes"
-        s += includeSecret ? ", \(t)secret" : ""
+        // The columns in the order `columns` says.
+        let c = columns
+        var s = "SELECT \(t)rowid, \(t)ref, \(t)class, \(t)item_key"
+        s += c.uniqueIndex != nil ? ", \(t)key_ix" : ""
+        s += c.attributes != nil ? ", \(t)attributes" : ""
+        s += c.searchIndexes != nil ? ", \(t)agrp_ix, \(t)svce_ix, \(t)acct_ix" : ""
+        s += c.secret != nil ? ", \(t)secret" : ""
         s += joined ? " FROM item_attributes AS a CROSS JOIN items ON items.ref = a.ref" : " FROM items"
         var conditions: [String] = []
         if ref != nil { conditions.append("\(t)ref = ?") }
@@ -113,6 +135,34 @@ public struct RowFilter: Sendable, Hashable {
         if let c = classes { conditions.append("\(t)class IN (\(c.map { String($0) }.joined(separator: ",")))") }
         if !conditions.isEmpty { s += " WHERE " + conditions.joined(separator: " AND ") }
         return joined ? s : s + " ORDER BY rowid"
+    }
+
+    /// Where `sql`'s columns are: rowid, ref, class and item_key, then those of the others it selects,
+    /// in this order; nil for one it does not.
+    struct Columns {
+        static let rowid: Int32 = 0, ref: Int32 = 1, protectionClass: Int32 = 2, wrappedKey: Int32 = 3
+        /// `key_ix`: not selected by a lookup by one uniqueness digest, whose rows' key_ix is that
+        /// digest (the WHERE clause says so, byte for byte), so the row takes it from the filter.
+        var uniqueIndex: Int32?
+        var attributes: Int32?
+        /// The first search digest (agrp_ix, then svce_ix and acct_ix).
+        var searchIndexes: Int32?
+        var secret: Int32?
+    }
+
+    /// Where this filter's `sql` puts each column.
+    var columns: Columns {
+        var c = Columns()
+        var next: Int32 = 4
+        func take(_ count: Int32 = 1) -> Int32 {
+            defer { next += count }
+            return next
+        }
+        if uniqueIndexes?.count != 1 { c.uniqueIndex = take() }
+        if includeAttributes { c.attributes = take() }
+        if includeSearchIndexes { c.searchIndexes = take(3) }
+        if includeSecret { c.secret = take() }
+        return c
     }
 
     private static func placeholders(_ n: Int) -> String {

@@ -233,6 +233,14 @@ package final class SQLiteStatement {
         return Array(UnsafeRawBufferPointer(start: p, count: n))
     }
 
+    /// The length of the column's value in bytes.
+    package func byteCount(_ column: Int32) -> Int { Int(sqlite3_column_bytes(statement, column)) }
+
+    /// The column's bytes in place, `count` of them as `byteCount` gave (one call to SQLite fewer).
+    package func withBlob<R>(_ column: Int32, count: Int, _ body: (UnsafeRawBufferPointer) -> R) -> R {
+        body(UnsafeRawBufferPointer(start: count > 0 ? sqlite3_column_blob(statement, column) : nil, count: count))
+    }
+
     /// The column's bytes in place, without a copy; valid only inside `body` (until the next step).
     package func withBlob<R>(_ column: Int32, _ body: (UnsafeRawBufferPointer) -> R) -> R {
         let p = sqlite3_column_blob(statement, column)

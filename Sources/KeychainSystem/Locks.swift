@@ -25,10 +25,14 @@ public final class Lock: @unchecked Sendable {
         mutex.deallocate()
     }
 
-    /// Runs `body` with the lock held (not reentrant).
+    /// Runs `body` with the lock held (not reentrant). Inlinable, as are `Locked.withLock` and
+    /// `ReadWriteLock`'s: called from another module, a generic function is not specialised, and its
+    /// closure contexts, metadata and witness calls cost a few hundred instructions around the two
+    /// calls into libc, several times in every request.
+    @inlinable
     public func withLock<R, E: Error>(_ body: () throws(E) -> R) throws(E) -> R {
-        pthread_mutex_lock(mutex)
-        defer { pthread_mutex_unlock(mutex) }
+        lock()
+        defer { unlock() }
         return try body()
     }
 
@@ -75,13 +79,14 @@ public final class Condition: @unchecked Sendable {
 /// Sendable only when the value is: a `Locked` must not become a way to share a value that is not
 /// safe to hand to another thread.
 public final class Locked<Value> {
-    private let lock = Lock()
-    private var value: Value
+    @usableFromInline let lock = Lock()
+    @usableFromInline var value: Value
 
     /// A lock guarding `value`.
     public init(_ value: Value) { self.value = value }
 
     /// Runs `body` with the lock held. `body` must not call back into the same `Locked` (not reentrant).
+    @inlinable
     public func withLock<R, E: Error>(_ body: (inout Value) throws(E) -> R) throws(E) -> R {
         try lock.withLock { () throws(E) -> R in try body(&value) }
     }
@@ -116,18 +121,24 @@ public final class ReadWriteLock: @unchecked Sendable {
     }
 
     /// Runs `body` holding the shared side.
+    @inlinable
     public func shared<R, E: Error>(_ body: () throws(E) -> R) throws(E) -> R {
-        pthread_rwlock_rdlock(lock)
-        defer { pthread_rwlock_unlock(lock) }
+        lockShared()
+        defer { unlock() }
         return try body()
     }
 
     /// Runs `body` holding the exclusive side.
+    @inlinable
     public func exclusive<R, E: Error>(_ body: () throws(E) -> R) throws(E) -> R {
-        pthread_rwlock_wrlock(lock)
-        defer { pthread_rwlock_unlock(lock) }
+        lockExclusive()
+        defer { unlock() }
         return try body()
     }
+
+    @usableFromInline func lockShared() { pthread_rwlock_rdlock(lock) }
+    @usableFromInline func lockExclusive() { pthread_rwlock_wrlock(lock) }
+    @usableFromInline func unlock() { pthread_rwlock_unlock(lock) }
 }
 
 /// A one-shot hand-over of a value from one thread to another that waits for it (a POSIX semaphore).

@@ -23,7 +23,20 @@ public struct QueryTemplate: Sendable {
 
     /// The template of `query` (the encoded map), or nil when it is not of the kind described above.
     public static func scan(_ query: UnsafeRawBufferPointer) -> QueryTemplate? {
+        var key = [UInt8](repeating: 0, count: query.count)
+        guard let found = key.withUnsafeMutableBytes({ scan(query, into: $0) }) else { return nil }
+        key.removeLast(key.count - found.count)
+        return QueryTemplate(key: key, service: found.service, account: found.account)
+    }
+
+    /// `scan` with the key written into `key` (room for `query.count` bytes) instead of a new array:
+    /// how many bytes of it the key is, and where the two texts are. A connection's memo looks up the
+    /// template of nearly every request of a client that reads many items, in one buffer it keeps.
+    public static func scan(_ query: UnsafeRawBufferPointer, into key: UnsafeMutableRawBufferPointer) -> (
+        count: Int, service: Range<Int>, account: Range<Int>
+    )? {
         let count = query.count
+        precondition(key.count >= count, "no room for the key")
         guard count > 0, query[0] >> 5 == 5, query[0] & 0x1F < 24 else { return nil }
         let entries = Int(query[0] & 0x1F)
         var at = 1
@@ -71,14 +84,20 @@ public struct QueryTemplate: Sendable {
         guard at == count, let service, let account else { return nil }
         // The key: every byte but the two values, each value one 0xFF.
         let (first, second) = service.head < account.head ? (service, account) : (account, service)
-        var key: [UInt8] = []
-        key.reserveCapacity(count)
-        key.append(contentsOf: UnsafeRawBufferPointer(rebasing: query[0..<first.head]))
-        key.append(0xFF)
-        key.append(contentsOf: UnsafeRawBufferPointer(rebasing: query[first.content.upperBound..<second.head]))
-        key.append(0xFF)
-        key.append(contentsOf: UnsafeRawBufferPointer(rebasing: query[second.content.upperBound..<count]))
-        return QueryTemplate(key: key, service: service.content, account: account.content)
+        var written = 0
+        func append(_ range: Range<Int>) {
+            UnsafeMutableRawBufferPointer(rebasing: key[written..<written + range.count])
+                .copyMemory(from: UnsafeRawBufferPointer(rebasing: query[range]))
+            written += range.count
+        }
+        append(0..<first.head)
+        key[written] = 0xFF
+        written += 1
+        append(first.content.upperBound..<second.head)
+        key[written] = 0xFF
+        written += 1
+        append(second.content.upperBound..<count)
+        return (written, service.content, account.content)
     }
 
     /// The four bytes at `at` are those of `name` (four ASCII letters).

@@ -33,4 +33,54 @@ struct CopyMemoBoundsTests {
             #expect((memo.lookup(template: template.key, token: token) != nil) == kept, "\(bytes.count) bytes")
         }
     }
+
+    @Test("a query longer than any kept still finds the template of a short one")
+    func aLongQueryFindsItsTemplate() throws {
+        let directory = try FileSystem.makeTemporaryDirectory(in: NSTemporaryDirectory(), prefix: "kc-memo-")
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let items = try ItemService(directory: directory + "/data")
+        defer { items.close() }
+        let caller = Caller(applicationIdentifier: "TEAM.app", accessGroups: ["TEAM.app"])
+        let token = CopyMemo.Token(registryGeneration: 1, passphraseSet: false)
+        func query(_ service: String) -> [String: Value] {
+            ["class": .text("genp"), "svce": .text(service), "acct": .text("a"), "r_Data": .bool(true)]
+        }
+        let short = CBOR.encode(.map(query("s")))
+        let template = try #require(short.withUnsafeBytes { QueryTemplate.scan($0) })
+        let memo = CopyMemo()
+        memo.store(
+            template: template.key, queryCount: short.count, token: token,
+            compiled: try items.compileCopy(query("s"), caller: caller))
+        let service = String(repeating: "s", count: 2 * CopyMemo.maxQueryBytes)
+        for (bytes, expected) in [(short, "s"), (CBOR.encode(.map(query(service))), service)] {
+            let found = try #require(bytes.withUnsafeBytes { memo.lookup(templateOf: $0, token: token) })
+            let text = bytes.withUnsafeBytes { CBOR.text(UnsafeRawBufferPointer(rebasing: $0[found.service])) }
+            #expect(text == expected, "\(bytes.count) bytes")
+        }
+    }
+
+    @Test("a query compiled from a template is kept the second time, and never one carrying a secret")
+    func recompiledQueriesAreKeptTheSecondTime() throws {
+        let directory = try FileSystem.makeTemporaryDirectory(in: NSTemporaryDirectory(), prefix: "kc-memo-")
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let items = try ItemService(directory: directory + "/data")
+        defer { items.close() }
+        let caller = Caller(applicationIdentifier: "TEAM.app", accessGroups: ["TEAM.app"])
+        let token = CopyMemo.Token(registryGeneration: 1, passphraseSet: false)
+        for carriesSecret in [false, true] {
+            var query: [String: Value] = [
+                "class": .text("genp"), "svce": .text("s"), "acct": .text("a"), "r_Data": .bool(true),
+            ]
+            if carriesSecret { query["v_Data"] = .bytes(Array("secret".utf8)) }
+            let bytes = CBOR.encode(.map(query))
+            let compiled = try items.compileCopy(query, caller: caller)
+            let memo = CopyMemo()
+            var kept: [Bool] = []
+            for _ in 0..<2 {
+                bytes.withUnsafeBytes { memo.storeRecompiled($0, token: token, compiled: compiled) }
+                kept.append(bytes.withUnsafeBytes { memo.lookup($0, token: token) } != nil)
+            }
+            #expect(kept == (carriesSecret ? [false, false] : [false, true]), "secret: \(carriesSecret)")
+        }
+    }
 }

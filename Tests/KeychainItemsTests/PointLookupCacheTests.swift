@@ -43,6 +43,24 @@ struct PointLookupCacheTests {
         }
     }
 
+    @Test func withTheCacheOffEveryCopyReadsTheDatabase() throws {
+        try withKeychain { (fx) throws in
+            fx.service.close()
+            fx.service = try ItemService(directory: fx.directory, lookupCacheEntries: 0)
+            #expect(status { try fx.secret("nocache", "a") } == .itemNotFound)
+            try fx.add("nocache", "a", secret: "one")
+            #expect(try fx.secret("nocache", "a") == "one")
+            try fx.service.update(
+                query("nocache", "a"), attributes: ["v_Data": .bytes(Array("two".utf8))], caller: Fixture.app)
+            #expect(try fx.secret("nocache", "a") == "two")
+            #expect(try fx.attributes("nocache", "a")["acct"] == .text("a"))
+            try fx.service.delete(query("nocache", "a"), caller: Fixture.app)
+            #expect(status { try fx.secret("nocache", "a") } == .itemNotFound)
+            fx.service.close()
+            #expect(status { try fx.secret("nocache", "a") } == .notAvailable)
+        }
+    }
+
     @Test func concurrentReadersNeverSeeAnAcknowledgedUpdateUndone() throws {
         try withKeychain { (fx) throws in
             try fx.add("cache", "counter", secret: "0")

@@ -23,6 +23,33 @@ import Testing
         #expect(Sum256(a.bytes) == a)
     }
 
+    @Test func aRowKeepsEachColumnApartThroughChanges() {
+        // One allocation holds every column: each must come back whole, whatever the others' lengths.
+        func bytes(_ tag: UInt8, _ n: Int) -> [UInt8] { Array(repeating: tag, count: n) }
+        var row = StoredItem(
+            rowid: 7, ref: bytes(1, 16), protectionClass: 3, accessGroupIndex: bytes(2, 16), serviceIndex: [],
+            accountIndex: bytes(4, 16), uniqueIndex: bytes(5, 32), wrappedKey: bytes(6, 61), attributes: bytes(7, 117),
+            secret: bytes(8, 60), attributeIndexes: [[9]])
+        func expectColumns(_ row: StoredItem, service: [UInt8], wrappedKey: [UInt8], secret: [UInt8]) {
+            #expect(row.rowid == 7 && row.protectionClass == 3 && row.attributeIndexes == [[9]])
+            #expect(row.ref == bytes(1, 16) && row.accessGroupIndex == bytes(2, 16) && row.serviceIndex == service)
+            #expect(row.accountIndex == bytes(4, 16) && row.uniqueIndex == bytes(5, 32))
+            #expect(row.wrappedKey == wrappedKey && row.attributes == bytes(7, 117) && row.secret == secret)
+            row.withSealedColumns { c in
+                #expect(Array(c.ref) == row.ref && Array(c.uniqueIndex) == row.uniqueIndex)
+                #expect(Array(c.wrappedKey) == wrappedKey && Array(c.attributes) == row.attributes)
+                #expect(Array(c.secret) == secret)
+            }
+        }
+        expectColumns(row, service: [], wrappedKey: bytes(6, 61), secret: bytes(8, 60))
+        let before = row
+        row.serviceIndex = bytes(3, 16)
+        row.wrappedKey = bytes(6, 72)
+        row.secret = []
+        expectColumns(row, service: bytes(3, 16), wrappedKey: bytes(6, 72), secret: [])
+        expectColumns(before, service: [], wrappedKey: bytes(6, 61), secret: bytes(8, 60))  // a change copies
+    }
+
     @Test func aFilterBecomesBoundSQLOfItsShape() {
         let point = RowFilter(uniqueIndexes: [[1], [2]], includeSecret: true)
         #expect(point.sql.contains("key_ix IN (?,?)") && point.sql.contains(", secret FROM items"))
@@ -33,6 +60,16 @@ import Testing
                 && scan.sql.contains("class IN (6,7)"))
         #expect(!scan.sql.contains("secret"))
         #expect(scan.pointLookupKeys == nil)
+        // The item calls read rows without the search digests, a key-only copy without the attributes
+        // either, and a lookup by one digest takes key_ix from the filter: fewer blob columns per row.
+        let bare = RowFilter(uniqueIndexes: [[1]], includeSecret: true, includeSearchIndexes: false)
+        #expect(bare.sql.hasPrefix("SELECT rowid, ref, class, item_key, attributes, secret FROM items"))
+        var keyOnly = bare
+        keyOnly.includeAttributes = false
+        #expect(keyOnly.sql.hasPrefix("SELECT rowid, ref, class, item_key, secret FROM items"))
+        #expect(
+            point.sql.hasPrefix(
+                "SELECT rowid, ref, class, item_key, key_ix, attributes, agrp_ix, svce_ix, acct_ix, secret FROM items"))
         // Point lookups of one to four digests take SQL made once; any other shape builds its own.
         for count in 1...6 {
             for secret in [false, true] {
