@@ -14,7 +14,7 @@
  *          non-blocking sockets. Whichever is faster on a machine is the floor there; scripts/bench
  *          measures both once and reports both.
  *
- * Two reference servers, not floors: what the daemon's guarantees cost at the least, in C.
+ * Three reference servers, not floors: what the daemon's guarantees cost at the least, in C.
  * --isolation: --threads plus what keychaind does per request to keep apps apart: SO_PASSCRED on the
  *          listener, every read a recvmsg whose SCM_CREDENTIALS pid must be the peer's, and a poll of
  *          the peer's pidfd (taken at accept) to be sure the process still runs.
