@@ -1,4 +1,5 @@
 import KeychainItems
+import KeychainSystem
 import KeychainWire
 
 /// One connection's memo of compiled `copy` queries, keyed by the bytes of the request's `query`.
@@ -66,7 +67,11 @@ final class CopyMemo {
         templateKey = .allocate(byteCount: Self.maxQueryBytes, alignment: 8)
     }
 
-    deinit { templateKey.deallocate() }
+    deinit {
+        // Only queries without a secret are scanned into it (QueryTemplate); wiped all the same.
+        Zeroing.zero(templateKey)
+        templateKey.deallocate()
+    }
 
     private static func slot(_ bytes: UnsafeRawBufferPointer) -> Int { slot(hash(bytes)) }
 
@@ -166,9 +171,9 @@ final class CopyMemo {
         entries[Self.slot(query)] = Entry(query: Array(query), token: token, compiled: compiled)
     }
 
-    /// Remembers `compiled`, made by `ItemService.recompile` for these `query` bytes, the second time
-    /// these bytes are compiled so while their slot holds no other's: the first time only notes a
-    /// hash of them. A client that reads each of many items once (or seldom) would otherwise replace
+    /// Remembers `compiled`, made by `ItemService.recompile` for these `query` bytes, when these bytes
+    /// are compiled so a second time in a row for their slot (no other query's hash noted there in
+    /// between): the first time only notes a hash of them; the entry then replaces the slot's. A client that reads each of many items once (or seldom) would otherwise replace
     /// an entry on every request, and making an entry and freeing the one it replaces cost a third
     /// of the recompilation it saves; a client that asks the same items again pays one more
     /// recompilation per query. (Same conditions as `store`: the hash of a query carrying a secret

@@ -245,10 +245,16 @@ public final class ItemService: Sendable {
         // A point lookup (the common case) stays one, and of its row filter only the digests depend on
         // the two values: the rest is the base's, without looking the attributes up again. Whether it
         // needs the attribute re-check (`keyOnly`) depends on which keys the query names, the same.
-        func pointLookup(_ scope: [String]) -> RowFilter {
+        func pointLookup(_ scope: [String]) throws(KeychainError) -> RowFilter {
+            // The base's filter has no other condition: without digests it would match every row
+            // (normalize keeps text text, so they are always made; refused here all the same, and the
+            // caller then takes the full path).
+            guard
+                let digests = Self.uniqueIndexes(
+                    vault.blindIndex, scope: scope, service: serviceValue, account: accountValue, base.sync)
+            else { throw KeychainError(.internal, "a point lookup without its digests") }
             var filter = base.filter
-            filter.uniqueIndexes = Self.uniqueIndexes(
-                vault.blindIndex, scope: scope, service: serviceValue, account: accountValue, base.sync)
+            filter.uniqueIndexes = digests
             return filter
         }
         switch base.check {
@@ -256,14 +262,14 @@ public final class ItemService: Sendable {
             // No attribute filters to make: a key-only copy reads none. (It is a point lookup, so it
             // has a scope; without, the caller takes the full path.)
             guard let scope = base.scope else { throw KeychainError(.internal, "a key-only copy without a scope") }
-            return CompiledCopy(base, check: .keyOnly, filter: pointLookup(scope))
+            return CompiledCopy(base, check: .keyOnly, filter: try pointLookup(scope))
         case .attributes(var parsed):
             parsed.attributes[.service] = serviceValue
             parsed.attributes[.account] = accountValue
             guard let scope = base.scope, base.filter.uniqueIndexes != nil else {
                 return compiled(parsed, scope: base.scope, caller: base.caller)
             }
-            let filter = pointLookup(scope)
+            let filter = try pointLookup(scope)
             assert(filter == compiled(parsed, scope: scope, caller: base.caller).filter)
             return CompiledCopy(base, check: .attributes(parsed), filter: filter)
         }

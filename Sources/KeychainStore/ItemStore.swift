@@ -265,6 +265,7 @@ public struct StoreReader {
             let account = group.map { $0 + 2 }
             // Not selected for a lookup by one digest: the row's is that digest.
             let digest = columns.uniqueIndex == nil ? filter.uniqueIndexes?.first ?? [] : []
+            let partial = group == nil || columns.attributes == nil || columns.secret == nil
             func count(_ column: Int32?) -> Int { column.map { s.byteCount($0) } ?? 0 }
             while try s.step() {
                 // Each column's length once, then its bytes copied straight into the row.
@@ -282,6 +283,7 @@ public struct StoreReader {
                 }
                 let row = StoredItem(
                     rowid: s.int64(C.rowid), protectionClass: UInt8(truncatingIfNeeded: s.int64(C.protectionClass)),
+                    partial: partial,
                     byteCount: counts.0 + counts.1 + counts.2 + counts.3 + counts.4 + counts.5 + counts.6 + counts.7
                 ) { append in
                     add(C.ref, counts.0, append)
@@ -352,6 +354,7 @@ public struct StoreWriter {
     /// UNIQUE constraint, atomically). Returns the new rowid.
     @discardableResult
     public func insert(_ item: StoredItem) throws(KeychainError) -> Int64 {
+        try Self.refusePartial(item)
         let rows = try tracker()
         let rowid = try db.withStatement(
             """
@@ -383,6 +386,7 @@ public struct StoreWriter {
     /// secret — an update seals everything afresh under a new item key. A collision of the new
     /// uniqueness digest is errSecDuplicateItem.
     public func update(_ item: StoredItem) throws(KeychainError) {
+        try Self.refusePartial(item)
         let rows = try tracker()
         guard let before = try reader.fingerprint(rowid: item.rowid) else {
             throw KeychainError(.itemNotFound, "the item was deleted meanwhile")
@@ -410,6 +414,12 @@ public struct StoreWriter {
             try removeAttributeIndexes(ref: before.ref)
             try addAttributeIndexes(ref: before.ref, indexes)
         }
+    }
+
+    /// A row read without some columns would write them (and record them in the row state) empty:
+    /// rows are written as sealed, never as read.
+    private static func refusePartial(_ item: StoredItem) throws(KeychainError) {
+        guard !item.isPartial else { throw KeychainError(.internal, "a row read in part cannot be written") }
     }
 
     /// Deletes the row `rowid` and its attribute indexes; a row already gone is no error.

@@ -16,6 +16,9 @@ public struct StoredItem: @unchecked Sendable {
         /// Where each column ends in the bytes (each starts where the one before ends).
         @usableFromInline var ends: (Int, Int, Int, Int, Int, Int, Int, Int)
         var attributeIndexes: [[UInt8]]?
+        /// Read from SQLite without some columns (they are empty): such a row is for opening, never
+        /// for writing or fingerprinting, which would record the missing columns as empty.
+        var partial: Bool
 
         /// Where `column` ends in the bytes.
         func end(_ column: Column) -> Int {
@@ -40,13 +43,13 @@ public struct StoredItem: @unchecked Sendable {
     @usableFromInline var row: Row
 
     private init(
-        rowid: Int64, protectionClass: UInt8, attributeIndexes: [[UInt8]]?, byteCount: Int,
+        rowid: Int64, protectionClass: UInt8, attributeIndexes: [[UInt8]]?, partial: Bool, byteCount: Int,
         fill: (_ append: (UnsafeRawBufferPointer) -> Void) -> Void
     ) {
         let made = Row.create(minimumCapacity: byteCount) { _ in
             Header(
                 rowid: rowid, protectionClass: protectionClass, ends: (0, 0, 0, 0, 0, 0, 0, 0),
-                attributeIndexes: attributeIndexes)
+                attributeIndexes: attributeIndexes, partial: partial)
         }
         row = unsafeDowncast(made, to: Row.self)
         row.withUnsafeMutablePointers { header, elements in
@@ -57,6 +60,9 @@ public struct StoredItem: @unchecked Sendable {
                     precondition(column < Column.allCases.count && at + bytes.count <= byteCount, "a row overflowed")
                     if let base = bytes.baseAddress, bytes.count > 0 {
                         (elements + at).update(from: base.assumingMemoryBound(to: UInt8.self), count: bytes.count)
+                    } else if bytes.count > 0 {
+                        // A column SQLite could not give (out of memory): zeros, which no box opens.
+                        (elements + at).update(repeating: 0, count: bytes.count)
                     }
                     at += bytes.count
                     ends.storeBytes(of: at, toByteOffset: column * MemoryLayout<Int>.stride, as: Int.self)
@@ -87,7 +93,7 @@ public struct StoredItem: @unchecked Sendable {
         let old = changed.map { header.end($0) - header.start($0) } ?? 0
         return StoredItem(
             rowid: rowid ?? header.rowid, protectionClass: protectionClass ?? header.protectionClass,
-            attributeIndexes: attributeIndexes ?? header.attributeIndexes,
+            attributeIndexes: attributeIndexes ?? header.attributeIndexes, partial: header.partial,
             byteCount: header.end(.secret) - old + bytes.count
         ) { append in
             for column in Column.allCases {
@@ -156,6 +162,10 @@ public struct StoredItem: @unchecked Sendable {
         set { self = changed(attributeIndexes: .some(newValue)) }
     }
 
+    /// Read without some of its columns (`RowFilter.includeSearchIndexes`, `includeAttributes`,
+    /// `includeSecret`): for opening only; the store refuses to write it.
+    public var isPartial: Bool { row.header.partial }
+
     /// The columns an open reads, in place: valid only inside `withSealedColumns`.
     public struct SealedColumns {
         /// The `ref` column.
@@ -207,7 +217,7 @@ public struct StoredItem: @unchecked Sendable {
     ) {
         let columns = [ref, accessGroupIndex, serviceIndex, accountIndex, uniqueIndex, wrappedKey, attributes, secret]
         self.init(
-            rowid: rowid, protectionClass: protectionClass, attributeIndexes: attributeIndexes,
+            rowid: rowid, protectionClass: protectionClass, attributeIndexes: attributeIndexes, partial: false,
             byteCount: columns.reduce(0) { $0 + $1.count }
         ) { append in
             for column in columns { column.withUnsafeBytes(append) }
@@ -216,13 +226,13 @@ public struct StoredItem: @unchecked Sendable {
 
     /// A row read from SQLite: `columns` hands `append` the eight blob columns' bytes in place, in
     /// the order of the public initializer's (one not read as empty), `byteCount` in all: each is
-    /// copied once, into the row.
+    /// copied once, into the row. `partial` when some were not read.
     init(
-        rowid: Int64, protectionClass: UInt8, byteCount: Int,
+        rowid: Int64, protectionClass: UInt8, partial: Bool, byteCount: Int,
         columns: (_ append: (UnsafeRawBufferPointer) -> Void) -> Void
     ) {
         self.init(
-            rowid: rowid, protectionClass: protectionClass, attributeIndexes: nil, byteCount: byteCount,
-            fill: columns)
+            rowid: rowid, protectionClass: protectionClass, attributeIndexes: nil, partial: partial,
+            byteCount: byteCount, fill: columns)
     }
 }

@@ -5,7 +5,9 @@
 /// Found by scanning the encoded map, without decoding it: a map of at most 23 entries whose keys are
 /// short text strings and whose values are integers, byte strings, text strings, booleans or null
 /// (anything else — arrays, maps, tags, floats — is nil, and the query takes the full path), with
-/// `svce` and `acct` each present once as a text string. The key is the query's bytes with each of
+/// `svce` and `acct` each present once as a text string, and no `v_Data` (a query carrying a secret
+/// is never remembered, so it has no template to find; and the scan, which copies the query's bytes
+/// into a key, must not copy a secret into a buffer that outlives the request). The key is the query's bytes with each of
 /// those two values (head and content) replaced by the one byte 0xFF, which never starts a data item
 /// the decoder accepts; reading the key from its start, every head says where the next one is, so
 /// two queries with the same key differ in nothing but those two values.
@@ -49,6 +51,7 @@ public struct QueryTemplate: Sendable {
             let keyLength = Int(query[at] & 0x1F)
             guard keyLength < 24, count - at - 1 >= keyLength else { return nil }
             let keyStart = at + 1
+            if keyLength == 6 && same(query, keyStart, "v_Data") { return nil }
             at = keyStart + keyLength
             // The value.
             guard at < count else { return nil }
@@ -100,9 +103,10 @@ public struct QueryTemplate: Sendable {
         return (written, service.content, account.content)
     }
 
-    /// The four bytes at `at` are those of `name` (four ASCII letters).
+    /// The bytes at `at` are those of `name` (ASCII; the caller has checked that they are in `bytes`).
     private static func same(_ bytes: UnsafeRawBufferPointer, _ at: Int, _ name: StaticString) -> Bool {
         let n = name.utf8Start
-        return bytes[at] == n[0] && bytes[at + 1] == n[1] && bytes[at + 2] == n[2] && bytes[at + 3] == n[3]
+        for i in 0..<name.utf8CodeUnitCount where bytes[at + i] != n[i] { return false }
+        return true
     }
 }

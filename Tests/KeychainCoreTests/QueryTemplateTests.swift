@@ -28,6 +28,12 @@ struct QueryTemplateTests {
         }
     }
 
+    @Test("a query carrying a secret has no template: the scan never copies a secret into its key")
+    func noSecret() {
+        #expect(template(query("s", "a", ["v_Data": .bytes([1, 2, 3])])) == nil)
+        #expect(template(query("s", "a", ["v_Dat": .bytes([1, 2, 3])])) != nil)  // only that key
+    }
+
     @Test("the ranges are the values' text, as the decoder reads it")
     func ranges() throws {
         let service = "com.example.a-long-service-name"

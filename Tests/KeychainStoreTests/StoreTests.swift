@@ -111,4 +111,43 @@ import Testing
         let check = try store.attachRowState(key: vault.rowStateKey, policy: .verify)
         #expect(check.rows == 4 && !check.resealed && check.markProblem == nil)
     }
+
+    @Test func aRowReadInPartIsNeverWrittenBack() throws {
+        // Copies read rows without their search digests: written back, such a row would blank three
+        // columns and record them blank in the row state. The writer refuses it; a whole row passes.
+        let temporary = try TemporaryDirectory(prefix: "kc-store-partial")
+        try Golden.copyKeychain("keychain-v1", to: temporary.appending("data"))
+        let path = temporary.appending("data/keychain.db")
+        let deviceKey = try #require(try DeviceKeyFile.load(path: temporary.appending("data/device.key")))
+        let store = try ItemStore(path: path)
+        let vault = try Vault.open(deviceKey: deviceKey, keyring: try #require(try store.meta("keyring")))
+        _ = try store.attachRowState(key: vault.rowStateKey, policy: .verify)
+        func firstRow(_ filter: RowFilter) throws -> StoredItem? {
+            try store.read { (reader) throws(KeychainError) in
+                var found: StoredItem?
+                try reader.forEach(filter) { (row) throws(KeychainError) -> Bool in
+                    found = row
+                    return false
+                }
+                return found
+            }
+        }
+        let partial = try #require(try firstRow(RowFilter(includeSecret: true, includeSearchIndexes: false)))
+        #expect(partial.isPartial && partial.accessGroupIndex.isEmpty)
+        do {
+            try store.write { (w) throws(KeychainError) in try w.update(partial) }
+            Issue.record("a row read without its search digests was written back")
+        } catch {
+            #expect(error.status == .internal && error.message.contains("read in part"))
+        }
+        let whole = try #require(try firstRow(RowFilter(includeSecret: true)))
+        #expect(!whole.isPartial && whole.accessGroupIndex.count == 16 && whole.rowid == partial.rowid)
+        try store.write { (w) throws(KeychainError) in try w.update(whole) }
+        store.close()
+        // The row state still verifies: nothing was written blank.
+        let again = try ItemStore(path: path)
+        defer { again.close() }
+        let check = try again.attachRowState(key: vault.rowStateKey, policy: .verify)
+        #expect(check.rows == 4 && check.markProblem == nil)
+    }
 }
