@@ -11,14 +11,30 @@ import Testing
 /// large compiled queries in the daemon outside its buffer budget.
 @Suite("CopyMemo bounds")
 struct CopyMemoBoundsTests {
-    @Test("a template is kept only for a query of at most maxQueryBytes, however short its key")
-    func templateOfALongQueryIsNotKept() throws {
-        let directory = try FileSystem.makeTemporaryDirectory(in: NSTemporaryDirectory(), prefix: "kc-memo-")
-        defer { try? FileManager.default.removeItem(atPath: directory) }
-        let items = try ItemService(directory: directory + "/data")
-        defer { items.close() }
+    /// A store in a temporary directory, an app calling it and a memo token.
+    final class Fixture {
+        let directory: String
+        let items: ItemService
         let caller = Caller(applicationIdentifier: "TEAM.app", accessGroups: ["TEAM.app"])
         let token = CopyMemo.Token(registryGeneration: 1, passphraseSet: false)
+
+        init() throws {
+            directory = try FileSystem.makeTemporaryDirectory(in: NSTemporaryDirectory(), prefix: "kc-memo-")
+            items = try ItemService(directory: directory + "/data")
+        }
+
+        /// Closes the store and removes its directory.
+        func remove() {
+            items.close()
+            try? FileManager.default.removeItem(atPath: directory)
+        }
+    }
+
+    @Test("a template is kept only for a query of at most maxQueryBytes, however short its key")
+    func templateOfALongQueryIsNotKept() throws {
+        let fixture = try Fixture()
+        defer { fixture.remove() }
+        let (items, caller, token) = (fixture.items, fixture.caller, fixture.token)
         for (service, kept) in [("short", true), (String(repeating: "s", count: CopyMemo.maxQueryBytes), false)] {
             let query: [String: Value] = [
                 "class": .text("genp"), "svce": .text(service), "acct": .text("a"), "r_Data": .bool(true),
@@ -36,12 +52,9 @@ struct CopyMemoBoundsTests {
 
     @Test("a query longer than any kept still finds the template of a short one")
     func aLongQueryFindsItsTemplate() throws {
-        let directory = try FileSystem.makeTemporaryDirectory(in: NSTemporaryDirectory(), prefix: "kc-memo-")
-        defer { try? FileManager.default.removeItem(atPath: directory) }
-        let items = try ItemService(directory: directory + "/data")
-        defer { items.close() }
-        let caller = Caller(applicationIdentifier: "TEAM.app", accessGroups: ["TEAM.app"])
-        let token = CopyMemo.Token(registryGeneration: 1, passphraseSet: false)
+        let fixture = try Fixture()
+        defer { fixture.remove() }
+        let (items, caller, token) = (fixture.items, fixture.caller, fixture.token)
         func query(_ service: String) -> [String: Value] {
             ["class": .text("genp"), "svce": .text(service), "acct": .text("a"), "r_Data": .bool(true)]
         }
@@ -61,12 +74,9 @@ struct CopyMemoBoundsTests {
 
     @Test("a query compiled from a template is kept the second time, and never one carrying a secret")
     func recompiledQueriesAreKeptTheSecondTime() throws {
-        let directory = try FileSystem.makeTemporaryDirectory(in: NSTemporaryDirectory(), prefix: "kc-memo-")
-        defer { try? FileManager.default.removeItem(atPath: directory) }
-        let items = try ItemService(directory: directory + "/data")
-        defer { items.close() }
-        let caller = Caller(applicationIdentifier: "TEAM.app", accessGroups: ["TEAM.app"])
-        let token = CopyMemo.Token(registryGeneration: 1, passphraseSet: false)
+        let fixture = try Fixture()
+        defer { fixture.remove() }
+        let (items, caller, token) = (fixture.items, fixture.caller, fixture.token)
         for carriesSecret in [false, true] {
             var query: [String: Value] = [
                 "class": .text("genp"), "svce": .text("s"), "acct": .text("a"), "r_Data": .bool(true),
