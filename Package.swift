@@ -97,7 +97,7 @@ let package = Package(
         // directories, the known-answer files in Tests/Golden).
         .target(name: "KeychainTestSupport", dependencies: [], path: "Tests/KeychainTestSupport"),
         .testTarget(name: "KeychainSystemTests", dependencies: ["KeychainSystem", "KeychainTestSupport"]),
-        .testTarget(name: "KeychainCoreTests", dependencies: ["KeychainCore", "KeychainWire"]),
+        .testTarget(name: "KeychainCoreTests", dependencies: ["KeychainSystem", "KeychainCore", "KeychainWire"]),
         .testTarget(
             name: "KeychainCryptoTests",
             dependencies: ["KeychainSystem", "KeychainCore", "KeychainCrypto", "KeychainTestSupport"]),

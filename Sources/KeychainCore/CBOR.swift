@@ -62,6 +62,35 @@ public enum CBOR {
         writeHead(5, UInt64(count), &out)
     }
 
+    /// How many bytes the head of a data item with argument `n` takes: 1, 2, 3, 5 or 9.
+    public static func headCount(_ n: UInt64) -> Int {
+        switch n {
+        case 0..<24: 1
+        case 24...0xFF: 2
+        case 0x100...0xFFFF: 3
+        case 0x1_0000...0xFFFF_FFFF: 5
+        default: 9
+        }
+    }
+
+    /// Writes bytes into memory sized beforehand (`headCount` and the lengths of what follows), for
+    /// encoders that know a frame's size and fill it in one pass. Writing past the end traps.
+    public struct Cursor {
+        /// Where the bytes go.
+        public let buffer: UnsafeMutableRawBufferPointer
+        /// How many bytes have been written.
+        public private(set) var offset = 0
+
+        /// A cursor at the start of `buffer`.
+        public init(_ buffer: UnsafeMutableRawBufferPointer) { self.buffer = buffer }
+
+        /// Writes the head of a data item of major type `major` (0–7) with argument `n`.
+        public mutating func head(_ major: UInt8, _ n: UInt64) { CBOR.writeHead(major, n, &self) }
+
+        /// Writes `bytes` as they are (an encoded key, a byte string's content).
+        public mutating func raw(_ bytes: UnsafeRawBufferPointer) { append(contentsOf: bytes) }
+    }
+
     private static func write<Sink: CBORSink>(_ value: Value, into out: inout Sink) {
         switch value {
         case .int(let v):
@@ -352,3 +381,18 @@ protocol CBORSink {
 
 extension Array: CBORSink where Element == UInt8 {}
 extension SecretBytes: CBORSink {}
+
+extension CBOR.Cursor: CBORSink {
+    mutating func append(_ byte: UInt8) {
+        precondition(offset < buffer.count, "CBOR cursor written past its end")
+        buffer[offset] = byte
+        offset += 1
+    }
+
+    mutating func append(contentsOf bytes: UnsafeRawBufferPointer) {
+        guard bytes.count > 0 else { return }
+        precondition(bytes.count <= buffer.count - offset, "CBOR cursor written past its end")
+        (buffer.baseAddress! + offset).copyMemory(from: bytes.baseAddress!, byteCount: bytes.count)
+        offset += bytes.count
+    }
+}

@@ -62,25 +62,24 @@ final class Connection {
     /// The caller closes the socket afterwards.
     func run() {
         // Requests and responses may carry secrets: every buffer they pass through is wiping storage.
+        // Reads land straight in the frame buffer, and each frame is handled where it lies there.
         var frames = FrameBuffer(maxBytes: Self.unidentifiedFrameBytes)
-        var input = SecretBytes(count: 4 * 1024)
         var output = SecretBytes(capacity: 4 * 1024)
         var held = 0  // this connection's share of the budget
         let memo = CopyMemo()
         defer { _ = budget.adjust(by: -held) }
         let pid = peer.identity.pid
         while true {
-            // An identified app gets the configured frame limit and a larger read buffer.
+            // An identified app gets the configured frame limit and larger reads.
             let identified = peer.isIdentified(in: handler.registrar)
             frames.maxBytes = identified ? maxFrameBytes : Self.unidentifiedFrameBytes
-            if identified && input.count < 64 * 1024 {
-                input = SecretBytes(count: 64 * 1024)
-            }
             let n: Int
-            let writer: Int32
+            var writer: Int32 = 0
             do {
-                (n, writer) = try input.withUnsafeMutableBytes { (b) throws(Errno) in
-                    try socket.socket.receiveWithWriter(into: b)
+                n = try frames.receive(upTo: identified ? 64 * 1024 : 4 * 1024) { (b) throws(Errno) in
+                    let got = try socket.socket.receiveWithWriter(into: b)
+                    writer = got.writer
+                    return got.count
                 }
             } catch {
                 if error.code.isTimeout {
@@ -109,22 +108,18 @@ final class Connection {
                 socket.drainForClose()
                 return
             }
-            input.withUnsafeMutableBytes { read in
-                frames.append(UnsafeRawBufferPointer(rebasing: read[0..<n]))
-                // The frame buffer has its own copy now: what was read must not outlive it here.
-                Zeroing.zero(UnsafeMutableRawBufferPointer(rebasing: read[0..<n]))
-            }
             var close = false
             while !close {
-                let body: SecretBytes?
-                do { body = try frames.next() } catch {
+                let handled: RequestHandler.Outcome?
+                do {
+                    handled = try frames.withNextFrame { body in handler.handle(frame: body, peer: peer, memo: memo) }
+                } catch {
                     Log.info("connection closed: oversized frame", [("pid", String(pid))])
                     Response(id: 0, error: error).appendFrame(to: &output)
                     close = true
                     break
                 }
-                guard let body else { break }
-                let outcome = handler.handle(frame: body, peer: peer, memo: memo)
+                guard let outcome = handled else { break }
                 outcome.response.appendFrame(to: &output)
                 // Answers to a long pipeline go out as they pile up, so one client cannot make the
                 // daemon buffer a gigabyte of responses to a single read.

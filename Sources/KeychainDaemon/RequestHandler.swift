@@ -77,22 +77,29 @@ public final class RequestHandler: Sendable {
         handle(frame: body, peer: peer, memo: nil)
     }
 
-    /// Where a request of the common shape may leave its compiled `copy` query: the connection's
-    /// memo and where the `query` bytes start in the frame body.
-    struct MemoSlot {
-        let memo: CopyMemo
-        let body: SecretBytes
-        let queryStart: Int
+    /// One request of a connection, from a frame body held in wiping storage.
+    func handle(frame body: SecretBytes, peer: ConnectionPeer, memo: CopyMemo?) -> Outcome {
+        body.withUnsafeBytes { handle(frame: $0, peer: peer, memo: memo) }
     }
 
-    /// One request of a connection. With a `memo`, a `copy` of the common request shape whose `query`
-    /// bytes were served before on this connection (same caller, same passphrase state) skips
-    /// decoding, parsing and the policy decision (CopyMemo.swift).
-    func handle(frame body: SecretBytes, peer: ConnectionPeer, memo: CopyMemo?) -> Outcome {
+    /// Where a request of the common shape may leave its compiled `copy` query: the connection's
+    /// memo and the `query` bytes within the frame body. It lives only as long as the request's
+    /// handling, inside the scope that lends the frame body (`handle(frame:peer:memo:)`).
+    struct MemoSlot {
+        let memo: CopyMemo
+        let query: UnsafeRawBufferPointer
+    }
+
+    /// One request of a connection, its frame body lent where it lies (the connection's frame buffer,
+    /// which wipes it afterwards; no copy is made). With a `memo`, a `copy` of the common request
+    /// shape whose `query` bytes were served before on this connection (same caller, same passphrase
+    /// state) skips decoding, parsing and the policy decision (CopyMemo.swift).
+    func handle(frame body: UnsafeRawBufferPointer, peer: ConnectionPeer, memo: CopyMemo?) -> Outcome {
         var slot: MemoSlot?
-        if let memo, let shape = body.withUnsafeBytes({ RequestShape.scan($0) }), shape.op == .copy {
-            if let outcome = memoized(body, shape: shape, memo: memo, peer: peer) { return outcome }
-            slot = MemoSlot(memo: memo, body: body, queryStart: shape.queryStart)
+        if let memo, let shape = RequestShape.scan(body), shape.op == .copy {
+            let query = UnsafeRawBufferPointer(rebasing: body[shape.queryStart...])
+            if let outcome = memoized(query, id: shape.id, memo: memo, peer: peer) { return outcome }
+            slot = MemoSlot(memo: memo, query: query)
         }
         let value: Value
         do { value = try CBOR.decode(body, secretKeys: secretRequestKeys) } catch {
@@ -124,11 +131,12 @@ public final class RequestHandler: Sendable {
     /// decoder reads text, the filters and digests made again (`ItemService.recompile`); the memo
     /// keeps it when the same bytes come that way again (`CopyMemo.storeRecompiled`). When that fails (a value that is not valid UTF-8), the
     /// request takes the full path, which answers with the error.
-    private func memoized(_ body: SecretBytes, shape: RequestShape, memo: CopyMemo, peer: ConnectionPeer) -> Outcome? {
+    private func memoized(
+        _ query: UnsafeRawBufferPointer, id: Int64, memo: CopyMemo, peer: ConnectionPeer
+    ) -> Outcome? {
         guard peer.isIdentified(in: registrar) else { return nil }
         let token = CopyMemo.Token(registryGeneration: peer.generation, passphraseSet: items.hasPassphrase)
-        let found = body.withUnsafeBytes { raw -> ItemService.CompiledCopy? in
-            let query = UnsafeRawBufferPointer(rebasing: raw[shape.queryStart...])
+        let found = { () -> ItemService.CompiledCopy? in
             if let compiled = memo.lookup(query, token: token) { return compiled }
             guard let template = memo.lookup(templateOf: query, token: token),
                 let service = CBOR.text(UnsafeRawBufferPointer(rebasing: query[template.service])),
@@ -137,13 +145,13 @@ public final class RequestHandler: Sendable {
             else { return nil }
             memo.storeRecompiled(query, token: token, compiled: compiled)
             return compiled
-        }
+        }()
         guard let compiled = found else { return nil }
         touch()
         do {
-            return Outcome(response: Response(id: shape.id, result: try items.copy(compiled)), closeAfter: false)
+            return Outcome(response: Response(id: id, result: try items.copy(compiled)), closeAfter: false)
         } catch {
-            return Outcome(response: Response(id: shape.id, error: error), closeAfter: false)
+            return Outcome(response: Response(id: id, error: error), closeAfter: false)
         }
     }
 
@@ -190,13 +198,10 @@ public final class RequestHandler: Sendable {
             guard let slot else { return try item(action, request, caller: caller!) }
             let token = CopyMemo.Token(registryGeneration: peer.generation, passphraseSet: passphraseSet)
             return try item(action, request, caller: caller!) { compiled in
-                slot.body.withUnsafeBytes { raw in
-                    let query = UnsafeRawBufferPointer(rebasing: raw[slot.queryStart...])
-                    slot.memo.store(query, token: token, compiled: compiled)
-                    if let template = QueryTemplate.scan(query) {
-                        slot.memo.store(
-                            template: template.key, queryCount: query.count, token: token, compiled: compiled)
-                    }
+                slot.memo.store(slot.query, token: token, compiled: compiled)
+                if let template = QueryTemplate.scan(slot.query) {
+                    slot.memo.store(
+                        template: template.key, queryCount: slot.query.count, token: token, compiled: compiled)
                 }
             }
         case .add, .update, .delete:

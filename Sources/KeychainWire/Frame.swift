@@ -86,26 +86,42 @@ public struct FrameBuffer: Sendable {
 
     /// The next complete frame body, or nil when more bytes are needed.
     public mutating func next() throws(KeychainError) -> SecretBytes? {
-        guard storage.count - start >= 4 else { return nil }
-        let n =
-            Int(storage[start]) << 24 | Int(storage[start + 1]) << 16 | Int(storage[start + 2]) << 8
-            | Int(storage[start + 3])
-        guard n <= maxBytes else {
-            throw KeychainError(.param, "frame of \(n) bytes exceeds the limit of \(maxBytes) bytes")
+        try withNextFrame { SecretBytes(copying: $0) }
+    }
+
+    /// Lends the next complete frame body to `body` where it lies in the buffer (no copy is made),
+    /// then wipes it and lets it go; nil, without calling `body`, when more bytes are needed. The
+    /// bytes are valid only inside `body`.
+    public mutating func withNextFrame<R>(_ body: (UnsafeRawBufferPointer) -> R) throws(KeychainError) -> R? {
+        guard let n = try completeBodyCount() else { return nil }
+        let frame = start..<(start + 4 + n)
+        let result = storage.withUnsafeMutableBytes { raw in
+            defer {
+                // Wipe what was handed out before the buffer is reused or compacted.
+                Zeroing.zero(UnsafeMutableRawBufferPointer(rebasing: raw[frame]))
+            }
+            return body(UnsafeRawBufferPointer(rebasing: raw[(frame.lowerBound + 4)..<frame.upperBound]))
         }
-        guard storage.count - start - 4 >= n else { return nil }
-        let body = storage.extracting((start + 4)..<(start + 4 + n))
-        // Wipe what was handed out before the buffer is reused or compacted.
-        let consumed = start..<(start + 4 + n)
-        storage.withUnsafeMutableBytes { raw in
-            Zeroing.zero(UnsafeMutableRawBufferPointer(rebasing: raw[consumed]))
-        }
-        start += 4 + n
+        start = frame.upperBound
         if start == storage.count {
             storage.removeAll(keepingCapacity: storage.count <= 64 * 1024)
             start = 0
         }
-        return body
+        return result
+    }
+
+    /// The length of the frame body at `start` when all of it is here; nil when more bytes are
+    /// needed; throws when its header announces more than `maxBytes`.
+    private func completeBodyCount() throws(KeychainError) -> Int? {
+        guard storage.count - start >= 4 else { return nil }
+        let n = storage.withUnsafeBytes { raw in
+            Int(raw[start]) << 24 | Int(raw[start + 1]) << 16 | Int(raw[start + 2]) << 8 | Int(raw[start + 3])
+        }
+        guard n <= maxBytes else {
+            throw KeychainError(.param, "frame of \(n) bytes exceeds the limit of \(maxBytes) bytes")
+        }
+        guard storage.count - start - 4 >= n else { return nil }
+        return n
     }
 
     private mutating func compact() {

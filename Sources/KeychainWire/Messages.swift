@@ -132,6 +132,16 @@ public struct Response: Sendable {
     /// Appends the response's frame to `out`, in wiping storage: what the daemon sends (a result may
     /// hold an item's secret).
     public func appendFrame(to out: inout SecretBytes) {
+        // The common answer (a success carrying one byte string, e.g. a copied secret, or nothing)
+        // is written in one pass into room reserved once.
+        if status == .success, message == nil, !needsPassphrase, id >= 0 {
+            switch result {
+            case nil: return Self.appendSuccess(id: UInt64(id), payload: nil, to: &out)
+            case .secret(let s)?: return s.withUnsafeBytes { Self.appendSuccess(id: UInt64(id), payload: $0, to: &out) }
+            case .bytes(let b)?: return b.withUnsafeBytes { Self.appendSuccess(id: UInt64(id), payload: $0, to: &out) }
+            default: break
+            }
+        }
         let start = out.count
         out.append(contentsOf: [0, 0, 0, 0])
         write(into: &out)
@@ -142,6 +152,28 @@ public struct Response: Sendable {
     private static let idKey: [UInt8] = [0x62, 0x69, 0x64]  // "id"
     private static let resultKey: [UInt8] = [0x66, 0x72, 0x65, 0x73, 0x75, 0x6C, 0x74]  // "result"
     private static let successStatus: [UInt8] = [0x66, 0x73, 0x74, 0x61, 0x74, 0x75, 0x73, 0x00]  // "status": 0
+
+    /// The frame of a success for request `id`, with `payload` as its byte-string result (or no
+    /// result): the same bytes `write(into:)` gives for it.
+    private static func appendSuccess(id: UInt64, payload: UnsafeRawBufferPointer?, to out: inout SecretBytes) {
+        var body = 1 + idKey.count + CBOR.headCount(id) + successStatus.count
+        if let payload { body += resultKey.count + CBOR.headCount(UInt64(payload.count)) + payload.count }
+        _ = out.append(upTo: 4 + body) { raw in
+            var c = CBOR.Cursor(raw)
+            withUnsafeBytes(of: UInt32(body).bigEndian) { c.raw($0) }
+            c.head(5, payload == nil ? 2 : 3)
+            idKey.withUnsafeBytes { c.raw($0) }
+            c.head(0, id)
+            if let payload {
+                resultKey.withUnsafeBytes { c.raw($0) }
+                c.head(2, UInt64(payload.count))
+                c.raw(payload)
+            }
+            successStatus.withUnsafeBytes { c.raw($0) }
+            precondition(c.offset == 4 + body, "response frame size mismatch")
+            return c.offset
+        }
+    }
 
     private func write(into out: inout SecretBytes) {
         CBOR.appendMapHeader(fieldCount, into: &out)

@@ -1,4 +1,5 @@
 import KeychainCore
+import KeychainSystem
 import KeychainWire
 import Testing
 
@@ -25,6 +26,25 @@ struct FrameTests {
             while let body = try buffer.next() { ids.append(try Request(CBOR.decode(body)).id) }
         }
         #expect(ids == [0, 1, 2, 3, 4])
+        #expect(buffer.pendingCount == 0)
+    }
+
+    @Test("frames lent where they lie come out whole and in order; a partial one waits for its rest")
+    func lentFrames() throws {
+        var stream: [UInt8] = []
+        for i in 0..<3 {
+            stream += Frame.encode(Request(id: Int64(i), op: "copy", query: ["class": .text("genp")]).value)
+        }
+        let last = Frame.encode(Request(id: 3, op: "delete", query: ["svce": .text("s")]).value)
+        var buffer = FrameBuffer()
+        buffer.append(stream + last.prefix(5))
+        var ids: [Int64] = []
+        while let id = try buffer.withNextFrame({ body in try? Request(CBOR.decode(body)).id }) { ids.append(id!) }
+        #expect(ids == [0, 1, 2])
+        #expect(buffer.pendingCount == 5)
+        buffer.append(Array(last.dropFirst(5)))
+        #expect(try buffer.withNextFrame({ body in try? Request(CBOR.decode(body)).op }) == "delete")
+        #expect(try buffer.withNextFrame({ _ in 0 }) == nil)
         #expect(buffer.pendingCount == 0)
     }
 
@@ -80,6 +100,30 @@ struct ResponseFrameTests {
             Response(id: 4, status: .param, message: "ünïcode message", result: .null),
         ]
         for r in cases { #expect(r.frame() == Frame.encode(r.value)) }
+    }
+
+    @Test("a success carrying a byte string or nothing, written in one pass, is the canonical frame too")
+    func oneSuccessPass() {
+        // Each size where a CBOR head changes length, for the id and for the payload.
+        let ids: [Int64] = [0, 23, 24, 255, 256, 65_535, 65_536, 1 << 32 - 1, 1 << 32, .max]
+        let sizes = [0, 23, 24, 255, 256, 65_535, 65_536]
+        for id in ids {
+            let none = Response(id: id)
+            #expect(none.frame() == Frame.encode(none.value))
+            for n in sizes {
+                let payload = (0..<n).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 7) }
+                for r in [
+                    Response(id: id, result: .bytes(payload)), Response(id: id, result: .secret(SecretBytes(payload))),
+                ] {
+                    // Appended after bytes already in the buffer, as pipelined answers are.
+                    var out = SecretBytes([0xAA, 0xBB])
+                    r.appendFrame(to: &out)
+                    #expect(
+                        out.unprotectedArray == [0xAA, 0xBB]
+                            + Frame.encode(Response(id: id, result: .bytes(payload)).value))
+                }
+            }
+        }
     }
 
     @Test("non-ASCII text still decodes and invalid UTF-8 is still refused")
