@@ -78,17 +78,52 @@ public enum CBOR {
     public struct Cursor {
         /// Where the bytes go.
         public let buffer: UnsafeMutableRawBufferPointer
-        /// How many bytes have been written.
-        public private(set) var offset = 0
+        @usableFromInline var position = 0
 
         /// A cursor at the start of `buffer`.
-        public init(_ buffer: UnsafeMutableRawBufferPointer) { self.buffer = buffer }
+        @inlinable public init(_ buffer: UnsafeMutableRawBufferPointer) { self.buffer = buffer }
 
-        /// Writes the head of a data item of major type `major` (0–7) with argument `n`.
-        public mutating func head(_ major: UInt8, _ n: UInt64) { CBOR.writeHead(major, n, &self) }
+        /// How many bytes have been written.
+        @inlinable public var offset: Int { position }
+
+        /// Writes one byte.
+        @inlinable
+        public mutating func byte(_ b: UInt8) {
+            precondition(position < buffer.count, "CBOR cursor written past its end")
+            buffer[position] = b
+            position += 1
+        }
 
         /// Writes `bytes` as they are (an encoded key, a byte string's content).
-        public mutating func raw(_ bytes: UnsafeRawBufferPointer) { append(contentsOf: bytes) }
+        @inlinable
+        public mutating func raw(_ bytes: UnsafeRawBufferPointer) {
+            guard bytes.count > 0 else { return }
+            precondition(bytes.count <= buffer.count - position, "CBOR cursor written past its end")
+            (buffer.baseAddress! + position).copyMemory(from: bytes.baseAddress!, byteCount: bytes.count)
+            position += bytes.count
+        }
+
+        /// Writes the head of a data item of major type `major` (0–7) with argument `n`, big-endian
+        /// in the fewest bytes (RFC 8949 §4.2.1).
+        @inlinable
+        public mutating func head(_ major: UInt8, _ n: UInt64) {
+            let m = major << 5
+            let info: UInt8  // the additional information: how many bytes follow
+            let following: Int
+            switch n {
+            case 0..<24:
+                byte(m | UInt8(n))
+                return
+            case 24...0xFF: (info, following) = (24, 1)
+            case 0x100...0xFFFF: (info, following) = (25, 2)
+            case 0x1_0000...0xFFFF_FFFF: (info, following) = (26, 4)
+            default: (info, following) = (27, 8)
+            }
+            byte(m | info)
+            for i in stride(from: following - 1, through: 0, by: -1) {
+                byte(UInt8(truncatingIfNeeded: n >> UInt64(i * 8)))
+            }
+        }
     }
 
     private static func write<Sink: CBORSink>(_ value: Value, into out: inout Sink) {
@@ -381,18 +416,3 @@ protocol CBORSink {
 
 extension Array: CBORSink where Element == UInt8 {}
 extension SecretBytes: CBORSink {}
-
-extension CBOR.Cursor: CBORSink {
-    mutating func append(_ byte: UInt8) {
-        precondition(offset < buffer.count, "CBOR cursor written past its end")
-        buffer[offset] = byte
-        offset += 1
-    }
-
-    mutating func append(contentsOf bytes: UnsafeRawBufferPointer) {
-        guard bytes.count > 0 else { return }
-        precondition(bytes.count <= buffer.count - offset, "CBOR cursor written past its end")
-        (buffer.baseAddress! + offset).copyMemory(from: bytes.baseAddress!, byteCount: bytes.count)
-        offset += bytes.count
-    }
-}

@@ -110,17 +110,21 @@ final class Connection {
             }
             var close = false
             while !close {
-                let handled: RequestHandler.Outcome?
+                // The answer is framed while the request is still lent: nothing of it is moved out.
+                let handled: Bool?  // whether to close after it
                 do {
-                    handled = try frames.withNextFrame { body in handler.handle(frame: body, peer: peer, memo: memo) }
+                    handled = try frames.withNextFrame { body in
+                        let outcome = handler.handle(frame: body, peer: peer, memo: memo)
+                        outcome.response.appendFrame(to: &output)
+                        return outcome.closeAfter
+                    }
                 } catch {
                     Log.info("connection closed: oversized frame", [("pid", String(pid))])
                     Response(id: 0, error: error).appendFrame(to: &output)
                     close = true
                     break
                 }
-                guard let outcome = handled else { break }
-                outcome.response.appendFrame(to: &output)
+                guard let closeAfter = handled else { break }
                 // Answers to a long pipeline go out as they pile up, so one client cannot make the
                 // daemon buffer a gigabyte of responses to a single read.
                 if output.count >= Self.flushBytes {
@@ -128,7 +132,7 @@ final class Connection {
                     output.removeAll(keepingCapacity: true)
                     if !ok { return }
                 }
-                if outcome.closeAfter {
+                if closeAfter {
                     Log.info("connection closed: malformed request", [("pid", String(pid))])
                     close = true
                 }
