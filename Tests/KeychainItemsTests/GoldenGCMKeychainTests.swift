@@ -285,6 +285,32 @@ import Testing
         }
     }
 
+    /// Its backup (`backup-v2-gcm.kcbackup`) restores into a new keychain, every item that a backup
+    /// carries reading back there, and into the keychain it was made from as five items skipped.
+    @Test func theGoldenGCMKeychainsBackupRestores() throws {
+        let file = try Golden.bytes("backup-v2-gcm.kcbackup")
+        let backupPassphrase = Self.secure("golden gcm backup passphrase")
+        let carried = Self.items.filter { ["ak", "ck", "dk"].contains($0.protection) }
+        let temporary = try TemporaryDirectory(prefix: "kc-golden-gcm")
+        do {
+            let fresh = try Self.open(temporary.appending("fresh"))
+            defer { fresh.close() }
+            let counts = try fresh.restore(passphrase: backupPassphrase, data: file)
+            #expect(counts.restored == carried.count && counts.skipped == 0)
+            for item in carried { #expect(try Self.secret(fresh, item) == item.secret, "\(item.account)") }
+            #expect(try Self.attributes(fresh, Self.items[0])["labl"] == .text("Golden GCM label"))
+            #expect(try fresh.itemCount() == carried.count)
+        }
+        let original = try Self.open(try Self.copy(to: temporary))
+        defer { original.close() }
+        #expect(
+            failure { try original.restore(passphrase: backupPassphrase, data: file) }?.status
+                == .interactionNotAllowed, "locked")
+        try original.unlock(passphrase: Self.secure(Self.keychainPassphrase))
+        let counts = try original.restore(passphrase: backupPassphrase, data: file)
+        #expect(counts.restored == 0 && counts.skipped == carried.count)
+    }
+
     /// A changed byte in the body or tag of a row's sealed item key, attributes or secret keeps the row's
     /// fingerprint (which covers the nonces), so the keychain opens and that item alone is
     /// errSecDecode, through either library; a changed nonce is refused when the keychain opens.
