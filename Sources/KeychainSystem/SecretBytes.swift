@@ -42,6 +42,8 @@ public struct SecretBytes: @unchecked Sendable, Hashable, CustomStringConvertibl
     @inlinable public var count: Int { storage.count }
     /// Whether there are no bytes.
     @inlinable public var isEmpty: Bool { storage.count == 0 }
+    /// How many bytes fit before the buffer must grow.
+    @inlinable public var capacity: Int { storage.room }
 
     /// The bytes as an ordinary array: a copy nothing will wipe. Only for handing a secret to code
     /// that takes arrays and owns the result (an app's own `Data`).

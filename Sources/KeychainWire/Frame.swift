@@ -64,6 +64,9 @@ public struct FrameBuffer: Sendable {
     /// Bytes held that do not yet form a whole frame.
     public var pendingCount: Int { storage.count - start }
 
+    /// How many bytes the buffer holds before it must grow.
+    public var capacity: Int { storage.capacity }
+
     /// Appends bytes read from the stream, copied into wiping storage.
     public mutating func append(_ bytes: UnsafeRawBufferPointer) {
         compact()
@@ -71,12 +74,16 @@ public struct FrameBuffer: Sendable {
     }
 
     /// Lets `receive` write up to `count` bytes straight into the buffer (a socket read without an
-    /// intermediate buffer); returns what `receive` returned (0: end of stream).
+    /// intermediate buffer); returns what `receive` returned (0: end of stream). While the buffer has
+    /// room for a useful read (`count`, or 4 KiB when that is less) it reads into that room instead
+    /// of growing, so a partial frame held at a read does not double a connection's buffer.
     public mutating func receive<E: Error>(
         upTo count: Int, _ receive: (UnsafeMutableRawBufferPointer) throws(E) -> Int
     ) throws(E) -> Int {
         compact()
-        return try storage.append(upTo: count, receive)
+        let spare = storage.capacity - storage.count
+        let useful = Swift.min(count, 4 * 1024)
+        return try storage.append(upTo: spare >= useful ? Swift.min(count, spare) : count, receive)
     }
 
     /// Appends bytes read from the stream, copied into wiping storage (the array itself is not wiped).

@@ -48,6 +48,34 @@ struct FrameTests {
         #expect(buffer.pendingCount == 0)
     }
 
+    @Test("a read while part of a frame is held goes into the room the buffer has, without growing it")
+    func readsIntoTheRoomThere() throws {
+        let first = Frame.encode(Request(id: 1, op: "copy", query: ["class": .text("genp")]).value)
+        let second = Frame.encode(Request(id: 2, op: "copy", query: ["class": .text("genp")]).value)
+        var buffer = FrameBuffer()
+        func feed(_ bytes: [UInt8], offered: Int) -> Int {
+            buffer.receive(upTo: offered) { (room) -> Int in
+                #expect(room.count >= bytes.count)
+                room.copyBytes(from: bytes)
+                return bytes.count
+            }
+        }
+        _ = feed(first + second.prefix(3), offered: 64 * 1024)
+        let room = buffer.capacity
+        #expect(room >= 64 * 1024)
+        #expect(try buffer.withNextFrame { try? Request(CBOR.decode($0)).id } == 1)
+        #expect(buffer.pendingCount == 3)
+        // Offered as much again: the read gets the room left, and the buffer keeps its size.
+        _ = buffer.receive(upTo: 64 * 1024) { (room) -> Int in
+            #expect(room.count < 64 * 1024)
+            room.copyBytes(from: second.dropFirst(3))
+            return second.count - 3
+        }
+        #expect(buffer.capacity == room)
+        #expect(try buffer.withNextFrame { try? Request(CBOR.decode($0)).id } == 2)
+        #expect(feed(first, offered: 64 * 1024) == first.count && buffer.capacity == room)
+    }
+
     @Test("a header announcing more than the limit is refused before the body arrives")
     func oversizedHeader() {
         var buffer = FrameBuffer(maxBytes: 1024)
