@@ -146,15 +146,30 @@ public struct BlindIndexer: Sendable {
         // Hashed on the stack, then copied into the array: the array initializers that allocate
         // uninitialized storage are not specialised in this module, and looking the storage type up
         // at run time cost more than the copy.
+        withUnsafeTemporaryAllocation(byteCount: Self.uniqueKeyLength, alignment: 1) { out in
+            uniqueKey(
+                accessGroup: accessGroup, service: service, account: account, synchronizable: synchronizable,
+                into: out)
+            return Array(UnsafeRawBufferPointer(out))
+        }
+    }
+
+    /// Length of the uniqueness digest (`uniqueKey`).
+    public static let uniqueKeyLength = 32
+
+    /// The same digest written into `out` (`uniqueKeyLength` bytes): a `copy` compiled from its
+    /// template hashes the request's own bytes into a buffer on the stack, with no array at all.
+    public func uniqueKey(
+        accessGroup: UnsafeRawBufferPointer, service: UnsafeRawBufferPointer, account: UnsafeRawBufferPointer,
+        synchronizable: Bool, into out: UnsafeMutableRawBufferPointer
+    ) {
+        precondition(out.count == Self.uniqueKeyLength, "a uniqueness digest is \(Self.uniqueKeyLength) bytes")
         key.withUnsafeBytes { k in
-            withUnsafeTemporaryAllocation(byteCount: Self.keyLength, alignment: 1) { out in
-                KeyedHash.hash(key: k, domain: Column.uniqueKey.rawValue, into: out) { add in
-                    add(accessGroup)
-                    add(service)
-                    add(account)
-                    withUnsafeBytes(of: synchronizable ? UInt8(1) : 0) { add($0) }
-                }
-                return Array(UnsafeRawBufferPointer(out))
+            KeyedHash.hash(key: k, domain: Column.uniqueKey.rawValue, into: out) { add in
+                add(accessGroup)
+                add(service)
+                add(account)
+                withUnsafeBytes(of: synchronizable ? UInt8(1) : 0) { add($0) }
             }
         }
     }

@@ -77,7 +77,9 @@ final class CopyMemo {
 
     private static func slot(_ hash: UInt64) -> Int { Int(truncatingIfNeeded: hash) & (slots - 1) }
 
-    private static func hash(_ bytes: UnsafeRawBufferPointer) -> UInt64 {
+    /// The hash the memo files `bytes` by: computed once per request and handed to `lookup(_:hash:token:)`
+    /// and `noteRecompiled(_:hash:)`.
+    static func hash(_ bytes: UnsafeRawBufferPointer) -> UInt64 {
         // FNV-1a over 8-byte words: cheap, and a collision only costs a miss (the bytes are compared
         // in full). Not a defence against chosen collisions, and needs none: the memo is per connection.
         var h: UInt64 = 0xcbf2_9ce4_8422_2325
@@ -96,8 +98,13 @@ final class CopyMemo {
 
     /// The compiled query remembered for exactly these `query` bytes under `token`, else nil.
     func lookup(_ query: UnsafeRawBufferPointer, token: Token) -> ItemService.CompiledCopy? {
+        lookup(query, hash: Self.hash(query), token: token)
+    }
+
+    /// `lookup(_:token:)` with the query's `hash` (`CopyMemo.hash`) computed already.
+    func lookup(_ query: UnsafeRawBufferPointer, hash: UInt64, token: Token) -> ItemService.CompiledCopy? {
         guard !query.isEmpty else { return nil }
-        return Self.found(entries[Self.slot(query)], query, token)
+        return Self.found(entries[Self.slot(hash)], query, token)
     }
 
     /// A compiled query of this template (`QueryTemplate.key`) under `token`, else nil.
@@ -179,16 +186,33 @@ final class CopyMemo {
     /// recompilation per query. (Same conditions as `store`: the hash of a query carrying a secret
     /// is never kept either.)
     func storeRecompiled(_ query: UnsafeRawBufferPointer, token: Token, compiled: ItemService.CompiledCopy) {
-        guard !compiled.carriesSecret, query.count <= Self.maxQueryBytes else { return }
+        guard !compiled.carriesSecret else { return }
         let hash = Self.hash(query)
+        if noteRecompiled(query, hash: hash) { store(query, hash: hash, token: token, compiled: compiled) }
+    }
+
+    /// The bookkeeping of `storeRecompiled` alone, for a query (with its `hash`) compiled from a
+    /// template: true when these bytes come so the second time in a row for their slot (the mark is
+    /// cleared then, and the caller stores the compiled query with `store(_:hash:token:compiled:)`);
+    /// otherwise notes them and is false. A request served from its template without a compiled
+    /// query (`ItemService.copy(_:service:account:)`) makes one only when this says it will be kept.
+    /// The caller has made sure that the query carries no secret (a template never does).
+    func noteRecompiled(_ query: UnsafeRawBufferPointer, hash: UInt64) -> Bool {
+        guard query.count <= Self.maxQueryBytes else { return false }
         let slot = Self.slot(hash)
         let mark = max(hash, 1)  // never 0, which marks a slot with none
         if recompiled[slot] == mark {
             recompiled[slot] = 0
-            entries[slot] = Entry(query: Array(query), token: token, compiled: compiled)
-        } else {
-            recompiled[slot] = mark
+            return true
         }
+        recompiled[slot] = mark
+        return false
+    }
+
+    /// `store(_:token:compiled:)` with the query's `hash` computed already.
+    func store(_ query: UnsafeRawBufferPointer, hash: UInt64, token: Token, compiled: ItemService.CompiledCopy) {
+        guard !compiled.carriesSecret, query.count <= Self.maxQueryBytes else { return }
+        entries[Self.slot(hash)] = Entry(query: Array(query), token: token, compiled: compiled)
     }
 
     /// Remembers `compiled`, the compiled form of a query of `queryCount` bytes, as the compiled query

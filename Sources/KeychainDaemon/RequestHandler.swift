@@ -120,30 +120,54 @@ public final class RequestHandler: Sendable {
     /// registry generation, activity is counted, and the rows are read and opened now.
     ///
     /// A query the memo does not hold but whose template it does (the same query but for the service
-    /// and account, both text) is compiled from the template's entry: its two values read as the
-    /// decoder reads text, the filters and digests made again (`ItemService.recompile`); the memo
-    /// keeps it when the same bytes come that way again (`CopyMemo.storeRecompiled`). When that fails (a value that is not valid UTF-8), the
-    /// request takes the full path, which answers with the error.
+    /// and account, both text) is served from the template's entry: its two values read as the
+    /// decoder reads text. A key-only point lookup (`ItemService.copiesInPlace`) is run for them in
+    /// place, its digests hashed from the request's bytes (`ItemService.copy(_:service:account:)`),
+    /// unless the memo is to keep this query (`CopyMemo.noteRecompiled`: the second time its bytes
+    /// come so); any other, and that one, is compiled from the template's (`ItemService.recompile`:
+    /// the filters and digests made again) and the compiled query kept. When a value is not valid
+    /// UTF-8 the request takes the full path, which answers with the error.
     private func memoized(_ body: SecretBytes, shape: RequestShape, memo: CopyMemo, peer: ConnectionPeer) -> Outcome? {
         guard peer.isIdentified(in: registrar) else { return nil }
         let token = CopyMemo.Token(registryGeneration: peer.generation, passphraseSet: items.hasPassphrase)
-        let found = body.withUnsafeBytes { raw -> ItemService.CompiledCopy? in
+        return body.withUnsafeBytes { raw -> Outcome? in
             let query = UnsafeRawBufferPointer(rebasing: raw[shape.queryStart...])
-            if let compiled = memo.lookup(query, token: token) { return compiled }
-            guard let template = memo.lookup(templateOf: query, token: token),
-                let service = CBOR.text(UnsafeRawBufferPointer(rebasing: query[template.service])),
-                let account = CBOR.text(UnsafeRawBufferPointer(rebasing: query[template.account])),
-                let compiled = try? items.recompile(template.compiled, service: service, account: account)
+            let hash = CopyMemo.hash(query)
+            if let compiled = memo.lookup(query, hash: hash, token: token) { return served(compiled, shape.id) }
+            guard let template = memo.lookup(templateOf: query, token: token) else { return nil }
+            let service = UnsafeRawBufferPointer(rebasing: query[template.service])
+            let account = UnsafeRawBufferPointer(rebasing: query[template.account])
+            guard CBOR.isText(service), CBOR.isText(account) else { return nil }
+            if items.copiesInPlace(template.compiled) && !memo.noteRecompiled(query, hash: hash) {
+                touch()
+                return answer(shape.id) { () throws(KeychainError) in
+                    try items.copy(template.compiled, service: service, account: account)
+                }
+            }
+            guard let serviceText = CBOR.text(service), let accountText = CBOR.text(account),
+                let compiled = try? items.recompile(template.compiled, service: serviceText, account: accountText)
             else { return nil }
-            memo.storeRecompiled(query, token: token, compiled: compiled)
-            return compiled
+            if items.copiesInPlace(template.compiled) {
+                // noteRecompiled said to keep it.
+                memo.store(query, hash: hash, token: token, compiled: compiled)
+            } else {
+                memo.storeRecompiled(query, token: token, compiled: compiled)
+            }
+            return served(compiled, shape.id)
         }
-        guard let compiled = found else { return nil }
+    }
+
+    /// A compiled `copy` run for request `id`: activity counted, then the rows read now.
+    private func served(_ compiled: ItemService.CompiledCopy, _ id: Int64) -> Outcome {
         touch()
+        return answer(id) { () throws(KeychainError) in try items.copy(compiled) }
+    }
+
+    private func answer(_ id: Int64, _ result: () throws(KeychainError) -> Value?) -> Outcome {
         do {
-            return Outcome(response: Response(id: shape.id, result: try items.copy(compiled)), closeAfter: false)
+            return Outcome(response: Response(id: id, result: try result()), closeAfter: false)
         } catch {
-            return Outcome(response: Response(id: shape.id, error: error), closeAfter: false)
+            return Outcome(response: Response(id: id, error: error), closeAfter: false)
         }
     }
 

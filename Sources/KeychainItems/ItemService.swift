@@ -294,6 +294,61 @@ public final class ItemService: Sendable {
     /// Runs a compiled `copy`: reads and opens the matching rows now (the store, the lookup cache and
     /// the class keys decide, as for any copy) and shapes the result.
     public func copy(_ compiled: CompiledCopy) throws(KeychainError) -> Value? {
+        try run(compiled, uniqueIndexes: nil)
+    }
+
+    /// Whether `copy(_:service:account:)` runs `base` for the other queries of its template: a
+    /// point lookup that needs no attribute re-check (`keyOnly`), which is what `recompile` makes of
+    /// it too, its digests aside.
+    public func copiesInPlace(_ base: CompiledCopy) -> Bool {
+        guard base.keyOnly, !base.carriesSecret, let scope = base.scope,
+            let digests = base.filter.uniqueIndexes
+        else { return false }
+        return digests.count == scope.count * (base.sync == .any ? 2 : 1)
+    }
+
+    /// `copy(recompile(base, service:, account:))` for a `base` that `copiesInPlace`, with the two
+    /// values given as the UTF-8 bytes of text strings (the caller has checked that they are valid
+    /// UTF-8, as the decoder would): the same digests hashed straight from those bytes into a buffer
+    /// on the stack and the same rows read, opened and checked, without a compiled query, a filter
+    /// or a string made for them. (A key-only copy reads no attribute filters: `recompile` makes
+    /// none either.)
+    public func copy(_ base: CompiledCopy, service: UnsafeRawBufferPointer, account: UnsafeRawBufferPointer)
+        throws(KeychainError) -> Value?
+    {
+        guard copiesInPlace(base), let scope = base.scope else {
+            throw KeychainError(.internal, "a compiled copy that cannot be run for other values in place")
+        }
+        precondition(BlindIndexer.uniqueKeyLength == Digests.length, "digest lengths differ")
+        let sync = base.sync
+        let count = scope.count * (sync == .any ? 2 : 1)
+        return try withUnsafeTemporaryAllocation(byteCount: count * Digests.length, alignment: 8) {
+            (buffer) throws(KeychainError) -> Value? in
+            // In the order `uniqueIndexes` gives: per group, not synchronizable first.
+            var at = 0
+            func digest(_ group: UnsafeRawBufferPointer, _ synchronizable: Bool) {
+                vault.blindIndex.uniqueKey(
+                    accessGroup: group, service: service, account: account, synchronizable: synchronizable,
+                    into: UnsafeMutableRawBufferPointer(rebasing: buffer[at..<at + Digests.length]))
+                at += Digests.length
+            }
+            for var group in scope {
+                group.withUTF8 { utf8 in
+                    let g = UnsafeRawBufferPointer(utf8)
+                    if sync == .any {
+                        digest(g, false)
+                        digest(g, true)
+                    } else {
+                        digest(g, sync == .yes)
+                    }
+                }
+            }
+            return try run(base, uniqueIndexes: Digests(UnsafeRawBufferPointer(buffer)))
+        }
+    }
+
+    /// `copy`, with `digests` (when given) in place of the filter's uniqueness digests.
+    private func run(_ compiled: CompiledCopy, uniqueIndexes digests: Digests?) throws(KeychainError) -> Value? {
         let returns = compiled.returns
         let scope = compiled.scope
         let keyOnly = compiled.keyOnly
@@ -303,7 +358,7 @@ public final class ItemService: Sendable {
         var first: OpenedItem?
         var others: [OpenedItem] = []
         try store.read { (reader) throws(KeychainError) in
-            try reader.forEach(compiled.filter) { (row) throws(KeychainError) -> Bool in
+            try reader.forEach(compiled.filter, uniqueIndexes: digests) { (row) throws(KeychainError) -> Bool in
                 let item = try codec.open(row, withSecret: returns.data, withAttributes: !keyOnly)
                 let matched: Bool
                 switch compiled.check {

@@ -254,9 +254,30 @@ public struct StoreReader {
         for row in rows where try !visit(row) { break }
     }
 
-    private func query(_ filter: RowFilter, _ visit: (StoredItem) throws(KeychainError) -> Bool) throws(KeychainError) {
+    /// `forEach` for a point lookup (`filter.uniqueIndexes` set) by `digests` instead of the
+    /// filter's own, as many (when given; nil: `forEach(filter, visit)`): the filter says everything else. A `copy` compiled from its template
+    /// computes its digests into a buffer and hands them over as they are. (The point-lookup cache,
+    /// when on, keys its rows by arrays: the digests are copied into some for it.)
+    public func forEach(
+        _ filter: RowFilter, uniqueIndexes digests: Digests?, _ visit: (StoredItem) throws(KeychainError) -> Bool
+    ) throws(KeychainError) {
+        guard let digests else { return try forEach(filter, visit) }
+        precondition(filter.uniqueIndexes?.count == digests.count, "not the filter's number of digests")
+        if let cache, cache.capacity > 0 {
+            var own = filter
+            own.uniqueIndexes = digests.arrays
+            try forEach(own, visit)
+        } else {
+            try query(filter, uniqueIndexes: digests, visit)
+        }
+    }
+
+    private func query(
+        _ filter: RowFilter, uniqueIndexes digests: Digests? = nil,
+        _ visit: (StoredItem) throws(KeychainError) -> Bool
+    ) throws(KeychainError) {
         try db.withStatement(filter.sql) { (s) throws(KeychainError) in
-            try filter.bind(s)
+            try filter.bind(s, uniqueIndexes: digests)
             typealias C = RowFilter.Columns
             // The blob columns in StoredItem's order; nil for one the filter leaves out.
             let columns = filter.columns
@@ -264,14 +285,16 @@ public struct StoreReader {
             let service = group.map { $0 + 1 }
             let account = group.map { $0 + 2 }
             // Not selected for a lookup by one digest: the row's is that digest.
-            let digest = columns.uniqueIndex == nil ? filter.uniqueIndexes?.first ?? [] : []
+            let digest = columns.uniqueIndex == nil && digests == nil ? filter.uniqueIndexes?.first ?? [] : []
+            let empty = UnsafeRawBufferPointer(start: nil, count: 0)
+            let given = columns.uniqueIndex == nil ? digests.map { $0.count > 0 ? $0[0] : empty } : nil
             let partial = group == nil || columns.attributes == nil || columns.secret == nil
             func count(_ column: Int32?) -> Int { column.map { s.byteCount($0) } ?? 0 }
             while try s.step() {
                 // Each column's length once, then its bytes copied straight into the row.
                 let counts = (
                     count(C.ref), count(group), count(service), count(account),
-                    columns.uniqueIndex.map { s.byteCount($0) } ?? digest.count,
+                    columns.uniqueIndex.map { s.byteCount($0) } ?? given?.count ?? digest.count,
                     count(C.wrappedKey), count(columns.attributes), count(columns.secret)
                 )
                 func add(_ column: Int32?, _ count: Int, _ append: (UnsafeRawBufferPointer) -> Void) {
@@ -292,6 +315,8 @@ public struct StoreReader {
                     add(account, counts.3, append)
                     if columns.uniqueIndex != nil {
                         add(columns.uniqueIndex, counts.4, append)
+                    } else if let given {
+                        append(given)
                     } else {
                         digest.withUnsafeBytes(append)
                     }

@@ -203,6 +203,16 @@ package final class SQLiteStatement {
         try connection.check(rc, "bind")
     }
 
+    /// Binds `bytes` without copying them: they must stay valid until the statement is reset or the
+    /// parameter bound again (`SQLiteConnection.withStatement` resets it, clearing the bindings,
+    /// before it returns, so bytes that outlive that call are safe).
+    package func bind(_ index: Int32, borrowing bytes: UnsafeRawBufferPointer) throws(KeychainError) {
+        // SQLITE_STATIC (a nil destructor): SQLite reads the bytes where they are.
+        let rc = sqlite3_bind_blob(
+            statement, index, bytes.baseAddress ?? UnsafeRawPointer(bitPattern: 1), Int32(bytes.count), nil)
+        try connection.check(rc, "bind")
+    }
+
     package func bind(_ index: Int32, _ value: Int64) throws(KeychainError) {
         try connection.check(sqlite3_bind_int64(statement, index, value), "bind")
     }

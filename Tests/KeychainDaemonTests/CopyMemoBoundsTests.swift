@@ -93,4 +93,30 @@ struct CopyMemoBoundsTests {
             #expect(kept == (carriesSecret ? [false, false] : [false, true]), "secret: \(carriesSecret)")
         }
     }
+
+    @Test("a query served from its template is noted the first time and kept the second, never a long one")
+    func noteRecompiledSaysWhenToKeep() {
+        let memo = CopyMemo()
+        for (count, expected) in [
+            (64, [false, true, false, true]), (CopyMemo.maxQueryBytes + 1, [false, false, false, false]),
+        ] {
+            let bytes = [UInt8](repeating: 0x61, count: count)
+            let said = bytes.withUnsafeBytes { b in
+                (0..<4).map { _ in memo.noteRecompiled(b, hash: CopyMemo.hash(b)) }
+            }
+            #expect(said == expected, "\(count) bytes")
+        }
+        // Another query's note in the same slot in between starts over.
+        let a = [UInt8]("first query".utf8)
+        let slotmate = (0..<100_000).lazy.map { [UInt8]("other \($0)".utf8) }.first { other in
+            let (ha, ho) = (a.withUnsafeBytes { CopyMemo.hash($0) }, other.withUnsafeBytes { CopyMemo.hash($0) })
+            return ha != ho && (ha ^ ho) & UInt64(CopyMemo.slots - 1) == 0
+        }
+        guard let other = slotmate else {
+            Issue.record("no query found in the same slot")
+            return
+        }
+        func note(_ q: [UInt8]) -> Bool { q.withUnsafeBytes { memo.noteRecompiled($0, hash: CopyMemo.hash($0)) } }
+        #expect([note(a), note(other), note(a), note(a)] == [false, false, false, true])
+    }
 }
