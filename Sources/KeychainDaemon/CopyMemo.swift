@@ -47,13 +47,16 @@ final class CopyMemo {
 
     /// Direct-mapped by a hash of the query bytes: no allocation and no hashing of Swift values on a hit.
     static let slots = 64
-    private var entries: [Entry?]
+    /// The tables are allocated once and live as long as the memo, as `templateKey` does: constant
+    /// references to memory, so reading and writing them costs no exclusivity check or uniqueness
+    /// test (as stored arrays would, on every request). Used by one thread only.
+    private let entries: UnsafeMutableBufferPointer<Entry?>
     /// Keyed by template (`QueryTemplate.key`): an app uses few query shapes.
     static let templateSlots = 8
-    private var templates: [Entry?]
+    private let templates: UnsafeMutableBufferPointer<Entry?>
     /// A hash of the bytes of the last query compiled from a template in each slot of `entries`,
     /// not remembered yet (0: none); see `storeRecompiled`.
-    private var recompiled: [UInt64]
+    private let recompiled: UnsafeMutableBufferPointer<UInt64>
 
     /// Where `lookup(templateOf:)` writes a query's template key: allocated once, as long as the
     /// longest query the memo keeps, so a lookup allocates nothing (and, a constant reference to
@@ -61,9 +64,12 @@ final class CopyMemo {
     private let templateKey: UnsafeMutableRawBufferPointer
 
     init() {
-        entries = Array(repeating: nil, count: Self.slots)
-        templates = Array(repeating: nil, count: Self.templateSlots)
-        recompiled = Array(repeating: 0, count: Self.slots)
+        entries = .allocate(capacity: Self.slots)
+        entries.initialize(repeating: nil)
+        templates = .allocate(capacity: Self.templateSlots)
+        templates.initialize(repeating: nil)
+        recompiled = .allocate(capacity: Self.slots)
+        recompiled.initialize(repeating: 0)
         templateKey = .allocate(byteCount: Self.maxQueryBytes, alignment: 8)
     }
 
@@ -71,6 +77,11 @@ final class CopyMemo {
         // Only queries without a secret are scanned into it (QueryTemplate); wiped all the same.
         Zeroing.zero(templateKey)
         templateKey.deallocate()
+        entries.deinitialize()
+        entries.deallocate()
+        templates.deinitialize()
+        templates.deallocate()
+        recompiled.deallocate()
     }
 
     private static func slot(_ bytes: UnsafeRawBufferPointer) -> Int { slot(hash(bytes)) }
