@@ -133,18 +133,34 @@ final class CopyMemo {
     func lookup(templateOf query: UnsafeRawBufferPointer, token: Token) -> (
         compiled: ItemService.CompiledCopy, service: Range<Int>, account: Range<Int>
     )? {
+        var service = 0..<0
+        var account = 0..<0
+        guard let compiled = lookup(templateOf: query, token: token, service: &service, account: &account) else {
+            return nil
+        }
+        return (compiled, service, account)
+    }
+
+    /// The same, with the two ranges written into `service` and `account` (left as they are when
+    /// nil). What a request uses: an optional tuple or struct holding the class reference beside the
+    /// ranges was destroyed through the runtime's generic value witnesses, some 200 instructions.
+    func lookup(
+        templateOf query: UnsafeRawBufferPointer, token: Token, service: inout Range<Int>, account: inout Range<Int>
+    ) -> ItemService.CompiledCopy? {
         guard query.count <= templateKey.count else {
             // Longer than any query whose template is kept, but its key may be shorter than one's.
             guard let template = QueryTemplate.scan(query),
                 let compiled = lookup(template: template.key, token: token)
             else { return nil }
-            return (compiled, template.service, template.account)
+            (service, account) = (template.service, template.account)
+            return compiled
         }
         guard let found = QueryTemplate.scan(query, into: templateKey),
             let compiled = lookup(
                 templateKey: UnsafeRawBufferPointer(rebasing: templateKey[0..<found.count]), token: token)
         else { return nil }
-        return (compiled, found.service, found.account)
+        (service, account) = (found.service, found.account)
+        return compiled
     }
 
     private static func found(_ entry: Entry?, _ bytes: UnsafeRawBufferPointer, _ token: Token)

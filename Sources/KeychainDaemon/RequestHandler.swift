@@ -134,20 +134,24 @@ public final class RequestHandler: Sendable {
             let query = UnsafeRawBufferPointer(rebasing: raw[shape.queryStart...])
             let hash = CopyMemo.hash(query)
             if let compiled = memo.lookup(query, hash: hash, token: token) { return served(compiled, shape.id) }
-            guard let template = memo.lookup(templateOf: query, token: token) else { return nil }
-            let service = UnsafeRawBufferPointer(rebasing: query[template.service])
-            let account = UnsafeRawBufferPointer(rebasing: query[template.account])
+            var serviceRange = 0..<0
+            var accountRange = 0..<0
+            guard
+                let base = memo.lookup(templateOf: query, token: token, service: &serviceRange, account: &accountRange)
+            else { return nil }
+            let service = UnsafeRawBufferPointer(rebasing: query[serviceRange])
+            let account = UnsafeRawBufferPointer(rebasing: query[accountRange])
             guard CBOR.isText(service), CBOR.isText(account) else { return nil }
-            if items.copiesInPlace(template.compiled) && !memo.noteRecompiled(query, hash: hash) {
+            if items.copiesInPlace(base) && !memo.noteRecompiled(query, hash: hash) {
                 touch()
                 return answer(shape.id) { () throws(KeychainError) in
-                    try items.copy(template.compiled, service: service, account: account)
+                    try items.copy(base, service: service, account: account)
                 }
             }
             guard let serviceText = CBOR.text(service), let accountText = CBOR.text(account),
-                let compiled = try? items.recompile(template.compiled, service: serviceText, account: accountText)
+                let compiled = try? items.recompile(base, service: serviceText, account: accountText)
             else { return nil }
-            if items.copiesInPlace(template.compiled) {
+            if items.copiesInPlace(base) {
                 // noteRecompiled said to keep it.
                 memo.store(query, hash: hash, token: token, compiled: compiled)
             } else {

@@ -276,56 +276,58 @@ public struct StoreReader {
         _ filter: RowFilter, uniqueIndexes digests: Digests? = nil,
         _ visit: (StoredItem) throws(KeychainError) -> Bool
     ) throws(KeychainError) {
-        try db.withStatement(filter.sql) { (s) throws(KeychainError) in
-            try filter.bind(s, uniqueIndexes: digests)
-            typealias C = RowFilter.Columns
-            // The blob columns in StoredItem's order; nil for one the filter leaves out.
-            let columns = filter.columns
-            let group = columns.searchIndexes
-            let service = group.map { $0 + 1 }
-            let account = group.map { $0 + 2 }
-            // Not selected for a lookup by one digest: the row's is that digest.
-            let digest = columns.uniqueIndex == nil && digests == nil ? filter.uniqueIndexes?.first ?? [] : []
-            let empty = UnsafeRawBufferPointer(start: nil, count: 0)
-            let given = columns.uniqueIndex == nil ? digests.map { $0.count > 0 ? $0[0] : empty } : nil
-            let partial = group == nil || columns.attributes == nil || columns.secret == nil
-            func count(_ column: Int32?) -> Int { column.map { s.byteCount($0) } ?? 0 }
-            while try s.step() {
-                // Each column's length once, then its bytes copied straight into the row.
-                let counts = (
-                    count(C.ref), count(group), count(service), count(account),
-                    columns.uniqueIndex.map { s.byteCount($0) } ?? given?.count ?? digest.count,
-                    count(C.wrappedKey), count(columns.attributes), count(columns.secret)
-                )
-                func add(_ column: Int32?, _ count: Int, _ append: (UnsafeRawBufferPointer) -> Void) {
-                    if let column {
-                        s.withBlob(column, count: count, append)
-                    } else {
-                        append(UnsafeRawBufferPointer(start: nil, count: 0))
-                    }
+        // The statement without `withStatement`'s closure, whose context would hold a copy of the
+        // filter (every array in it retained and released again): reset here the same way.
+        let s = try db.statement(filter.sql)
+        defer { s.reset() }
+        try filter.bind(s, uniqueIndexes: digests)
+        typealias C = RowFilter.Columns
+        // The blob columns in StoredItem's order; nil for one the filter leaves out.
+        let columns = filter.columns
+        let group = columns.searchIndexes
+        let service = group.map { $0 + 1 }
+        let account = group.map { $0 + 2 }
+        // Not selected for a lookup by one digest: the row's is that digest.
+        let digest = columns.uniqueIndex == nil && digests == nil ? filter.uniqueIndexes?.first ?? [] : []
+        let empty = UnsafeRawBufferPointer(start: nil, count: 0)
+        let given = columns.uniqueIndex == nil ? digests.map { $0.count > 0 ? $0[0] : empty } : nil
+        let partial = group == nil || columns.attributes == nil || columns.secret == nil
+        func count(_ column: Int32?) -> Int { column.map { s.byteCount($0) } ?? 0 }
+        while try s.step() {
+            // Each column's length once, then its bytes copied straight into the row.
+            let counts = (
+                count(C.ref), count(group), count(service), count(account),
+                columns.uniqueIndex.map { s.byteCount($0) } ?? given?.count ?? digest.count,
+                count(C.wrappedKey), count(columns.attributes), count(columns.secret)
+            )
+            func add(_ column: Int32?, _ count: Int, _ append: (UnsafeRawBufferPointer) -> Void) {
+                if let column {
+                    s.withBlob(column, count: count, append)
+                } else {
+                    append(UnsafeRawBufferPointer(start: nil, count: 0))
                 }
-                let row = StoredItem(
-                    rowid: s.int64(C.rowid), protectionClass: UInt8(truncatingIfNeeded: s.int64(C.protectionClass)),
-                    partial: partial,
-                    byteCount: counts.0 + counts.1 + counts.2 + counts.3 + counts.4 + counts.5 + counts.6 + counts.7
-                ) { append in
-                    add(C.ref, counts.0, append)
-                    add(group, counts.1, append)
-                    add(service, counts.2, append)
-                    add(account, counts.3, append)
-                    if columns.uniqueIndex != nil {
-                        add(columns.uniqueIndex, counts.4, append)
-                    } else if let given {
-                        append(given)
-                    } else {
-                        digest.withUnsafeBytes(append)
-                    }
-                    add(C.wrappedKey, counts.5, append)
-                    add(columns.attributes, counts.6, append)
-                    add(columns.secret, counts.7, append)
-                }
-                if try !visit(row) { break }
             }
+            let row = StoredItem(
+                rowid: s.int64(C.rowid), protectionClass: UInt8(truncatingIfNeeded: s.int64(C.protectionClass)),
+                partial: partial,
+                byteCount: counts.0 + counts.1 + counts.2 + counts.3 + counts.4 + counts.5 + counts.6 + counts.7
+            ) { append in
+                add(C.ref, counts.0, append)
+                add(group, counts.1, append)
+                add(service, counts.2, append)
+                add(account, counts.3, append)
+                if columns.uniqueIndex != nil {
+                    add(columns.uniqueIndex, counts.4, append)
+                } else if let given {
+                    append(given)
+                } else {
+                    digest.withUnsafeBytes(append)
+                }
+                add(C.wrappedKey, counts.5, append)
+                add(columns.attributes, counts.6, append)
+                add(columns.secret, counts.7, append)
+            }
+            if try !visit(row) { break }
         }
     }
 

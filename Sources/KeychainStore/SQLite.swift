@@ -13,11 +13,13 @@ package final class SQLiteConnection: @unchecked Sendable {
     // with WriterGate's mutex held, a reader's only by the thread that took it out of the pool (under
     // the pool's lock) until it gives it back. That hand-over through a lock is what Sendable claims.
     private var db: OpaquePointer?
-    private var cache: [String: SQLiteStatement] = [:]
+    // (Never used by two threads at once, as above: the runtime's exclusivity checks on these two,
+    // which every statement reads, are left out.)
+    @exclusivity(unchecked) private var cache: [String: SQLiteStatement] = [:]
     /// The statement used last, with its text: a connection mostly repeats one statement (a reader's
     /// point lookup), and a string compared with the very same string is one word compared, where the
     /// dictionary would hash all of it.
-    private var last: (sql: String, statement: SQLiteStatement)?
+    @exclusivity(unchecked) private var last: (sql: String, statement: SQLiteStatement)?
     private static let cacheLimit = 128
 
     /// Opens (creating if `create`) the database at `path` with WAL, synchronous=FULL, a busy timeout
@@ -105,20 +107,25 @@ package final class SQLiteConnection: @unchecked Sendable {
     package func withStatement<R>(_ sql: String, _ body: (SQLiteStatement) throws(KeychainError) -> R)
         throws(KeychainError) -> R
     {
-        let statement: SQLiteStatement
-        if let last, last.sql == sql {
-            statement = last.statement
-        } else if let cached = cache[sql] {
-            statement = cached
-            last = (sql, cached)
-        } else {
-            statement = try SQLiteStatement(connection: self, sql: sql)
-            if cache.count >= Self.cacheLimit { cache.removeAll() }
-            cache[sql] = statement
-            last = (sql, statement)
-        }
+        let statement = try self.statement(sql)
         defer { statement.reset() }
         return try body(statement)
+    }
+
+    /// The cached prepared statement for `sql`, for a caller that resets it itself before it lets go
+    /// of it (`defer { statement.reset() }`), as `withStatement` does: the row reader of every `copy`
+    /// uses it without a closure, which would copy its row filter into the closure's context.
+    package func statement(_ sql: String) throws(KeychainError) -> SQLiteStatement {
+        if let last, last.sql == sql { return last.statement }
+        if let cached = cache[sql] {
+            last = (sql, cached)
+            return cached
+        }
+        let statement = try SQLiteStatement(connection: self, sql: sql)
+        if cache.count >= Self.cacheLimit { cache.removeAll() }
+        cache[sql] = statement
+        last = (sql, statement)
+        return statement
     }
 
     /// Whether a transaction is open. SQLite can roll a whole transaction back by itself (after
