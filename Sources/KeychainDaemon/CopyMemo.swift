@@ -23,7 +23,8 @@ import KeychainWire
 /// one compiled before (same keys and other values, another service or account) is compiled from that
 /// one by `ItemService.recompile` — only the two attribute filters and the digests are made again —
 /// under the same token rules. It goes into the first table the second time its bytes are compiled
-/// so (`storeRecompiled`).
+/// so (`storeRecompiled`). The template found last is tried first, by comparing the query with its
+/// key piece by piece (`QueryTemplate.match`: what the scan and the key's lookup would find).
 ///
 /// Used by its connection's thread only.
 final class CopyMemo {
@@ -37,13 +38,21 @@ final class CopyMemo {
         let query: [UInt8]
         let token: Token
         let compiled: ItemService.CompiledCopy
+        /// For a template's entry (`query` is then the key): where its markers are, for
+        /// `QueryTemplate.match`; nil when not given (the entry is found by scanning only).
+        let markers: QueryTemplate.Markers?
 
-        init(query: [UInt8], token: Token, compiled: ItemService.CompiledCopy) {
+        init(query: [UInt8], token: Token, compiled: ItemService.CompiledCopy, markers: QueryTemplate.Markers? = nil) {
             self.query = query
             self.token = token
             self.compiled = compiled
+            self.markers = markers
         }
     }
+
+    /// The slot of `templates` whose entry the last template lookup found (or the last stored):
+    /// the next query is matched against it first (`QueryTemplate.match`), without a scan.
+    @exclusivity(unchecked) private var lastTemplate = 0
 
     /// Direct-mapped by a hash of the query bytes: no allocation and no hashing of Swift values on a hit.
     static let slots = 64
@@ -124,7 +133,7 @@ final class CopyMemo {
     }
 
     private func lookup(templateKey key: UnsafeRawBufferPointer, token: Token) -> ItemService.CompiledCopy? {
-        Self.found(templates[Self.slot(key) & (Self.templateSlots - 1)], key, token)
+        Self.found(templates[Self.templateSlot(key)], key, token)
     }
 
     /// The compiled query of `query`'s template (`QueryTemplate`) under `token`, with where the
@@ -147,21 +156,32 @@ final class CopyMemo {
     func lookup(
         templateOf query: UnsafeRawBufferPointer, token: Token, service: inout Range<Int>, account: inout Range<Int>
     ) -> ItemService.CompiledCopy? {
+        // The template of the last one first: matched piece by piece against its key, which finds
+        // exactly what scanning the query and looking its key up would find there.
+        if let last = templates[lastTemplate], last.token == token, let markers = last.markers,
+            let found = last.query.withUnsafeBytes({ QueryTemplate.match(query, key: $0, markers: markers) })
+        {
+            (service, account) = (found.service, found.account)
+            return last.compiled
+        }
         guard query.count <= templateKey.count else {
             // Longer than any query whose template is kept, but its key may be shorter than one's.
             guard let template = QueryTemplate.scan(query),
                 let compiled = lookup(template: template.key, token: token)
             else { return nil }
+            lastTemplate = template.key.withUnsafeBytes { Self.templateSlot($0) }
             (service, account) = (template.service, template.account)
             return compiled
         }
-        guard let found = QueryTemplate.scan(query, into: templateKey),
-            let compiled = lookup(
-                templateKey: UnsafeRawBufferPointer(rebasing: templateKey[0..<found.count]), token: token)
-        else { return nil }
+        guard let found = QueryTemplate.scan(query, into: templateKey) else { return nil }
+        let key = UnsafeRawBufferPointer(rebasing: templateKey[0..<found.count])
+        guard let compiled = lookup(templateKey: key, token: token) else { return nil }
+        lastTemplate = Self.templateSlot(key)
         (service, account) = (found.service, found.account)
         return compiled
     }
+
+    private static func templateSlot(_ key: UnsafeRawBufferPointer) -> Int { slot(key) & (templateSlots - 1) }
 
     private static func found(_ entry: Entry?, _ bytes: UnsafeRawBufferPointer, _ token: Token)
         -> ItemService.CompiledCopy?
@@ -245,9 +265,15 @@ final class CopyMemo {
     /// Remembers `compiled`, the compiled form of a query of `queryCount` bytes, as the compiled query
     /// of its template (same conditions as `store`). The whole query's length counts, not the key's:
     /// the compiled query holds the service and account the key leaves out.
-    func store(template key: [UInt8], queryCount: Int, token: Token, compiled: ItemService.CompiledCopy) {
+    /// With the key's `markers` (`QueryTemplate.markers`), the next queries of the template are
+    /// matched against it without a scan.
+    func store(
+        template key: [UInt8], queryCount: Int, token: Token, compiled: ItemService.CompiledCopy,
+        markers: QueryTemplate.Markers? = nil
+    ) {
         guard !compiled.carriesSecret, queryCount <= Self.maxQueryBytes else { return }
-        let slot = key.withUnsafeBytes { Self.slot($0) } & (Self.templateSlots - 1)
-        templates[slot] = Entry(query: key, token: token, compiled: compiled)
+        let slot = key.withUnsafeBytes { Self.templateSlot($0) }
+        templates[slot] = Entry(query: key, token: token, compiled: compiled, markers: markers)
+        lastTemplate = slot
     }
 }

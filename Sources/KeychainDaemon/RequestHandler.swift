@@ -223,7 +223,8 @@ public final class RequestHandler: Sendable {
                     slot.memo.store(query, token: token, compiled: compiled)
                     if let template = QueryTemplate.scan(query) {
                         slot.memo.store(
-                            template: template.key, queryCount: query.count, token: token, compiled: compiled)
+                            template: template.key, queryCount: query.count, token: token, compiled: compiled,
+                            markers: template.markers)
                     }
                 }
             }

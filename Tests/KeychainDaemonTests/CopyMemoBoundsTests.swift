@@ -119,4 +119,39 @@ struct CopyMemoBoundsTests {
         func note(_ q: [UInt8]) -> Bool { q.withUnsafeBytes { memo.noteRecompiled($0, hash: CopyMemo.hash($0)) } }
         #expect([note(a), note(other), note(a), note(a)] == [false, false, false, true])
     }
+
+    @Test("the last template is matched without a scan only for its token, and finds what the scan finds")
+    func lastTemplateFollowsTheToken() throws {
+        let fixture = try Fixture()
+        defer { fixture.remove() }
+        let (items, caller, token) = (fixture.items, fixture.caller, fixture.token)
+        func query(_ service: String, _ more: [String: Value] = [:]) -> [String: Value] {
+            var q: [String: Value] = [
+                "class": .text("genp"), "svce": .text(service), "acct": .text("a"), "r_Data": .bool(true),
+            ]
+            q.merge(more) { _, new in new }
+            return q
+        }
+        let memo = CopyMemo()
+        var compiled: [ItemService.CompiledCopy] = []
+        for shape in [[:], ["r_PersistentRef": Value.bool(true)]] {
+            let bytes = CBOR.encode(.map(query("s", shape)))
+            let template = try #require(bytes.withUnsafeBytes { QueryTemplate.scan($0) })
+            compiled.append(try items.compileCopy(query("s", shape), caller: caller))
+            memo.store(
+                template: template.key, queryCount: bytes.count, token: token, compiled: compiled.last!,
+                markers: template.markers)
+        }
+        // The second shape's entry is the last; a query of the first is found by its scan, and
+        // both by theirs afterwards, under their token only.
+        let stale = CopyMemo.Token(registryGeneration: 2, passphraseSet: false)
+        for (i, shape) in [(0, [:]), (1, ["r_PersistentRef": Value.bool(true)]), (0, [:])] {
+            let bytes = CBOR.encode(.map(query("other service", shape)))
+            let found = try #require(bytes.withUnsafeBytes { memo.lookup(templateOf: $0, token: token) })
+            let text = bytes.withUnsafeBytes { CBOR.text(UnsafeRawBufferPointer(rebasing: $0[found.service])) }
+            #expect(text == "other service")
+            #expect(found.compiled === compiled[i])
+            #expect(bytes.withUnsafeBytes { memo.lookup(templateOf: $0, token: stale) } == nil)
+        }
+    }
 }
