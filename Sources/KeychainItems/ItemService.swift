@@ -349,6 +349,7 @@ public final class ItemService: Sendable {
 
     /// `copy`, with `digests` (when given) in place of the filter's uniqueness digests.
     private func run(_ compiled: CompiledCopy, uniqueIndexes digests: Digests?) throws(KeychainError) -> Value? {
+        if compiled.keyOnly { return try runKeyOnly(compiled, uniqueIndexes: digests) }
         let returns = compiled.returns
         let scope = compiled.scope
         let keyOnly = compiled.keyOnly
@@ -385,6 +386,44 @@ public final class ItemService: Sendable {
                 returns: returns)
         }
         return compiled.limit.returnsArray ? .array(([first] + others).map(shaped)) : shaped(first)
+    }
+
+    /// `run` for a key-only copy: the same rows opened with the same checks, in the same order of
+    /// errors (opening, then not found, then an administrator's reach), but each opened from its
+    /// sealed columns in place (`StoreReader.forEachSealed`: no row made when the digests are given
+    /// and no lookup cache is on) and shaped as it is opened, since a key-only match has no
+    /// attributes to keep: no row, opened item or array of them per request.
+    private func runKeyOnly(_ compiled: CompiledCopy, uniqueIndexes digests: Digests?) throws(KeychainError)
+        -> Value?
+    {
+        let returns = compiled.returns
+        let maximum = compiled.limit.maximum
+        var matches = 0
+        var first: Value?
+        var others: [Value] = []
+        try store.read { (reader) throws(KeychainError) in
+            try reader.forEachSealed(compiled.filter, uniqueIndexes: digests) {
+                (protectionClass, c) throws(KeychainError) -> Bool in
+                let opened = try codec.open(
+                    c, protectionClass: protectionClass, withSecret: returns.data, withAttributes: false)
+                matches += 1
+                if returns.any {
+                    let value = ResultShape.value(
+                        attributes: [:], secret: opened.secret ?? SecretBytes(), ref: Array(c.ref), returns: returns)
+                    if first == nil { first = value } else { others.append(value) }
+                }
+                return matches < maximum
+            }
+        }
+        guard matches > 0 else { throw Self.notFound }
+        let caller = compiled.caller
+        if returns.data && caller.isAdmin && !caller.hasPresence {
+            // The group of a key-only match is the one the query's digest was computed for.
+            try AccessPolicy.checkAdminReach(
+                Array(repeating: compiled.scope?.first ?? "", count: matches), .readSecrets, caller)
+        }
+        guard returns.any, let first else { return nil }
+        return compiled.limit.returnsArray ? .array([first] + others) : first
     }
 
     // MARK: SecItemUpdate

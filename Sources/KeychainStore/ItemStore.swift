@@ -272,6 +272,50 @@ public struct StoreReader {
         }
     }
 
+    /// `forEach(_:uniqueIndexes:_:)` for a reader that opens only what an item key and secret need:
+    /// `visit` gets each row's class and its sealed columns (`StoredItem.SealedColumns`; the search
+    /// digests and, unless the filter reads them, the attributes empty), in SQLite's memory when the
+    /// digests are given and no lookup cache is on: no row is made. The columns are valid only
+    /// during the call. (With the cache, or without digests, the rows are made as for `forEach`.)
+    public func forEachSealed(
+        _ filter: RowFilter, uniqueIndexes digests: Digests?,
+        _ visit: (_ protectionClass: UInt8, _ columns: StoredItem.SealedColumns) throws(KeychainError) -> Bool
+    ) throws(KeychainError) {
+        if let digests, cache == nil || cache!.capacity == 0 {
+            precondition(filter.uniqueIndexes?.count == digests.count, "not the filter's number of digests")
+            try querySealed(filter, uniqueIndexes: digests, visit)
+            return
+        }
+        try forEach(filter, uniqueIndexes: digests) { (row) throws(KeychainError) -> Bool in
+            try row.withSealedColumns { (c) throws(KeychainError) -> Bool in try visit(row.protectionClass, c) }
+        }
+    }
+
+    private func querySealed(
+        _ filter: RowFilter, uniqueIndexes digests: Digests,
+        _ visit: (UInt8, StoredItem.SealedColumns) throws(KeychainError) -> Bool
+    ) throws(KeychainError) {
+        let s = try db.statement(filter.sql)
+        defer { s.reset() }
+        try filter.bind(s, uniqueIndexes: digests)
+        typealias C = RowFilter.Columns
+        let columns = filter.columns
+        // Not selected for a lookup by one digest: the row's is that digest.
+        let given = digests.count > 0 ? digests[0] : UnsafeRawBufferPointer(start: nil, count: 0)
+        while try s.step() {
+            let protectionClass = UInt8(truncatingIfNeeded: s.int64(C.protectionClass))
+            let proceed = try s.withBlobs(
+                C.ref, columns.uniqueIndex, C.wrappedKey, columns.attributes, columns.secret
+            ) { (ref, selected, wrappedKey, attributes, secret) throws(KeychainError) -> Bool in
+                let c = StoredItem.SealedColumns(
+                    ref: ref, uniqueIndex: columns.uniqueIndex == nil ? given : selected, wrappedKey: wrappedKey,
+                    attributes: attributes, secret: secret)
+                return try visit(protectionClass, c)
+            }
+            if !proceed { break }
+        }
+    }
+
     private func query(
         _ filter: RowFilter, uniqueIndexes digests: Digests? = nil,
         _ visit: (StoredItem) throws(KeychainError) -> Bool

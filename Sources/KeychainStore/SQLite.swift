@@ -265,6 +265,25 @@ package final class SQLiteStatement {
         return body(UnsafeRawBufferPointer(start: n > 0 ? p : nil, count: n > 0 ? n : 0))
     }
 
+    /// Five columns' bytes in place at once (nil: an empty buffer for a column not selected), without
+    /// a copy; valid only inside `body` (until the next step).
+    package func withBlobs<R, E: Error>(
+        _ a: Int32?, _ b: Int32?, _ c: Int32?, _ d: Int32?, _ e: Int32?,
+        _ body: (
+            UnsafeRawBufferPointer, UnsafeRawBufferPointer, UnsafeRawBufferPointer, UnsafeRawBufferPointer,
+            UnsafeRawBufferPointer
+        ) throws(E) -> R
+    ) throws(E) -> R {
+        func bytes(_ column: Int32?) -> UnsafeRawBufferPointer {
+            guard let column else { return UnsafeRawBufferPointer(start: nil, count: 0) }
+            // The pointer first, then the length (SQLite's advice: the length call never converts).
+            let p = sqlite3_column_blob(statement, column)
+            let n = Int(sqlite3_column_bytes(statement, column))
+            return UnsafeRawBufferPointer(start: n > 0 ? p : nil, count: n > 0 ? n : 0)
+        }
+        return try body(bytes(a), bytes(b), bytes(c), bytes(d), bytes(e))
+    }
+
     package func text(_ column: Int32) -> String? {
         guard let p = sqlite3_column_text(statement, column) else { return nil }
         return String(cString: p)

@@ -112,4 +112,77 @@ struct CopyInPlaceTests {
             #expect(status == .internal)
         }
     }
+
+    /// The columns a key-only copy opens in place come straight from SQLite when the lookup cache is
+    /// off: a damaged or moved column must be refused there exactly as through a row.
+    @Test(
+        "a damaged or moved row is refused in place as on the full path",
+        arguments: [
+            "UPDATE items SET secret = (SELECT secret FROM items WHERE rowid = 2) WHERE rowid = 1",
+            "UPDATE items SET item_key = (SELECT item_key FROM items WHERE rowid = 2) WHERE rowid = 1",
+            "flip item_key", "flip secret", "flip ref",
+            "UPDATE items SET ref = substr(ref, 2) WHERE rowid = 1",
+            "UPDATE items SET class = 8 WHERE rowid = 1",
+            // The two rows' uniqueness digests swapped: alice's lookup finds bob's row.
+            """
+            CREATE TEMP TABLE saved AS SELECT rowid AS r, key_ix AS k FROM items;
+            UPDATE items SET key_ix = zeroblob(32) WHERE rowid = 1;
+            UPDATE items SET key_ix = (SELECT k FROM saved WHERE r = 1) WHERE rowid = 2;
+            UPDATE items SET key_ix = (SELECT k FROM saved WHERE r = 2) WHERE rowid = 1;
+            """,
+        ])
+    func damagedRowsAreRefusedInPlace(tamper: String) throws {
+        let temporary = try TemporaryDirectory(prefix: "kc-in-place")
+        defer { temporary.remove() }
+        let directory = temporary.appending("data")
+        var service = try ItemService(directory: directory, lookupCacheEntries: 0)
+        _ = try service.add(item("svc", "alice", secret: "alice-secret", ["pdmn": .text("ak")]), caller: Fixture.app)
+        _ = try service.add(item("svc", "bob", secret: "bob-secret", ["pdmn": .text("ak")]), caller: Fixture.app)
+        service.close()
+        let db = try SQLiteConnection(path: directory + "/" + ItemService.databaseName, create: false)
+        if tamper.hasPrefix("flip ") {
+            // One bit of the column's middle byte.
+            let column = String(tamper.dropFirst(5))
+            var bytes = try db.withStatement("SELECT \(column) FROM items WHERE rowid = 1") {
+                (s) throws(KeychainError) in
+                _ = try s.step()
+                return s.blob(0)
+            }
+            bytes[bytes.count / 2] ^= 0x01
+            try db.withStatement("UPDATE items SET \(column) = ? WHERE rowid = 1") { (s) throws(KeychainError) in
+                try s.bind(1, bytes)
+                try s.run()
+            }
+        } else {
+            try db.execute(tamper)
+        }
+        db.close()
+        // The row-state record would refuse the whole database at open: accepted as the user's
+        // `--accept-database` would, so that the reads themselves meet the damage.
+        service = try ItemService(directory: directory, lookupCacheEntries: 0, acceptCurrentRows: true)
+        defer { service.close() }
+        for shape: [String: Value] in [["r_Data": .bool(true)], ["r_PersistentRef": .bool(true)], [:]] {
+            let base = try service.compileCopy(query("base", "base", shape), caller: Fixture.app)
+            let full = Answer { () throws(KeychainError) in
+                try service.copyMatching(query("svc", "alice", shape), caller: Fixture.app)
+            }
+            let inPlace = Array("svc".utf8).withUnsafeBytes { s in
+                Array("alice".utf8).withUnsafeBytes { a in
+                    Answer { () throws(KeychainError) in try service.copy(base, service: s, account: a) }
+                }
+            }
+            #expect(inPlace == full, "\(shape)")
+            // Without the secret asked for, only what the item key's associated data covers is
+            // checked (and a ref asked for is read from the row).
+            if shape["r_Data"] != nil || tamper.contains("key_ix") || tamper.contains("class")
+                || tamper.contains("item_key") || tamper.contains("ref")
+            {
+                guard case .error(let status, _) = inPlace else {
+                    Issue.record("a damaged row was answered: \(tamper) \(shape)")
+                    continue
+                }
+                #expect(status == .decode, "\(tamper) \(shape)")
+            }
+        }
+    }
 }
