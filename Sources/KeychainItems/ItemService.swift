@@ -349,7 +349,24 @@ public final class ItemService: Sendable {
 
     /// `copy`, with `digests` (when given) in place of the filter's uniqueness digests.
     private func run(_ compiled: CompiledCopy, uniqueIndexes digests: Digests?) throws(KeychainError) -> Value? {
-        if compiled.keyOnly { return try runKeyOnly(compiled, uniqueIndexes: digests) }
+        if compiled.keyOnly {
+            // Its own digests laid end to end too (a compiled query the memo kept), so that its
+            // columns are read in place as well (with the lookup cache on, the rows come from the
+            // cache, which keys them by the arrays).
+            if digests == nil, !store.hasLookupCache, let own = compiled.filter.uniqueIndexes, !own.isEmpty,
+                own.allSatisfy({ $0.count == Digests.length })
+            {
+                return try withUnsafeTemporaryAllocation(byteCount: own.count * Digests.length, alignment: 8) {
+                    (buffer) throws(KeychainError) -> Value? in
+                    for (i, digest) in own.enumerated() {
+                        UnsafeMutableRawBufferPointer(rebasing: buffer[i * Digests.length..<(i + 1) * Digests.length])
+                            .copyBytes(from: digest)
+                    }
+                    return try runKeyOnly(compiled, uniqueIndexes: Digests(UnsafeRawBufferPointer(buffer)))
+                }
+            }
+            return try runKeyOnly(compiled, uniqueIndexes: digests)
+        }
         let returns = compiled.returns
         let scope = compiled.scope
         let keyOnly = compiled.keyOnly

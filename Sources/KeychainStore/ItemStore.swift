@@ -47,6 +47,9 @@ public final class ItemStore: Sendable {
         readers = Locked(ReaderPool())
     }
 
+    /// Whether point lookups go through the cache of sealed rows (`lookupCacheEntries` above 0).
+    public var hasLookupCache: Bool { pointCache.capacity > 0 }
+
     /// Closes every connection (finalizing their statements). Later calls are errSecNotAvailable;
     /// readers in use are closed when they are handed back.
     public func close() {
