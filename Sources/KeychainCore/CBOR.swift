@@ -249,6 +249,23 @@ public enum CBOR {
         return String(validating: content, as: UTF8.self)
     }
 
+    /// Whether `text(content)` is non-nil (the bytes are valid UTF-8), without making the string
+    /// for ASCII: a scanner that uses the bytes as they are accepts exactly what the decoder does.
+    public static func isText(_ content: UnsafeRawBufferPointer) -> Bool {
+        var i = 0
+        var high: UInt64 = 0
+        while i + 8 <= content.count {
+            high |= content.loadUnaligned(fromByteOffset: i, as: UInt64.self)
+            i += 8
+        }
+        while i < content.count {
+            high |= UInt64(content[i])
+            i += 1
+        }
+        if high & 0x8080_8080_8080_8080 == 0 { return true }
+        return String(validating: content, as: UTF8.self) != nil
+    }
+
     private struct Reader {
         let bytes: UnsafeRawBufferPointer
         let limits: Limits

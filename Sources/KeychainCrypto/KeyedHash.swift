@@ -21,6 +21,36 @@ public enum KeyedHash {
         key: UnsafeRawBufferPointer, domain: UInt8, into out: UnsafeMutableRawBufferPointer,
         parts: (_ add: (UnsafeRawBufferPointer) -> Void) -> Void
     ) {
+        hash(key: key, into: out) { state in
+            var d = domain
+            withUnsafeBytes(of: &d) { update(state, $0) }
+            parts { part in
+                var n = UInt64(part.count).littleEndian
+                withUnsafeBytes(of: &n) { update(state, $0) }
+                update(state, part)
+            }
+        }
+    }
+
+    /// The same hash of parts already framed: `framed` holds the domain byte, then each part's
+    /// 8-byte little-endian length and bytes. One update instead of two per part: the
+    /// uniqueness digest of every `copy` compiled from a template is hashed so.
+    public static func hash(
+        key: UnsafeRawBufferPointer, framed: UnsafeRawBufferPointer, into out: UnsafeMutableRawBufferPointer
+    ) {
+        hash(key: key, into: out) { state in update(state, framed) }
+    }
+
+    private static func update(_ state: OpaquePointer, _ bytes: UnsafeRawBufferPointer) {
+        guard let base = bytes.baseAddress, bytes.count > 0 else { return }
+        let rc = crypto_generichash_update(state, base.assumingMemoryBound(to: UInt8.self), UInt64(bytes.count))
+        precondition(rc == 0, "crypto_generichash_update failed")
+    }
+
+    /// Keyed BLAKE2b, `out.count` bytes long, of whatever `input` feeds the state (`update`).
+    private static func hash(
+        key: UnsafeRawBufferPointer, into out: UnsafeMutableRawBufferPointer, input: (_ state: OpaquePointer) -> Void
+    ) {
         precondition(out.count >= Int(crypto_generichash_BYTES_MIN) && out.count <= Int(crypto_generichash_BYTES_MAX))
         precondition(
             key.count >= Int(crypto_generichash_KEYBYTES_MIN) && key.count <= Int(crypto_generichash_KEYBYTES_MAX))
@@ -39,21 +69,7 @@ public enum KeyedHash {
             var rc = crypto_generichash_init(
                 state, key.baseAddress!.assumingMemoryBound(to: UInt8.self), key.count, out.count)
             precondition(rc == 0, "crypto_generichash_init failed")
-            var d = domain
-            rc = crypto_generichash_update(state, &d, 1)
-            precondition(rc == 0, "crypto_generichash_update failed")
-            parts { part in
-                var n = UInt64(part.count).littleEndian
-                let lengthRC = withUnsafeBytes(of: &n) {
-                    crypto_generichash_update(state, $0.baseAddress!.assumingMemoryBound(to: UInt8.self), 8)
-                }
-                precondition(lengthRC == 0, "crypto_generichash_update failed")
-                if let base = part.baseAddress, part.count > 0 {
-                    let partRC = crypto_generichash_update(
-                        state, base.assumingMemoryBound(to: UInt8.self), UInt64(part.count))
-                    precondition(partRC == 0, "crypto_generichash_update failed")
-                }
-            }
+            input(state)
             rc = crypto_generichash_final(state, out.baseAddress!.assumingMemoryBound(to: UInt8.self), out.count)
             precondition(rc == 0, "crypto_generichash_final failed")
         }
@@ -146,16 +162,49 @@ public struct BlindIndexer: Sendable {
         // Hashed on the stack, then copied into the array: the array initializers that allocate
         // uninitialized storage are not specialised in this module, and looking the storage type up
         // at run time cost more than the copy.
-        key.withUnsafeBytes { k in
-            withUnsafeTemporaryAllocation(byteCount: Self.keyLength, alignment: 1) { out in
-                KeyedHash.hash(key: k, domain: Column.uniqueKey.rawValue, into: out) { add in
-                    add(accessGroup)
-                    add(service)
-                    add(account)
-                    withUnsafeBytes(of: synchronizable ? UInt8(1) : 0) { add($0) }
-                }
-                return Array(UnsafeRawBufferPointer(out))
-            }
+        withUnsafeTemporaryAllocation(byteCount: Self.uniqueKeyLength, alignment: 1) { out in
+            uniqueKey(
+                accessGroup: accessGroup, service: service, account: account, synchronizable: synchronizable,
+                into: out)
+            return Array(UnsafeRawBufferPointer(out))
+        }
+    }
+
+    /// Writes `part` framed (its 8-byte little-endian length, then its bytes) into `buffer` at `at`;
+    /// returns where the next part goes.
+    private static func put(_ part: UnsafeRawBufferPointer, into buffer: UnsafeMutableRawBufferPointer, at: Int) -> Int
+    {
+        buffer.storeBytes(of: UInt64(part.count).littleEndian, toByteOffset: at, as: UInt64.self)
+        if part.count > 0 {
+            UnsafeMutableRawBufferPointer(rebasing: buffer[at + 8..<at + 8 + part.count]).copyMemory(from: part)
+        }
+        return at + 8 + part.count
+    }
+
+    /// Length of the uniqueness digest (`uniqueKey`).
+    public static let uniqueKeyLength = 32
+
+    /// The same digest written into `out` (`uniqueKeyLength` bytes): a `copy` compiled from its
+    /// template hashes the request's own bytes into a buffer on the stack, with no array at all.
+    public func uniqueKey(
+        accessGroup: UnsafeRawBufferPointer, service: UnsafeRawBufferPointer, account: UnsafeRawBufferPointer,
+        synchronizable: Bool, into out: UnsafeMutableRawBufferPointer
+    ) {
+        precondition(out.count == Self.uniqueKeyLength, "a uniqueness digest is \(Self.uniqueKeyLength) bytes")
+        // The four parts framed into one buffer and hashed in one update (the same bytes in the
+        // same order as `KeyedHash.hash(key:domain:into:parts:)` hashes them, so the same digest).
+        // The buffer holds the request's service and account: wiped before it goes.
+        let count = 1 + 8 + accessGroup.count + 8 + service.count + 8 + account.count + 8 + 1
+        withUnsafeTemporaryAllocation(byteCount: count, alignment: 8) { framed in
+            defer { Sodium.zero(framed) }
+            framed[0] = Column.uniqueKey.rawValue
+            var at = Self.put(accessGroup, into: framed, at: 1)
+            at = Self.put(service, into: framed, at: at)
+            at = Self.put(account, into: framed, at: at)
+            framed.storeBytes(of: UInt64(1).littleEndian, toByteOffset: at, as: UInt64.self)
+            framed[at + 8] = synchronizable ? 1 : 0
+            precondition(at + 9 == count, "the framed parts do not fill their buffer")
+            key.withUnsafeBytes { k in KeyedHash.hash(key: k, framed: UnsafeRawBufferPointer(framed), into: out) }
         }
     }
 }

@@ -1,5 +1,6 @@
 public import KeychainCore
 import KeychainSystem
+import Synchronization
 
 /// The key hierarchy of one keychain.
 ///
@@ -55,6 +56,9 @@ public final class Vault: Sendable {
     private let deviceKey: SecureBytes
     private let deviceKEK: SecureBytes
     private let state: Locked<State>
+    /// `state.keyring.source == .passphrase`, stored with every keyring change (under the lock) so
+    /// that `hasPassphrase`, asked on every `copy`, reads one atomic instead of taking the lock.
+    private let passphraseSet: Atomic<Bool>
 
     /// What the keyring in the database says, decoded.
     struct Keyring {
@@ -133,7 +137,13 @@ public final class Vault: Sendable {
 
     private struct State {
         var keyring: Keyring
-        var classKeys: [ProtectionClass: SecureBytes]
+        var classKeys: [ProtectionClass: SecureBytes] {
+            didSet { byClass = Self.table(classKeys) }
+        }
+        /// `classKeys` indexed by the class's raw value, kept in step with it: `classKey` reads it
+        /// on every item opened, without hashing. (The same key objects: a key dropped from
+        /// `classKeys` is dropped here in the same critical section.)
+        private(set) var byClass: [SecureBytes?]
         /// The registry key, when the keyring has one and it has been unwrapped.
         var registryKey: SecureBytes?
         /// Whether the master key has been available since open (no passphrase, or it was given):
@@ -145,6 +155,28 @@ public final class Vault: Sendable {
         var generation = 0
         /// Bumped whenever adopted class keys replace those rows were sealed under (`rotationEpoch`).
         var rotation: UInt64 = 0
+
+        init(
+            keyring: Keyring, classKeys: [ProtectionClass: SecureBytes], registryKey: SecureBytes?,
+            registryReadable: Bool
+        ) {
+            self.keyring = keyring
+            self.classKeys = classKeys
+            self.registryKey = registryKey
+            self.registryReadable = registryReadable
+            byClass = Self.table(classKeys)
+        }
+
+        private static let tableSize = Int(ProtectionClass.allCases.map(\.rawValue).max()!) + 1
+
+        private static func table(_ keys: [ProtectionClass: SecureBytes]) -> [SecureBytes?] {
+            var table = [SecureBytes?](repeating: nil, count: tableSize)
+            for (c, key) in keys { table[Int(c.rawValue)] = key }
+            return table
+        }
+
+        /// The key of class `c` when it is in memory (`classKeys[c]`).
+        func classKey(_ c: ProtectionClass) -> SecureBytes? { byClass[Int(c.rawValue)] }
     }
 
     private init(
@@ -159,6 +191,7 @@ public final class Vault: Sendable {
             State(
                 keyring: keyring, classKeys: classKeys, registryKey: registryKey,
                 registryReadable: registryReadable))
+        self.passphraseSet = Atomic(keyring.source == .passphrase)
     }
 
     /// A new keychain: fresh random class keys, blind-index key and registry key, wrapped as described
@@ -214,7 +247,7 @@ public final class Vault: Sendable {
 
     /// The unwrapped key of a class, or `errSecInteractionNotAllowed` while that class is locked.
     public func classKey(_ c: ProtectionClass) throws(KeychainError) -> SecureBytes {
-        guard let key = state.withLock({ $0.classKeys[c] }) else {
+        guard let key = state.withLock({ $0.classKey(c) }) else {
             throw KeychainError(
                 .interactionNotAllowed,
                 "the keychain is locked: items accessible \(c.code) cannot be used until it is unlocked")
@@ -235,7 +268,7 @@ public final class Vault: Sendable {
     }
 
     /// Whether a passphrase protects the master key (Apple's "device has a passcode").
-    public var hasPassphrase: Bool { state.withLock { $0.keyring.source == .passphrase } }
+    public var hasPassphrase: Bool { passphraseSet.load(ordering: .acquiring) }
 
     /// Where the master key comes from now: the device key or the passphrase.
     public var masterSource: MasterSource { state.withLock { $0.keyring.source } }
@@ -377,6 +410,7 @@ public final class Vault: Sendable {
     public func adopt(_ change: PendingRegistry) {
         state.withLock { s in
             s.keyring = change.decoded
+            passphraseSet.store(change.decoded.source == .passphrase, ordering: .releasing)
             s.generation += 1
             s.registryKey = change.registryKey
             s.registryReadable = true
@@ -499,6 +533,7 @@ public final class Vault: Sendable {
     public func adopt(_ change: PendingChange) {
         state.withLock { s in
             s.keyring = change.decoded
+            passphraseSet.store(change.decoded.source == .passphrase, ordering: .releasing)
             s.generation += 1
             s.rotation &+= 1
             s.removingPassphrase = false

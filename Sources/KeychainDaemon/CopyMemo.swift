@@ -23,7 +23,8 @@ import KeychainWire
 /// one compiled before (same keys and other values, another service or account) is compiled from that
 /// one by `ItemService.recompile` — only the two attribute filters and the digests are made again —
 /// under the same token rules. It goes into the first table the second time its bytes are compiled
-/// so (`storeRecompiled`).
+/// so (`storeRecompiled`). The template found last is tried first, by comparing the query with its
+/// key piece by piece (`QueryTemplate.match`: what the scan and the key's lookup would find).
 ///
 /// Used by its connection's thread only.
 final class CopyMemo {
@@ -37,23 +38,34 @@ final class CopyMemo {
         let query: [UInt8]
         let token: Token
         let compiled: ItemService.CompiledCopy
+        /// For a template's entry (`query` is then the key): where its markers are, for
+        /// `QueryTemplate.match`; nil when not given (the entry is found by scanning only).
+        let markers: QueryTemplate.Markers?
 
-        init(query: [UInt8], token: Token, compiled: ItemService.CompiledCopy) {
+        init(query: [UInt8], token: Token, compiled: ItemService.CompiledCopy, markers: QueryTemplate.Markers? = nil) {
             self.query = query
             self.token = token
             self.compiled = compiled
+            self.markers = markers
         }
     }
 
+    /// The slot of `templates` whose entry the last template lookup found (or the last stored):
+    /// the next query is matched against it first (`QueryTemplate.match`), without a scan.
+    @exclusivity(unchecked) private var lastTemplate = 0
+
     /// Direct-mapped by a hash of the query bytes: no allocation and no hashing of Swift values on a hit.
     static let slots = 64
-    private var entries: [Entry?]
+    /// The tables are allocated once and live as long as the memo, as `templateKey` does: constant
+    /// references to memory, so reading and writing them costs no exclusivity check or uniqueness
+    /// test (as stored arrays would, on every request). Used by one thread only.
+    private let entries: UnsafeMutableBufferPointer<Entry?>
     /// Keyed by template (`QueryTemplate.key`): an app uses few query shapes.
     static let templateSlots = 8
-    private var templates: [Entry?]
+    private let templates: UnsafeMutableBufferPointer<Entry?>
     /// A hash of the bytes of the last query compiled from a template in each slot of `entries`,
     /// not remembered yet (0: none); see `storeRecompiled`.
-    private var recompiled: [UInt64]
+    private let recompiled: UnsafeMutableBufferPointer<UInt64>
 
     /// Where `lookup(templateOf:)` writes a query's template key: allocated once, as long as the
     /// longest query the memo keeps, so a lookup allocates nothing (and, a constant reference to
@@ -61,9 +73,12 @@ final class CopyMemo {
     private let templateKey: UnsafeMutableRawBufferPointer
 
     init() {
-        entries = Array(repeating: nil, count: Self.slots)
-        templates = Array(repeating: nil, count: Self.templateSlots)
-        recompiled = Array(repeating: 0, count: Self.slots)
+        entries = .allocate(capacity: Self.slots)
+        entries.initialize(repeating: nil)
+        templates = .allocate(capacity: Self.templateSlots)
+        templates.initialize(repeating: nil)
+        recompiled = .allocate(capacity: Self.slots)
+        recompiled.initialize(repeating: 0)
         templateKey = .allocate(byteCount: Self.maxQueryBytes, alignment: 8)
     }
 
@@ -71,13 +86,20 @@ final class CopyMemo {
         // Only queries without a secret are scanned into it (QueryTemplate); wiped all the same.
         Zeroing.zero(templateKey)
         templateKey.deallocate()
+        entries.deinitialize()
+        entries.deallocate()
+        templates.deinitialize()
+        templates.deallocate()
+        recompiled.deallocate()
     }
 
     private static func slot(_ bytes: UnsafeRawBufferPointer) -> Int { slot(hash(bytes)) }
 
     private static func slot(_ hash: UInt64) -> Int { Int(truncatingIfNeeded: hash) & (slots - 1) }
 
-    private static func hash(_ bytes: UnsafeRawBufferPointer) -> UInt64 {
+    /// The hash the memo files `bytes` by: computed once per request and handed to `lookup(_:hash:token:)`
+    /// and `noteRecompiled(_:hash:)`.
+    static func hash(_ bytes: UnsafeRawBufferPointer) -> UInt64 {
         // FNV-1a over 8-byte words: cheap, and a collision only costs a miss (the bytes are compared
         // in full). Not a defence against chosen collisions, and needs none: the memo is per connection.
         var h: UInt64 = 0xcbf2_9ce4_8422_2325
@@ -96,8 +118,13 @@ final class CopyMemo {
 
     /// The compiled query remembered for exactly these `query` bytes under `token`, else nil.
     func lookup(_ query: UnsafeRawBufferPointer, token: Token) -> ItemService.CompiledCopy? {
+        lookup(query, hash: Self.hash(query), token: token)
+    }
+
+    /// `lookup(_:token:)` with the query's `hash` (`CopyMemo.hash`) computed already.
+    func lookup(_ query: UnsafeRawBufferPointer, hash: UInt64, token: Token) -> ItemService.CompiledCopy? {
         guard !query.isEmpty else { return nil }
-        return Self.found(entries[Self.slot(query)], query, token)
+        return Self.found(entries[Self.slot(hash)], query, token)
     }
 
     /// A compiled query of this template (`QueryTemplate.key`) under `token`, else nil.
@@ -106,7 +133,7 @@ final class CopyMemo {
     }
 
     private func lookup(templateKey key: UnsafeRawBufferPointer, token: Token) -> ItemService.CompiledCopy? {
-        Self.found(templates[Self.slot(key) & (Self.templateSlots - 1)], key, token)
+        Self.found(templates[Self.templateSlot(key)], key, token)
     }
 
     /// The compiled query of `query`'s template (`QueryTemplate`) under `token`, with where the
@@ -115,19 +142,46 @@ final class CopyMemo {
     func lookup(templateOf query: UnsafeRawBufferPointer, token: Token) -> (
         compiled: ItemService.CompiledCopy, service: Range<Int>, account: Range<Int>
     )? {
+        var service = 0..<0
+        var account = 0..<0
+        guard let compiled = lookup(templateOf: query, token: token, service: &service, account: &account) else {
+            return nil
+        }
+        return (compiled, service, account)
+    }
+
+    /// The same, with the two ranges written into `service` and `account` (left as they are when
+    /// nil). What a request uses: an optional tuple or struct holding the class reference beside the
+    /// ranges was destroyed through the runtime's generic value witnesses, some 200 instructions.
+    func lookup(
+        templateOf query: UnsafeRawBufferPointer, token: Token, service: inout Range<Int>, account: inout Range<Int>
+    ) -> ItemService.CompiledCopy? {
+        // The template of the last one first: matched piece by piece against its key, which finds
+        // exactly what scanning the query and looking its key up would find there.
+        if let last = templates[lastTemplate], last.token == token, let markers = last.markers,
+            let found = last.query.withUnsafeBytes({ QueryTemplate.match(query, key: $0, markers: markers) })
+        {
+            (service, account) = (found.service, found.account)
+            return last.compiled
+        }
         guard query.count <= templateKey.count else {
             // Longer than any query whose template is kept, but its key may be shorter than one's.
             guard let template = QueryTemplate.scan(query),
                 let compiled = lookup(template: template.key, token: token)
             else { return nil }
-            return (compiled, template.service, template.account)
+            lastTemplate = template.key.withUnsafeBytes { Self.templateSlot($0) }
+            (service, account) = (template.service, template.account)
+            return compiled
         }
-        guard let found = QueryTemplate.scan(query, into: templateKey),
-            let compiled = lookup(
-                templateKey: UnsafeRawBufferPointer(rebasing: templateKey[0..<found.count]), token: token)
-        else { return nil }
-        return (compiled, found.service, found.account)
+        guard let found = QueryTemplate.scan(query, into: templateKey) else { return nil }
+        let key = UnsafeRawBufferPointer(rebasing: templateKey[0..<found.count])
+        guard let compiled = lookup(templateKey: key, token: token) else { return nil }
+        lastTemplate = Self.templateSlot(key)
+        (service, account) = (found.service, found.account)
+        return compiled
     }
+
+    private static func templateSlot(_ key: UnsafeRawBufferPointer) -> Int { slot(key) & (templateSlots - 1) }
 
     private static func found(_ entry: Entry?, _ bytes: UnsafeRawBufferPointer, _ token: Token)
         -> ItemService.CompiledCopy?
@@ -179,24 +233,47 @@ final class CopyMemo {
     /// recompilation per query. (Same conditions as `store`: the hash of a query carrying a secret
     /// is never kept either.)
     func storeRecompiled(_ query: UnsafeRawBufferPointer, token: Token, compiled: ItemService.CompiledCopy) {
-        guard !compiled.carriesSecret, query.count <= Self.maxQueryBytes else { return }
+        guard !compiled.carriesSecret else { return }
         let hash = Self.hash(query)
+        if noteRecompiled(query, hash: hash) { store(query, hash: hash, token: token, compiled: compiled) }
+    }
+
+    /// The bookkeeping of `storeRecompiled` alone, for a query (with its `hash`) compiled from a
+    /// template: true when these bytes come so the second time in a row for their slot (the mark is
+    /// cleared then, and the caller stores the compiled query with `store(_:hash:token:compiled:)`);
+    /// otherwise notes them and is false. A request served from its template without a compiled
+    /// query (`ItemService.copy(_:service:account:)`) makes one only when this says it will be kept.
+    /// The caller has made sure that the query carries no secret (a template never does).
+    func noteRecompiled(_ query: UnsafeRawBufferPointer, hash: UInt64) -> Bool {
+        guard query.count <= Self.maxQueryBytes else { return false }
         let slot = Self.slot(hash)
         let mark = max(hash, 1)  // never 0, which marks a slot with none
         if recompiled[slot] == mark {
             recompiled[slot] = 0
-            entries[slot] = Entry(query: Array(query), token: token, compiled: compiled)
-        } else {
-            recompiled[slot] = mark
+            return true
         }
+        recompiled[slot] = mark
+        return false
+    }
+
+    /// `store(_:token:compiled:)` with the query's `hash` computed already.
+    func store(_ query: UnsafeRawBufferPointer, hash: UInt64, token: Token, compiled: ItemService.CompiledCopy) {
+        guard !compiled.carriesSecret, query.count <= Self.maxQueryBytes else { return }
+        entries[Self.slot(hash)] = Entry(query: Array(query), token: token, compiled: compiled)
     }
 
     /// Remembers `compiled`, the compiled form of a query of `queryCount` bytes, as the compiled query
     /// of its template (same conditions as `store`). The whole query's length counts, not the key's:
     /// the compiled query holds the service and account the key leaves out.
-    func store(template key: [UInt8], queryCount: Int, token: Token, compiled: ItemService.CompiledCopy) {
+    /// With the key's `markers` (`QueryTemplate.markers`), the next queries of the template are
+    /// matched against it without a scan.
+    func store(
+        template key: [UInt8], queryCount: Int, token: Token, compiled: ItemService.CompiledCopy,
+        markers: QueryTemplate.Markers? = nil
+    ) {
         guard !compiled.carriesSecret, queryCount <= Self.maxQueryBytes else { return }
-        let slot = key.withUnsafeBytes { Self.slot($0) } & (Self.templateSlots - 1)
-        templates[slot] = Entry(query: key, token: token, compiled: compiled)
+        let slot = key.withUnsafeBytes { Self.templateSlot($0) }
+        templates[slot] = Entry(query: key, token: token, compiled: compiled, markers: markers)
+        lastTemplate = slot
     }
 }

@@ -134,7 +134,13 @@ final class Registrar: Sendable {
 /// Not Sendable: made and used by its connection's own thread only.
 final class ConnectionPeer {
     let identity: PeerIdentity
-    private var cached: (generation: Int, result: Result<AppEntry, KeychainIdentityError>)?
+    // Used by its connection's thread only: no runtime exclusivity checks (asked on every request).
+    @exclusivity(unchecked) private var cached: (generation: Int, result: Result<AppEntry, KeychainIdentityError>)?
+    /// The registry generation of the last `app(in:)` answer (0 before the first).
+    @exclusivity(unchecked) private(set) var generation = 0
+    /// Whether that answer was an app. Kept apart from `cached` so that the check before every
+    /// request reads two words, not a copy of the app's entry.
+    @exclusivity(unchecked) private var identified = false
 
     init(_ identity: PeerIdentity) { self.identity = identity }
 
@@ -143,19 +149,19 @@ final class ConnectionPeer {
         let (registry, generation) = registrar.current
         let result = registry.identify(identity)
         cached = (generation, result)
+        self.generation = generation
+        switch result {
+        case .success: identified = true
+        case .failure: identified = false
+        }
         return result
     }
-
-    /// The registry generation of the last `app(in:)` answer (0 before the first).
-    var generation: Int { cached?.generation ?? 0 }
 
     /// Whether the peer is an identified app in the current registry (what `app(in:)` says, without
     /// copying the app's entry out: asked before every request of a connection).
     func isIdentified(in registrar: Registrar) -> Bool {
-        if cached == nil || cached!.generation != registrar.generation { _ = app(in: registrar) }
-        switch cached!.result {
-        case .success: return true
-        case .failure: return false
-        }
+        // (Generations start at 1: 0, before the first answer, is never current.)
+        if generation != registrar.generation { _ = app(in: registrar) }
+        return identified
     }
 }

@@ -127,29 +127,55 @@ public final class RequestHandler: Sendable {
     /// registry generation, activity is counted, and the rows are read and opened now.
     ///
     /// A query the memo does not hold but whose template it does (the same query but for the service
-    /// and account, both text) is compiled from the template's entry: its two values read as the
-    /// decoder reads text, the filters and digests made again (`ItemService.recompile`); the memo
-    /// keeps it when the same bytes come that way again (`CopyMemo.storeRecompiled`). When that fails (a value that is not valid UTF-8), the
-    /// request takes the full path, which answers with the error.
+    /// and account, both text) is served from the template's entry: its two values read as the
+    /// decoder reads text. A key-only point lookup (`ItemService.copiesInPlace`) is run for them in
+    /// place, its digests hashed from the request's bytes (`ItemService.copy(_:service:account:)`),
+    /// unless the memo is to keep this query (`CopyMemo.noteRecompiled`: the second time its bytes
+    /// come so); any other, and that one, is compiled from the template's (`ItemService.recompile`:
+    /// the filters and digests made again) and the compiled query kept. When a value is not valid
+    /// UTF-8 the request takes the full path, which answers with the error.
     private func memoized(
         _ query: UnsafeRawBufferPointer, id: Int64, memo: CopyMemo, peer: ConnectionPeer
     ) -> Outcome? {
         guard peer.isIdentified(in: registrar) else { return nil }
         let token = CopyMemo.Token(registryGeneration: peer.generation, passphraseSet: items.hasPassphrase)
-        let found = { () -> ItemService.CompiledCopy? in
-            if let compiled = memo.lookup(query, token: token) { return compiled }
-            guard let template = memo.lookup(templateOf: query, token: token),
-                let service = CBOR.text(UnsafeRawBufferPointer(rebasing: query[template.service])),
-                let account = CBOR.text(UnsafeRawBufferPointer(rebasing: query[template.account])),
-                let compiled = try? items.recompile(template.compiled, service: service, account: account)
-            else { return nil }
+        let hash = CopyMemo.hash(query)
+        if let compiled = memo.lookup(query, hash: hash, token: token) { return served(compiled, id) }
+        var serviceRange = 0..<0
+        var accountRange = 0..<0
+        guard
+            let base = memo.lookup(templateOf: query, token: token, service: &serviceRange, account: &accountRange)
+        else { return nil }
+        let service = UnsafeRawBufferPointer(rebasing: query[serviceRange])
+        let account = UnsafeRawBufferPointer(rebasing: query[accountRange])
+        guard CBOR.isText(service), CBOR.isText(account) else { return nil }
+        if items.copiesInPlace(base) && !memo.noteRecompiled(query, hash: hash) {
+            touch()
+            return answer(id) { () throws(KeychainError) in
+                try items.copy(base, service: service, account: account)
+            }
+        }
+        guard let serviceText = CBOR.text(service), let accountText = CBOR.text(account),
+            let compiled = try? items.recompile(base, service: serviceText, account: accountText)
+        else { return nil }
+        if items.copiesInPlace(base) {
+            // noteRecompiled said to keep it.
+            memo.store(query, hash: hash, token: token, compiled: compiled)
+        } else {
             memo.storeRecompiled(query, token: token, compiled: compiled)
-            return compiled
-        }()
-        guard let compiled = found else { return nil }
+        }
+        return served(compiled, id)
+    }
+
+    /// A compiled `copy` run for request `id`: activity counted, then the rows read now.
+    private func served(_ compiled: ItemService.CompiledCopy, _ id: Int64) -> Outcome {
         touch()
+        return answer(id) { () throws(KeychainError) in try items.copy(compiled) }
+    }
+
+    private func answer(_ id: Int64, _ result: () throws(KeychainError) -> Value?) -> Outcome {
         do {
-            return Outcome(response: Response(id: id, result: try items.copy(compiled)), closeAfter: false)
+            return Outcome(response: Response(id: id, result: try result()), closeAfter: false)
         } catch {
             return Outcome(response: Response(id: id, error: error), closeAfter: false)
         }
@@ -201,7 +227,8 @@ public final class RequestHandler: Sendable {
                 slot.memo.store(slot.query, token: token, compiled: compiled)
                 if let template = QueryTemplate.scan(slot.query) {
                     slot.memo.store(
-                        template: template.key, queryCount: slot.query.count, token: token, compiled: compiled)
+                        template: template.key, queryCount: slot.query.count, token: token, compiled: compiled,
+                        markers: template.markers)
                 }
             }
         case .add, .update, .delete:

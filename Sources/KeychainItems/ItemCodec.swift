@@ -81,41 +81,53 @@ struct ItemCodec: Sendable {
     /// Opens a row: the attributes always, the secret when `withSecret`. A locked class is
     /// errSecInteractionNotAllowed; anything damaged or moved is errSecDecode.
     func open(_ row: StoredItem, withSecret: Bool, withAttributes: Bool = true) throws(KeychainError) -> OpenedItem {
-        guard let protection = ProtectionClass(rawValue: row.protectionClass) else {
+        let protectionClass = row.protectionClass
+        // The columns in place: a row's getters copy, and every row a read finds is opened.
+        let opened = try row.withSealedColumns { (c) throws(KeychainError) in
+            try open(c, protectionClass: protectionClass, withSecret: withSecret, withAttributes: withAttributes)
+        }
+        return OpenedItem(
+            row: row, protection: opened.protection, attributes: opened.attributes, secret: opened.secret)
+    }
+
+    /// `open` of a row given as its class and sealed columns in place (a key-only read opens them
+    /// straight from the store, without a row): the same checks, in the same order.
+    func open(
+        _ c: StoredItem.SealedColumns, protectionClass: UInt8, withSecret: Bool, withAttributes: Bool
+    ) throws(KeychainError) -> (protection: ProtectionClass, attributes: [String: Value], secret: SecretBytes?) {
+        guard let protection = ProtectionClass(rawValue: protectionClass) else {
             throw KeychainError(.decode, "an item in the database is damaged (unknown class or id)")
         }
-        var secret: SecretBytes?
-        // The columns in place: a row's getters copy, and every row a read finds is opened.
-        let attributes = try row.withSealedColumns { (c) throws(KeychainError) -> [String: Value] in
-            guard c.ref.count == PersistentRef.idLength else {
-                throw KeychainError(.decode, "an item in the database is damaged (unknown class or id)")
-            }
-            guard let sealing = ItemSealing(sealedItemKey: c.wrappedKey) else {
-                throw KeychainError(.decode, "an item in the database is damaged (its item key has no known layout)")
-            }
-            let classKey = try vault.classKey(protection)
-            return try classKey.withUnsafeBytes { (ck) throws(KeychainError) -> [String: Value] in
-                try Self.withAssociatedData(
-                    ref: c.ref, protection: protection, part: .itemKey, uniqueIndex: c.uniqueIndex, sealing: sealing
-                ) { (kad) throws(KeychainError) -> [String: Value] in
-                    try AEAD.withOpenedKey(c.wrappedKey, key: ck, ad: kad, what: "item key", sealing: sealing) {
-                        (ik) throws(KeychainError) -> [String: Value] in
-                        let attributes =
-                            withAttributes
-                            ? try openAttributes(c, protection: protection, itemKey: ik, sealing: sealing) : [:]
-                        if withSecret {
-                            secret = try Self.withAssociatedData(
-                                ref: c.ref, protection: protection, part: .secret, sealing: sealing
-                            ) { (sad) throws(KeychainError) in
-                                try AEAD.openSecret(c.secret, key: ik, ad: sad, what: "item secret", sealing: sealing)
-                            }
-                        }
-                        return attributes
+        guard c.ref.count == PersistentRef.idLength else {
+            throw KeychainError(.decode, "an item in the database is damaged (unknown class or id)")
+        }
+        guard let sealing = ItemSealing(sealedItemKey: c.wrappedKey) else {
+            throw KeychainError(.decode, "an item in the database is damaged (its item key has no known layout)")
+        }
+        // The secret comes back beside the attributes (a variable set from inside the closures would
+        // cost a runtime exclusivity check on every open).
+        typealias Opened = (attributes: [String: Value], secret: SecretBytes?)
+        let classKey = try vault.classKey(protection)
+        let opened = try classKey.withUnsafeBytes { (ck) throws(KeychainError) -> Opened in
+            try Self.withAssociatedData(
+                ref: c.ref, protection: protection, part: .itemKey, uniqueIndex: c.uniqueIndex, sealing: sealing
+            ) { (kad) throws(KeychainError) -> Opened in
+                try AEAD.withOpenedKey(c.wrappedKey, key: ck, ad: kad, what: "item key", sealing: sealing) {
+                    (ik) throws(KeychainError) -> Opened in
+                    let attributes =
+                        withAttributes
+                        ? try openAttributes(c, protection: protection, itemKey: ik, sealing: sealing) : [:]
+                    guard withSecret else { return (attributes, nil) }
+                    let secret = try Self.withAssociatedData(
+                        ref: c.ref, protection: protection, part: .secret, sealing: sealing
+                    ) { (sad) throws(KeychainError) in
+                        try AEAD.openSecret(c.secret, key: ik, ad: sad, what: "item secret", sealing: sealing)
                     }
+                    return (attributes, secret)
                 }
             }
         }
-        return OpenedItem(row: row, protection: protection, attributes: attributes, secret: secret)
+        return (protection, opened.attributes, opened.secret)
     }
 
     private func openAttributes(

@@ -294,6 +294,79 @@ public final class ItemService: Sendable {
     /// Runs a compiled `copy`: reads and opens the matching rows now (the store, the lookup cache and
     /// the class keys decide, as for any copy) and shapes the result.
     public func copy(_ compiled: CompiledCopy) throws(KeychainError) -> Value? {
+        try run(compiled, uniqueIndexes: nil)
+    }
+
+    /// Whether `copy(_:service:account:)` runs `base` for the other queries of its template: a
+    /// point lookup that needs no attribute re-check (`keyOnly`), which is what `recompile` makes of
+    /// it too, its digests aside.
+    public func copiesInPlace(_ base: CompiledCopy) -> Bool {
+        guard base.keyOnly, !base.carriesSecret, let scope = base.scope,
+            let digests = base.filter.uniqueIndexes
+        else { return false }
+        return digests.count == scope.count * (base.sync == .any ? 2 : 1)
+    }
+
+    /// `copy(recompile(base, service:, account:))` for a `base` that `copiesInPlace`, with the two
+    /// values given as the UTF-8 bytes of text strings (the caller has checked that they are valid
+    /// UTF-8, as the decoder would): the same digests hashed straight from those bytes into a buffer
+    /// on the stack and the same rows read, opened and checked, without a compiled query, a filter
+    /// or a string made for them. (A key-only copy reads no attribute filters: `recompile` makes
+    /// none either.)
+    public func copy(_ base: CompiledCopy, service: UnsafeRawBufferPointer, account: UnsafeRawBufferPointer)
+        throws(KeychainError) -> Value?
+    {
+        guard copiesInPlace(base), let scope = base.scope else {
+            throw KeychainError(.internal, "a compiled copy that cannot be run for other values in place")
+        }
+        precondition(BlindIndexer.uniqueKeyLength == Digests.length, "digest lengths differ")
+        let sync = base.sync
+        let count = scope.count * (sync == .any ? 2 : 1)
+        return try withUnsafeTemporaryAllocation(byteCount: count * Digests.length, alignment: 8) {
+            (buffer) throws(KeychainError) -> Value? in
+            // In the order `uniqueIndexes` gives: per group, not synchronizable first.
+            var at = 0
+            func digest(_ group: UnsafeRawBufferPointer, _ synchronizable: Bool) {
+                vault.blindIndex.uniqueKey(
+                    accessGroup: group, service: service, account: account, synchronizable: synchronizable,
+                    into: UnsafeMutableRawBufferPointer(rebasing: buffer[at..<at + Digests.length]))
+                at += Digests.length
+            }
+            for var group in scope {
+                group.withUTF8 { utf8 in
+                    let g = UnsafeRawBufferPointer(utf8)
+                    if sync == .any {
+                        digest(g, false)
+                        digest(g, true)
+                    } else {
+                        digest(g, sync == .yes)
+                    }
+                }
+            }
+            return try run(base, uniqueIndexes: Digests(UnsafeRawBufferPointer(buffer)))
+        }
+    }
+
+    /// `copy`, with `digests` (when given) in place of the filter's uniqueness digests.
+    private func run(_ compiled: CompiledCopy, uniqueIndexes digests: Digests?) throws(KeychainError) -> Value? {
+        if compiled.keyOnly {
+            // Its own digests laid end to end too (a compiled query the memo kept), so that its
+            // columns are read in place as well (with the lookup cache on, the rows come from the
+            // cache, which keys them by the arrays).
+            if digests == nil, !store.hasLookupCache, let own = compiled.filter.uniqueIndexes, !own.isEmpty,
+                own.allSatisfy({ $0.count == Digests.length })
+            {
+                return try withUnsafeTemporaryAllocation(byteCount: own.count * Digests.length, alignment: 8) {
+                    (buffer) throws(KeychainError) -> Value? in
+                    for (i, digest) in own.enumerated() {
+                        UnsafeMutableRawBufferPointer(rebasing: buffer[i * Digests.length..<(i + 1) * Digests.length])
+                            .copyBytes(from: digest)
+                    }
+                    return try runKeyOnly(compiled, uniqueIndexes: Digests(UnsafeRawBufferPointer(buffer)))
+                }
+            }
+            return try runKeyOnly(compiled, uniqueIndexes: digests)
+        }
         let returns = compiled.returns
         let scope = compiled.scope
         let keyOnly = compiled.keyOnly
@@ -303,7 +376,7 @@ public final class ItemService: Sendable {
         var first: OpenedItem?
         var others: [OpenedItem] = []
         try store.read { (reader) throws(KeychainError) in
-            try reader.forEach(compiled.filter) { (row) throws(KeychainError) -> Bool in
+            try reader.forEach(compiled.filter, uniqueIndexes: digests) { (row) throws(KeychainError) -> Bool in
                 let item = try codec.open(row, withSecret: returns.data, withAttributes: !keyOnly)
                 let matched: Bool
                 switch compiled.check {
@@ -330,6 +403,44 @@ public final class ItemService: Sendable {
                 returns: returns)
         }
         return compiled.limit.returnsArray ? .array(([first] + others).map(shaped)) : shaped(first)
+    }
+
+    /// `run` for a key-only copy: the same rows opened with the same checks, in the same order of
+    /// errors (opening, then not found, then an administrator's reach), but each opened from its
+    /// sealed columns in place (`StoreReader.forEachSealed`: no row made when the digests are given
+    /// and no lookup cache is on) and shaped as it is opened, since a key-only match has no
+    /// attributes to keep: no row, opened item or array of them per request.
+    private func runKeyOnly(_ compiled: CompiledCopy, uniqueIndexes digests: Digests?) throws(KeychainError)
+        -> Value?
+    {
+        let returns = compiled.returns
+        let maximum = compiled.limit.maximum
+        var matches = 0
+        var first: Value?
+        var others: [Value] = []
+        try store.read { (reader) throws(KeychainError) in
+            try reader.forEachSealed(compiled.filter, uniqueIndexes: digests) {
+                (protectionClass, c) throws(KeychainError) -> Bool in
+                let opened = try codec.open(
+                    c, protectionClass: protectionClass, withSecret: returns.data, withAttributes: false)
+                matches += 1
+                if returns.any {
+                    let value = ResultShape.value(
+                        attributes: [:], secret: opened.secret ?? SecretBytes(), ref: Array(c.ref), returns: returns)
+                    if first == nil { first = value } else { others.append(value) }
+                }
+                return matches < maximum
+            }
+        }
+        guard matches > 0 else { throw Self.notFound }
+        let caller = compiled.caller
+        if returns.data && caller.isAdmin && !caller.hasPresence {
+            // The group of a key-only match is the one the query's digest was computed for.
+            try AccessPolicy.checkAdminReach(
+                Array(repeating: compiled.scope?.first ?? "", count: matches), .readSecrets, caller)
+        }
+        guard returns.any, let first else { return nil }
+        return compiled.limit.returnsArray ? .array([first] + others) : first
     }
 
     // MARK: SecItemUpdate

@@ -47,6 +47,9 @@ public final class ItemStore: Sendable {
         readers = Locked(ReaderPool())
     }
 
+    /// Whether point lookups go through the cache of sealed rows (`lookupCacheEntries` above 0).
+    public var hasLookupCache: Bool { pointCache.capacity > 0 }
+
     /// Closes every connection (finalizing their statements). Later calls are errSecNotAvailable;
     /// readers in use are closed when they are handed back.
     public func close() {
@@ -254,53 +257,124 @@ public struct StoreReader {
         for row in rows where try !visit(row) { break }
     }
 
-    private func query(_ filter: RowFilter, _ visit: (StoredItem) throws(KeychainError) -> Bool) throws(KeychainError) {
-        try db.withStatement(filter.sql) { (s) throws(KeychainError) in
-            try filter.bind(s)
-            typealias C = RowFilter.Columns
-            // The blob columns in StoredItem's order; nil for one the filter leaves out.
-            let columns = filter.columns
-            let group = columns.searchIndexes
-            let service = group.map { $0 + 1 }
-            let account = group.map { $0 + 2 }
-            // Not selected for a lookup by one digest: the row's is that digest.
-            let digest = columns.uniqueIndex == nil ? filter.uniqueIndexes?.first ?? [] : []
-            let partial = group == nil || columns.attributes == nil || columns.secret == nil
-            func count(_ column: Int32?) -> Int { column.map { s.byteCount($0) } ?? 0 }
-            while try s.step() {
-                // Each column's length once, then its bytes copied straight into the row.
-                let counts = (
-                    count(C.ref), count(group), count(service), count(account),
-                    columns.uniqueIndex.map { s.byteCount($0) } ?? digest.count,
-                    count(C.wrappedKey), count(columns.attributes), count(columns.secret)
-                )
-                func add(_ column: Int32?, _ count: Int, _ append: (UnsafeRawBufferPointer) -> Void) {
-                    if let column {
-                        s.withBlob(column, count: count, append)
-                    } else {
-                        append(UnsafeRawBufferPointer(start: nil, count: 0))
-                    }
-                }
-                let row = StoredItem(
-                    rowid: s.int64(C.rowid), protectionClass: UInt8(truncatingIfNeeded: s.int64(C.protectionClass)),
-                    partial: partial,
-                    byteCount: counts.0 + counts.1 + counts.2 + counts.3 + counts.4 + counts.5 + counts.6 + counts.7
-                ) { append in
-                    add(C.ref, counts.0, append)
-                    add(group, counts.1, append)
-                    add(service, counts.2, append)
-                    add(account, counts.3, append)
-                    if columns.uniqueIndex != nil {
-                        add(columns.uniqueIndex, counts.4, append)
-                    } else {
-                        digest.withUnsafeBytes(append)
-                    }
-                    add(C.wrappedKey, counts.5, append)
-                    add(columns.attributes, counts.6, append)
-                    add(columns.secret, counts.7, append)
-                }
-                if try !visit(row) { break }
+    /// `forEach` for a point lookup (`filter.uniqueIndexes` set) by `digests` instead of the
+    /// filter's own, as many (when given; nil: `forEach(filter, visit)`): the filter says everything else. A `copy` compiled from its template
+    /// computes its digests into a buffer and hands them over as they are. (The point-lookup cache,
+    /// when on, keys its rows by arrays: the digests are copied into some for it.)
+    public func forEach(
+        _ filter: RowFilter, uniqueIndexes digests: Digests?, _ visit: (StoredItem) throws(KeychainError) -> Bool
+    ) throws(KeychainError) {
+        guard let digests else { return try forEach(filter, visit) }
+        precondition(filter.uniqueIndexes?.count == digests.count, "not the filter's number of digests")
+        if let cache, cache.capacity > 0 {
+            var own = filter
+            own.uniqueIndexes = digests.arrays
+            try forEach(own, visit)
+        } else {
+            try query(filter, uniqueIndexes: digests, visit)
+        }
+    }
+
+    /// `forEach(_:uniqueIndexes:_:)` for a reader that opens only what an item key and secret need:
+    /// `visit` gets each row's class and its sealed columns (`StoredItem.SealedColumns`; the search
+    /// digests and, unless the filter reads them, the attributes empty), in SQLite's memory when the
+    /// digests are given and no lookup cache is on: no row is made. The columns are valid only
+    /// during the call. (With the cache, or without digests, the rows are made as for `forEach`.)
+    public func forEachSealed(
+        _ filter: RowFilter, uniqueIndexes digests: Digests?,
+        _ visit: (_ protectionClass: UInt8, _ columns: StoredItem.SealedColumns) throws(KeychainError) -> Bool
+    ) throws(KeychainError) {
+        if let digests, cache == nil || cache!.capacity == 0 {
+            precondition(filter.uniqueIndexes?.count == digests.count, "not the filter's number of digests")
+            try querySealed(filter, uniqueIndexes: digests, visit)
+            return
+        }
+        try forEach(filter, uniqueIndexes: digests) { (row) throws(KeychainError) -> Bool in
+            try row.withSealedColumns { (c) throws(KeychainError) -> Bool in try visit(row.protectionClass, c) }
+        }
+    }
+
+    private func querySealed(
+        _ filter: RowFilter, uniqueIndexes digests: Digests,
+        _ visit: (UInt8, StoredItem.SealedColumns) throws(KeychainError) -> Bool
+    ) throws(KeychainError) {
+        let s = try db.statement(filter.sql)
+        defer { s.reset() }
+        try filter.bind(s, uniqueIndexes: digests)
+        typealias C = RowFilter.Columns
+        let columns = filter.columns
+        // Not selected for a lookup by one digest: the row's is that digest.
+        let given = digests.count > 0 ? digests[0] : UnsafeRawBufferPointer(start: nil, count: 0)
+        while try s.step() {
+            let protectionClass = UInt8(truncatingIfNeeded: s.int64(C.protectionClass))
+            let proceed = try s.withBlobs(
+                C.ref, columns.uniqueIndex, C.wrappedKey, columns.attributes, columns.secret
+            ) { (ref, selected, wrappedKey, attributes, secret) throws(KeychainError) -> Bool in
+                let c = StoredItem.SealedColumns(
+                    ref: ref, uniqueIndex: columns.uniqueIndex == nil ? given : selected, wrappedKey: wrappedKey,
+                    attributes: attributes, secret: secret)
+                return try visit(protectionClass, c)
             }
+            if !proceed { break }
+        }
+    }
+
+    private func query(
+        _ filter: RowFilter, uniqueIndexes digests: Digests? = nil,
+        _ visit: (StoredItem) throws(KeychainError) -> Bool
+    ) throws(KeychainError) {
+        // The statement without `withStatement`'s closure, whose context would hold a copy of the
+        // filter (every array in it retained and released again): reset here the same way.
+        let s = try db.statement(filter.sql)
+        defer { s.reset() }
+        try filter.bind(s, uniqueIndexes: digests)
+        typealias C = RowFilter.Columns
+        // The blob columns in StoredItem's order; nil for one the filter leaves out.
+        let columns = filter.columns
+        let group = columns.searchIndexes
+        let service = group.map { $0 + 1 }
+        let account = group.map { $0 + 2 }
+        // Not selected for a lookup by one digest: the row's is that digest.
+        let digest = columns.uniqueIndex == nil && digests == nil ? filter.uniqueIndexes?.first ?? [] : []
+        let empty = UnsafeRawBufferPointer(start: nil, count: 0)
+        let given = columns.uniqueIndex == nil ? digests.map { $0.count > 0 ? $0[0] : empty } : nil
+        let partial = group == nil || columns.attributes == nil || columns.secret == nil
+        func count(_ column: Int32?) -> Int { column.map { s.byteCount($0) } ?? 0 }
+        while try s.step() {
+            // Each column's length once, then its bytes copied straight into the row.
+            let counts = (
+                count(C.ref), count(group), count(service), count(account),
+                columns.uniqueIndex.map { s.byteCount($0) } ?? given?.count ?? digest.count,
+                count(C.wrappedKey), count(columns.attributes), count(columns.secret)
+            )
+            func add(_ column: Int32?, _ count: Int, _ append: (UnsafeRawBufferPointer) -> Void) {
+                if let column {
+                    s.withBlob(column, count: count, append)
+                } else {
+                    append(UnsafeRawBufferPointer(start: nil, count: 0))
+                }
+            }
+            let row = StoredItem(
+                rowid: s.int64(C.rowid), protectionClass: UInt8(truncatingIfNeeded: s.int64(C.protectionClass)),
+                partial: partial,
+                byteCount: counts.0 + counts.1 + counts.2 + counts.3 + counts.4 + counts.5 + counts.6 + counts.7
+            ) { append in
+                add(C.ref, counts.0, append)
+                add(group, counts.1, append)
+                add(service, counts.2, append)
+                add(account, counts.3, append)
+                if columns.uniqueIndex != nil {
+                    add(columns.uniqueIndex, counts.4, append)
+                } else if let given {
+                    append(given)
+                } else {
+                    digest.withUnsafeBytes(append)
+                }
+                add(C.wrappedKey, counts.5, append)
+                add(columns.attributes, counts.6, append)
+                add(columns.secret, counts.7, append)
+            }
+            if try !visit(row) { break }
         }
     }
 

@@ -170,17 +170,58 @@ public struct RowFilter: Sendable, Hashable {
     }
 
     func bind(_ s: SQLiteStatement) throws(KeychainError) {
+        try bind(s, uniqueIndexes: nil)
+    }
+
+    /// Binds the filter's values, with `digests` (when given: as many digests as `uniqueIndexes`
+    /// holds, each `Digests.length` bytes) in place of `uniqueIndexes`. Those are bound without a
+    /// copy: they must stay valid until the statement is reset (`withStatement` resets it before it
+    /// returns).
+    func bind(_ s: SQLiteStatement, uniqueIndexes digests: Digests?) throws(KeychainError) {
         var i: Int32 = 1
         func next(_ b: [UInt8]) throws(KeychainError) {
             try s.bind(i, b)
             i += 1
         }
         if let ref { try next(ref) }
-        if let u = uniqueIndexes { for b in u { try next(b) } }
+        if let digests {
+            for k in 0..<digests.count {
+                try s.bind(i, borrowing: digests[k])
+                i += 1
+            }
+        } else if let u = uniqueIndexes {
+            for b in u { try next(b) }
+        }
         if let serviceIndex { try next(serviceIndex) }
         if let accountIndex { try next(accountIndex) }
         if let g = accessGroupIndexes { for b in g { try next(b) } }
         if let r = requiredAttributeIndexes { for b in r { try next(b) } }
         if let excludedAttributeIndex { try next(excludedAttributeIndex) }
     }
+}
+
+/// Uniqueness digests laid end to end in one buffer, `length` bytes each: a point lookup's
+/// `uniqueIndexes` without an array per digest (StoreReader.forEach(_:uniqueIndexes:_:)).
+public struct Digests {
+    /// The length of each digest: a uniqueness digest's.
+    public static let length = 32
+    /// The digests, end to end.
+    public let bytes: UnsafeRawBufferPointer
+
+    /// `bytes` as digests of `length` bytes each (its count a multiple of that).
+    public init(_ bytes: UnsafeRawBufferPointer) {
+        precondition(bytes.count % Self.length == 0, "not a whole number of digests")
+        self.bytes = bytes
+    }
+
+    /// How many digests there are.
+    public var count: Int { bytes.count / Self.length }
+
+    /// Digest `i`.
+    public subscript(i: Int) -> UnsafeRawBufferPointer {
+        UnsafeRawBufferPointer(rebasing: bytes[i * Self.length..<(i + 1) * Self.length])
+    }
+
+    /// Each digest as an array (the point-lookup cache keys rows by them).
+    var arrays: [[UInt8]] { (0..<count).map { Array(self[$0]) } }
 }

@@ -13,11 +13,13 @@ package final class SQLiteConnection: @unchecked Sendable {
     // with WriterGate's mutex held, a reader's only by the thread that took it out of the pool (under
     // the pool's lock) until it gives it back. That hand-over through a lock is what Sendable claims.
     private var db: OpaquePointer?
-    private var cache: [String: SQLiteStatement] = [:]
+    // (Never used by two threads at once, as above: the runtime's exclusivity checks on these two,
+    // which every statement reads, are left out.)
+    @exclusivity(unchecked) private var cache: [String: SQLiteStatement] = [:]
     /// The statement used last, with its text: a connection mostly repeats one statement (a reader's
     /// point lookup), and a string compared with the very same string is one word compared, where the
     /// dictionary would hash all of it.
-    private var last: (sql: String, statement: SQLiteStatement)?
+    @exclusivity(unchecked) private var last: (sql: String, statement: SQLiteStatement)?
     private static let cacheLimit = 128
 
     /// Opens (creating if `create`) the database at `path` with WAL, synchronous=FULL, a busy timeout
@@ -105,20 +107,25 @@ package final class SQLiteConnection: @unchecked Sendable {
     package func withStatement<R>(_ sql: String, _ body: (SQLiteStatement) throws(KeychainError) -> R)
         throws(KeychainError) -> R
     {
-        let statement: SQLiteStatement
-        if let last, last.sql == sql {
-            statement = last.statement
-        } else if let cached = cache[sql] {
-            statement = cached
-            last = (sql, cached)
-        } else {
-            statement = try SQLiteStatement(connection: self, sql: sql)
-            if cache.count >= Self.cacheLimit { cache.removeAll() }
-            cache[sql] = statement
-            last = (sql, statement)
-        }
+        let statement = try self.statement(sql)
         defer { statement.reset() }
         return try body(statement)
+    }
+
+    /// The cached prepared statement for `sql`, for a caller that resets it itself before it lets go
+    /// of it (`defer { statement.reset() }`), as `withStatement` does: the row reader of every `copy`
+    /// uses it without a closure, which would copy its row filter into the closure's context.
+    package func statement(_ sql: String) throws(KeychainError) -> SQLiteStatement {
+        if let last, last.sql == sql { return last.statement }
+        if let cached = cache[sql] {
+            last = (sql, cached)
+            return cached
+        }
+        let statement = try SQLiteStatement(connection: self, sql: sql)
+        if cache.count >= Self.cacheLimit { cache.removeAll() }
+        cache[sql] = statement
+        last = (sql, statement)
+        return statement
     }
 
     /// Whether a transaction is open. SQLite can roll a whole transaction back by itself (after
@@ -203,6 +210,16 @@ package final class SQLiteStatement {
         try connection.check(rc, "bind")
     }
 
+    /// Binds `bytes` without copying them: they must stay valid until the statement is reset or the
+    /// parameter bound again (`SQLiteConnection.withStatement` resets it, clearing the bindings,
+    /// before it returns, so bytes that outlive that call are safe).
+    package func bind(_ index: Int32, borrowing bytes: UnsafeRawBufferPointer) throws(KeychainError) {
+        // SQLITE_STATIC (a nil destructor): SQLite reads the bytes where they are.
+        let rc = sqlite3_bind_blob(
+            statement, index, bytes.baseAddress ?? UnsafeRawPointer(bitPattern: 1), Int32(bytes.count), nil)
+        try connection.check(rc, "bind")
+    }
+
     package func bind(_ index: Int32, _ value: Int64) throws(KeychainError) {
         try connection.check(sqlite3_bind_int64(statement, index, value), "bind")
     }
@@ -246,6 +263,25 @@ package final class SQLiteStatement {
         let p = sqlite3_column_blob(statement, column)
         let n = Int(sqlite3_column_bytes(statement, column))
         return body(UnsafeRawBufferPointer(start: n > 0 ? p : nil, count: n > 0 ? n : 0))
+    }
+
+    /// Five columns' bytes in place at once (nil: an empty buffer for a column not selected), without
+    /// a copy; valid only inside `body` (until the next step).
+    package func withBlobs<R, E: Error>(
+        _ a: Int32?, _ b: Int32?, _ c: Int32?, _ d: Int32?, _ e: Int32?,
+        _ body: (
+            UnsafeRawBufferPointer, UnsafeRawBufferPointer, UnsafeRawBufferPointer, UnsafeRawBufferPointer,
+            UnsafeRawBufferPointer
+        ) throws(E) -> R
+    ) throws(E) -> R {
+        func bytes(_ column: Int32?) -> UnsafeRawBufferPointer {
+            guard let column else { return UnsafeRawBufferPointer(start: nil, count: 0) }
+            // The pointer first, then the length (SQLite's advice: the length call never converts).
+            let p = sqlite3_column_blob(statement, column)
+            let n = Int(sqlite3_column_bytes(statement, column))
+            return UnsafeRawBufferPointer(start: n > 0 ? p : nil, count: n > 0 ? n : 0)
+        }
+        return try body(bytes(a), bytes(b), bytes(c), bytes(d), bytes(e))
     }
 
     package func text(_ column: Int32) -> String? {

@@ -22,20 +22,102 @@ public struct QueryTemplate: Sendable {
     public let service: Range<Int>
     /// Where the account's text is.
     public let account: Range<Int>
+    /// Where in `key` its two 0xFF bytes stand for the values (`match` needs them: other bytes of
+    /// the key may be 0xFF too, inside a byte string).
+    public let markers: Markers
+
+    /// The positions of the two values' stand-in bytes in a template's key, in order.
+    public struct Markers: Sendable, Equatable {
+        /// The first one's position.
+        public let first: Int
+        /// The second one's position.
+        public let second: Int
+        /// Whether the first is the service's (else the account's).
+        public let serviceFirst: Bool
+    }
 
     /// The template of `query` (the encoded map), or nil when it is not of the kind described above.
     public static func scan(_ query: UnsafeRawBufferPointer) -> QueryTemplate? {
         var key = [UInt8](repeating: 0, count: query.count)
         guard let found = key.withUnsafeMutableBytes({ scan(query, into: $0) }) else { return nil }
         key.removeLast(key.count - found.count)
-        return QueryTemplate(key: key, service: found.service, account: found.account)
+        return QueryTemplate(key: key, service: found.service, account: found.account, markers: found.markers)
+    }
+
+    /// Where `query`'s service and account texts are when its template's key is `key` (whose
+    /// markers are `markers`, as `scan` found them), else nil: exactly when `scan(query)` would give
+    /// this key, without scanning the query or writing its key. The bytes before, between and after
+    /// the two values must be the key's, and each value a text string (definite length, within the
+    /// query): every CBOR item of those stretches then parses as it did in the query the key was made
+    /// from (each lies wholly inside its stretch), so the scan would find the same map, the same two
+    /// values and nothing after it. A connection asking many items in one shape matches its last
+    /// template so.
+    public static func match(_ query: UnsafeRawBufferPointer, key: UnsafeRawBufferPointer, markers: Markers) -> (
+        service: Range<Int>, account: Range<Int>
+    )? {
+        let (first, second) = (markers.first, markers.second)
+        precondition(0 <= first && first < second && second < key.count, "markers outside the key")
+        // Before the first value.
+        guard query.count >= first, same(query, 0, key, 0, first) else { return nil }
+        guard let one = text(query, at: first) else { return nil }
+        // Between the two.
+        let middle = second - first - 1
+        guard query.count - one.upperBound >= middle, same(query, one.upperBound, key, first + 1, middle) else {
+            return nil
+        }
+        guard let two = text(query, at: one.upperBound + middle) else { return nil }
+        // After the second, to the end of both.
+        let tail = key.count - second - 1
+        guard query.count - two.upperBound == tail, same(query, two.upperBound, key, second + 1, tail) else {
+            return nil
+        }
+        return markers.serviceFirst ? (one, two) : (two, one)
+    }
+
+    /// The content of the definite-length text string whose head is at `at` in `bytes`, else nil.
+    private static func text(_ bytes: UnsafeRawBufferPointer, at: Int) -> Range<Int>? {
+        guard at < bytes.count, bytes[at] >> 5 == 3 else { return nil }
+        var next = at + 1
+        guard let length = RawCBOR.argument(bytes, bytes[at] & 0x1F, &next), length <= UInt64(bytes.count - next)
+        else { return nil }
+        return next..<next + Int(length)
+    }
+
+    /// `count` bytes of `a` at `i` are those of `b` at `j` (both in range; the caller checked).
+    private static func same(
+        _ a: UnsafeRawBufferPointer, _ i: Int, _ b: UnsafeRawBufferPointer, _ j: Int, _ count: Int
+    ) -> Bool {
+        func word(_ k: Int) -> Bool {
+            a.loadUnaligned(fromByteOffset: i + k, as: UInt64.self)
+                == b.loadUnaligned(fromByteOffset: j + k, as: UInt64.self)
+        }
+        guard count >= 8 else {
+            guard count >= 4 else {
+                for k in 0..<count where a[i + k] != b[j + k] { return false }
+                return true
+            }
+            // Four to seven bytes: the first four and the last four (overlapping).
+            func half(_ k: Int) -> Bool {
+                a.loadUnaligned(fromByteOffset: i + k, as: UInt32.self)
+                    == b.loadUnaligned(fromByteOffset: j + k, as: UInt32.self)
+            }
+            return half(0) && half(count - 4)
+        }
+        // Eight bytes at a time, the last eight overlapping the word before when the count is not
+        // a multiple of eight.
+        var k = 0
+        while k + 8 < count {
+            if !word(k) { return false }
+            k += 8
+        }
+        return word(count - 8)
     }
 
     /// `scan` with the key written into `key` (room for `query.count` bytes) instead of a new array:
     /// how many bytes of it the key is, and where the two texts are. A connection's memo looks up the
     /// template of nearly every request of a client that reads many items, in one buffer it keeps.
     public static func scan(_ query: UnsafeRawBufferPointer, into key: UnsafeMutableRawBufferPointer) -> (
-        count: Int, service: Range<Int>, account: Range<Int>
+        count: Int, service: Range<Int>, account: Range<Int>, markers: Markers
     )? {
         let count = query.count
         precondition(key.count >= count, "no room for the key")
@@ -94,13 +176,16 @@ public struct QueryTemplate: Sendable {
             written += range.count
         }
         append(0..<first.head)
+        let firstMarker = written
         key[written] = 0xFF
         written += 1
         append(first.content.upperBound..<second.head)
+        let secondMarker = written
         key[written] = 0xFF
         written += 1
         append(second.content.upperBound..<count)
-        return (written, service.content, account.content)
+        let markers = Markers(first: firstMarker, second: secondMarker, serviceFirst: service.head < account.head)
+        return (written, service.content, account.content, markers)
     }
 
     /// The bytes at `at` are those of `name` (ASCII; the caller has checked that they are in `bytes`).

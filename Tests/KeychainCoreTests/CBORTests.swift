@@ -10,6 +10,28 @@ struct CBORTests {
         return out
     }
 
+    @Test("isText accepts exactly the text strings text(_:) reads")
+    func isTextAgreesWithText() {
+        var samples: [[UInt8]] = [
+            [], Array("a".utf8), Array("exactly8".utf8), Array("ünïcödé and more than eight bytes".utf8),
+            Array("😀".utf8), [0xFF], [0x61, 0xC3], [0xC3, 0x28], [0xED, 0xA0, 0x80], [0xF4, 0x90, 0x80, 0x80],
+            Array("ascii then".utf8) + [0x80], [0xC0, 0xAF], Array(repeating: 0x7F, count: 17),
+        ]
+        var rng = SystemRandomNumberGenerator()
+        for length in 0..<40 {
+            // Mostly ASCII, some high bytes: valid and invalid sequences both.
+            samples.append(
+                (0..<length).map { _ in
+                    UInt8.random(in: 0...9, using: &rng) == 0 ? .random(in: 0x80...0xFF) : .random(in: 0...0x7F)
+                })
+        }
+        for sample in samples {
+            sample.withUnsafeBytes { b in
+                #expect(CBOR.isText(b) == (CBOR.text(b) != nil), "\(sample)")
+            }
+        }
+    }
+
     @Test("RFC 8949 appendix A vectors decode to the right values")
     func rfcVectors() throws {
         #expect(try CBOR.decode(hex("00")) == .int(0))

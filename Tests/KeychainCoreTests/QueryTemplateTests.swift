@@ -113,4 +113,53 @@ struct QueryTemplateTests {
             #expect(Array(whole[..<cut]).withUnsafeBytes { QueryTemplate.scan($0) } == nil, "cut at \(cut)")
         }
     }
+
+    @Test("matching a known template's key finds exactly what scanning the query would")
+    func matchAgreesWithScan() throws {
+        var rng = SystemRandomNumberGenerator()
+        let bases: [[String: Value]] = [
+            query("s", "a", ["r_Data": .bool(true)]),
+            query("bench.fill", "user1", ["r_Data": .bool(true), "m_Limit": .text("m_LimitOne")]),
+            // 0xFF bytes elsewhere in the key: the markers say which are the values'.
+            query("s", "a", ["gena": .bytes([0xFF, 0xFF, 0x63]), "r_PersistentRef": .bool(true)]),
+            query(String(repeating: "x", count: 40), "ü", ["agrp": .text("TEAM.g"), "labl": .text("label")]),
+            ["svce": .text("s"), "acct": .text("a")],
+        ]
+        for base in bases {
+            let bytes = CBOR.encode(.map(base))
+            let template = try #require(bytes.withUnsafeBytes { QueryTemplate.scan($0) })
+            // Other values, the base itself, and byte-level damage of each.
+            var candidates: [[UInt8]] = [bytes]
+            for (service, account) in [("", ""), ("t", "b"), (String(repeating: "y", count: 300), "é"), ("ü", "a")] {
+                var other = base
+                other["svce"] = .text(service)
+                other["acct"] = .text(account)
+                candidates.append(CBOR.encode(.map(other)))
+                var bytesValue = base
+                bytesValue["svce"] = .bytes(Array(service.utf8))
+                candidates.append(CBOR.encode(.map(bytesValue)))
+            }
+            for c in Array(candidates) {
+                candidates.append(c + [0])
+                candidates.append(Array(c.dropLast()))
+                for _ in 0..<40 {
+                    var damaged = c
+                    damaged[Int.random(in: 0..<damaged.count, using: &rng)] = .random(in: 0...255, using: &rng)
+                    candidates.append(damaged)
+                }
+                for cut in 0..<c.count { candidates.append(Array(c[..<cut])) }
+            }
+            var matched = 0
+            for candidate in candidates {
+                let scanned = candidate.withUnsafeBytes { QueryTemplate.scan($0) }
+                let expected = scanned.flatMap { $0.key == template.key ? ($0.service, $0.account) : nil }
+                let found = candidate.withUnsafeBytes { q in
+                    template.key.withUnsafeBytes { QueryTemplate.match(q, key: $0, markers: template.markers) }
+                }
+                #expect(found?.service == expected?.0 && found?.account == expected?.1, "\(candidate)")
+                if found != nil { matched += 1 }
+            }
+            #expect(matched >= 5, "too few candidates matched to compare anything")
+        }
+    }
 }

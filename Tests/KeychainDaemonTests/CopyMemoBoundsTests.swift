@@ -93,4 +93,65 @@ struct CopyMemoBoundsTests {
             #expect(kept == (carriesSecret ? [false, false] : [false, true]), "secret: \(carriesSecret)")
         }
     }
+
+    @Test("a query served from its template is noted the first time and kept the second, never a long one")
+    func noteRecompiledSaysWhenToKeep() {
+        let memo = CopyMemo()
+        for (count, expected) in [
+            (64, [false, true, false, true]), (CopyMemo.maxQueryBytes + 1, [false, false, false, false]),
+        ] {
+            let bytes = [UInt8](repeating: 0x61, count: count)
+            let said = bytes.withUnsafeBytes { b in
+                (0..<4).map { _ in memo.noteRecompiled(b, hash: CopyMemo.hash(b)) }
+            }
+            #expect(said == expected, "\(count) bytes")
+        }
+        // Another query's note in the same slot in between starts over.
+        let a = [UInt8]("first query".utf8)
+        let slotmate = (0..<100_000).lazy.map { [UInt8]("other \($0)".utf8) }.first { other in
+            let (ha, ho) = (a.withUnsafeBytes { CopyMemo.hash($0) }, other.withUnsafeBytes { CopyMemo.hash($0) })
+            return ha != ho && (ha ^ ho) & UInt64(CopyMemo.slots - 1) == 0
+        }
+        guard let other = slotmate else {
+            Issue.record("no query found in the same slot")
+            return
+        }
+        func note(_ q: [UInt8]) -> Bool { q.withUnsafeBytes { memo.noteRecompiled($0, hash: CopyMemo.hash($0)) } }
+        #expect([note(a), note(other), note(a), note(a)] == [false, false, false, true])
+    }
+
+    @Test("the last template is matched without a scan only for its token, and finds what the scan finds")
+    func lastTemplateFollowsTheToken() throws {
+        let fixture = try Fixture()
+        defer { fixture.remove() }
+        let (items, caller, token) = (fixture.items, fixture.caller, fixture.token)
+        func query(_ service: String, _ more: [String: Value] = [:]) -> [String: Value] {
+            var q: [String: Value] = [
+                "class": .text("genp"), "svce": .text(service), "acct": .text("a"), "r_Data": .bool(true),
+            ]
+            q.merge(more) { _, new in new }
+            return q
+        }
+        let memo = CopyMemo()
+        var compiled: [ItemService.CompiledCopy] = []
+        for shape in [[:], ["r_PersistentRef": Value.bool(true)]] {
+            let bytes = CBOR.encode(.map(query("s", shape)))
+            let template = try #require(bytes.withUnsafeBytes { QueryTemplate.scan($0) })
+            compiled.append(try items.compileCopy(query("s", shape), caller: caller))
+            memo.store(
+                template: template.key, queryCount: bytes.count, token: token, compiled: compiled.last!,
+                markers: template.markers)
+        }
+        // The second shape's entry is the last; a query of the first is found by its scan, and
+        // both by theirs afterwards, under their token only.
+        let stale = CopyMemo.Token(registryGeneration: 2, passphraseSet: false)
+        for (i, shape) in [(0, [:]), (1, ["r_PersistentRef": Value.bool(true)]), (0, [:])] {
+            let bytes = CBOR.encode(.map(query("other service", shape)))
+            let found = try #require(bytes.withUnsafeBytes { memo.lookup(templateOf: $0, token: token) })
+            let text = bytes.withUnsafeBytes { CBOR.text(UnsafeRawBufferPointer(rebasing: $0[found.service])) }
+            #expect(text == "other service")
+            #expect(found.compiled === compiled[i])
+            #expect(bytes.withUnsafeBytes { memo.lookup(templateOf: $0, token: stale) } == nil)
+        }
+    }
 }
