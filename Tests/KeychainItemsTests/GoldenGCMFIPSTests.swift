@@ -30,7 +30,7 @@ import Testing
         let temporary = try TemporaryDirectory(prefix: "kc-golden-fips")
         let report = temporary.appending("report")
         let output = temporary.appending("output")
-        FileManager.default.createFile(atPath: output, contents: nil)
+        try #require(FileManager.default.createFile(atPath: output, contents: nil), "cannot create \(output)")
         let child = Process()
         child.executableURL = URL(
             fileURLWithPath: try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe"))

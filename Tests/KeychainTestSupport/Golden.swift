@@ -1,4 +1,4 @@
-public import Foundation
+import Foundation
 
 /// Known-answer files in `Tests/Golden`, written by an earlier keychaind (see its README.md): the
 /// current code must keep opening them, byte for byte as they are.

@@ -1,4 +1,4 @@
-public import Foundation
+import Foundation
 
 /// A fresh private directory for one test (mode 0700, under `$TMPDIR`), removed with everything in
 /// it when the object goes away or `remove()` is called.
