@@ -115,7 +115,9 @@ let package = Package(
             ]),
         .testTarget(
             name: "KeychainDaemonTests",
-            dependencies: ["KeychainSystem", "KeychainDaemon", "KeychainItems", "KeychainCore", "KeychainWire"]),
+            dependencies: [
+                "KeychainSystem", "KeychainDaemon", "KeychainItems", "KeychainCrypto", "KeychainCore", "KeychainWire",
+            ]),
         .testTarget(
             name: "SecretServiceTests",
             dependencies: [

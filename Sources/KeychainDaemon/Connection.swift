@@ -114,9 +114,7 @@ final class Connection {
                 let handled: Bool?  // whether to close after it
                 do {
                     handled = try frames.withNextFrame { body in
-                        let outcome = handler.handle(frame: body, peer: peer, memo: memo)
-                        outcome.response.appendFrame(to: &output)
-                        return outcome.closeAfter
+                        handler.respond(frame: body, peer: peer, memo: memo, into: &output)
                     }
                 } catch {
                     Log.info("connection closed: oversized frame", [("pid", String(pid))])

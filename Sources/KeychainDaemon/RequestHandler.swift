@@ -53,7 +53,7 @@ public final class RequestHandler: Sendable {
 
     /// One request from a peer identified afresh (the fuzz target; connections use a `ConnectionPeer`).
     public func handle(frame body: [UInt8], peer: PeerIdentity) -> Outcome {
-        handle(frame: SecretBytes(body), peer: ConnectionPeer(peer))
+        outcome(of: body, peer: ConnectionPeer(peer), memo: nil)
     }
 
     /// A client's state across requests as its connection keeps it: the identification and the memo
@@ -68,39 +68,54 @@ public final class RequestHandler: Sendable {
 
     /// One request within `session`, served as its connection would serve it (the memo included).
     public func handle(frame body: [UInt8], session: Session) -> Outcome {
-        handle(frame: SecretBytes(body), peer: session.peer, memo: session.memo)
+        outcome(of: body, peer: session.peer, memo: session.memo)
     }
 
-    /// One request from a connection. Secrets in it (`secretRequestKeys`) are decoded straight into
-    /// wiping storage, so the decoded request leaves no copy of them behind.
-    func handle(frame body: SecretBytes, peer: ConnectionPeer) -> Outcome {
-        handle(frame: body, peer: peer, memo: nil)
-    }
-
-    /// One request of a connection, from a frame body held in wiping storage.
-    func handle(frame body: SecretBytes, peer: ConnectionPeer, memo: CopyMemo?) -> Outcome {
-        body.withUnsafeBytes { handle(frame: $0, peer: peer, memo: memo) }
+    /// `respond` for a frame body given as an array, its answer read back from the frame written:
+    /// the bytes a connection would send, as a `Response`.
+    private func outcome(of body: [UInt8], peer: ConnectionPeer, memo: CopyMemo?) -> Outcome {
+        let request = SecretBytes(body)
+        var output = SecretBytes()
+        let closeAfter = request.withUnsafeBytes { respond(frame: $0, peer: peer, memo: memo, into: &output) }
+        let response = output.withUnsafeBytes { (frame) -> Response in
+            guard frame.count >= 4, let value = try? CBOR.decode(UnsafeRawBufferPointer(rebasing: frame[4...])),
+                let decoded = try? Response(value)
+            else { return Response(id: 0, error: KeychainError(.internal, "the daemon framed an unreadable answer")) }
+            return decoded
+        }
+        return Outcome(response: response, closeAfter: closeAfter)
     }
 
     /// Where a request of the common shape may leave its compiled `copy` query: the connection's
     /// memo and the `query` bytes within the frame body. It lives only as long as the request's
-    /// handling, inside the scope that lends the frame body (`handle(frame:peer:memo:)`).
+    /// handling, inside the scope that lends the frame body (`respond(frame:peer:memo:into:)`).
     struct MemoSlot {
         let memo: CopyMemo
         let query: UnsafeRawBufferPointer
     }
 
     /// One request of a connection, its frame body lent where it lies (the connection's frame buffer,
-    /// which wipes it afterwards; no copy is made). With a `memo`, a `copy` of the common request
+    /// which wipes it afterwards; no copy is made), its answer framed onto `output`. Returns whether
+    /// the connection must close after the answer. With a `memo`, a `copy` of the common request
     /// shape whose `query` bytes were served before on this connection (same caller, same passphrase
-    /// state) skips decoding, parsing and the policy decision (CopyMemo.swift).
-    func handle(frame body: UnsafeRawBufferPointer, peer: ConnectionPeer, memo: CopyMemo?) -> Outcome {
+    /// state) skips decoding, parsing and the policy decision (CopyMemo.swift); when it returns one
+    /// item's data alone, that data is opened into a buffer on the stack and framed from there.
+    func respond(
+        frame body: UnsafeRawBufferPointer, peer: ConnectionPeer, memo: CopyMemo?, into output: inout SecretBytes
+    ) -> Bool {
         var slot: MemoSlot?
         if let memo, let shape = RequestShape.scan(body), shape.op == .copy {
             let query = UnsafeRawBufferPointer(rebasing: body[shape.queryStart...])
-            if let outcome = memoized(query, id: shape.id, memo: memo, peer: peer) { return outcome }
+            if memoized(query, id: shape.id, memo: memo, peer: peer, into: &output) { return false }
             slot = MemoSlot(memo: memo, query: query)
         }
+        let outcome = decodeAndServe(body, peer: peer, slot: slot)
+        outcome.response.appendFrame(to: &output)
+        return outcome.closeAfter
+    }
+
+    /// The full path: the frame body decoded, the request parsed, decided and served.
+    private func decodeAndServe(_ body: UnsafeRawBufferPointer, peer: ConnectionPeer, slot: MemoSlot?) -> Outcome {
         let value: Value
         do { value = try CBOR.decode(body, secretKeys: secretRequestKeys) } catch {
             return Outcome(
@@ -122,7 +137,8 @@ public final class RequestHandler: Sendable {
         }
     }
 
-    /// A `copy` served from the memo, or nil when its query is not there (or the entry is stale).
+    /// A `copy` served from the memo, its answer framed onto `output`; false (nothing written) when
+    /// its query is not there (or the entry is stale).
     /// Everything the full path does per request still happens: the peer is identified in the current
     /// registry generation, activity is counted, and the rows are read and opened now.
     ///
@@ -135,49 +151,81 @@ public final class RequestHandler: Sendable {
     /// the filters and digests made again) and the compiled query kept. When a value is not valid
     /// UTF-8 the request takes the full path, which answers with the error.
     private func memoized(
-        _ query: UnsafeRawBufferPointer, id: Int64, memo: CopyMemo, peer: ConnectionPeer
-    ) -> Outcome? {
-        guard peer.isIdentified(in: registrar) else { return nil }
+        _ query: UnsafeRawBufferPointer, id: Int64, memo: CopyMemo, peer: ConnectionPeer, into output: inout SecretBytes
+    ) -> Bool {
+        guard peer.isIdentified(in: registrar) else { return false }
         let token = CopyMemo.Token(registryGeneration: peer.generation, passphraseSet: items.hasPassphrase)
         let hash = CopyMemo.hash(query)
-        if let compiled = memo.lookup(query, hash: hash, token: token) { return served(compiled, id) }
+        if let compiled = memo.lookup(query, hash: hash, token: token) {
+            served(compiled, id, into: &output)
+            return true
+        }
         var serviceRange = 0..<0
         var accountRange = 0..<0
         guard
             let base = memo.lookup(templateOf: query, token: token, service: &serviceRange, account: &accountRange)
-        else { return nil }
+        else { return false }
         let service = UnsafeRawBufferPointer(rebasing: query[serviceRange])
         let account = UnsafeRawBufferPointer(rebasing: query[accountRange])
-        guard CBOR.isText(service), CBOR.isText(account) else { return nil }
+        guard CBOR.isText(service), CBOR.isText(account) else { return false }
         if items.copiesInPlace(base) && !memo.noteRecompiled(query, hash: hash) {
             touch()
-            return answer(id) { () throws(KeychainError) in
-                try items.copy(base, service: service, account: account)
+            if items.lendsData(base) {
+                answer(id, into: &output) { (data) throws(KeychainError) in
+                    try items.withData(of: base, service: service, account: account, data)
+                }
+            } else {
+                answer(id, into: &output) { () throws(KeychainError) in
+                    try items.copy(base, service: service, account: account)
+                }
             }
+            return true
         }
         guard let serviceText = CBOR.text(service), let accountText = CBOR.text(account),
             let compiled = try? items.recompile(base, service: serviceText, account: accountText)
-        else { return nil }
+        else { return false }
         if items.copiesInPlace(base) {
             // noteRecompiled said to keep it.
             memo.store(query, hash: hash, token: token, compiled: compiled)
         } else {
             memo.storeRecompiled(query, token: token, compiled: compiled)
         }
-        return served(compiled, id)
+        served(compiled, id, into: &output)
+        return true
     }
 
     /// A compiled `copy` run for request `id`: activity counted, then the rows read now.
-    private func served(_ compiled: ItemService.CompiledCopy, _ id: Int64) -> Outcome {
+    private func served(_ compiled: ItemService.CompiledCopy, _ id: Int64, into output: inout SecretBytes) {
         touch()
-        return answer(id) { () throws(KeychainError) in try items.copy(compiled) }
+        if items.lendsData(compiled) {
+            answer(id, into: &output) { (data) throws(KeychainError) in try items.withData(of: compiled, data) }
+        } else {
+            answer(id, into: &output) { () throws(KeychainError) in try items.copy(compiled) }
+        }
     }
 
-    private func answer(_ id: Int64, _ result: () throws(KeychainError) -> Value?) -> Outcome {
+    /// The answer to request `id`: `result`'s value, or the error it threw.
+    private func answer(_ id: Int64, into output: inout SecretBytes, _ result: () throws(KeychainError) -> Value?) {
         do {
-            return Outcome(response: Response(id: id, result: try result()), closeAfter: false)
+            Response(id: id, result: try result()).appendFrame(to: &output)
         } catch {
-            return Outcome(response: Response(id: id, error: error), closeAfter: false)
+            Response(id: id, error: error).appendFrame(to: &output)
+        }
+    }
+
+    /// The answer to request `id` whose result is one item's data, lent by `open` to the closure it
+    /// is given and framed from there; or the error `open` threw. (Whatever was framed before a
+    /// throw is taken back and zeroed, so the answer is the error alone.)
+    private func answer(
+        _ id: Int64, into output: inout SecretBytes,
+        data open: ((UnsafeRawBufferPointer) -> Void) throws(KeychainError) -> Void
+    ) {
+        let start = output.count
+        do {
+            try open { data in Response.appendSuccess(id: id, data: data, to: &output) }
+        } catch {
+            output.removeLast(output.count - start)
+            Response(id: id, error: error).appendFrame(to: &output)
         }
     }
 

@@ -95,6 +95,51 @@ struct ItemCodec: Sendable {
     func open(
         _ c: StoredItem.SealedColumns, protectionClass: UInt8, withSecret: Bool, withAttributes: Bool
     ) throws(KeychainError) -> (protection: ProtectionClass, attributes: [String: Value], secret: SecretBytes?) {
+        // The secret comes back beside the attributes (a variable set from inside the closures would
+        // cost a runtime exclusivity check on every open).
+        typealias Opened = (protection: ProtectionClass, attributes: [String: Value], secret: SecretBytes?)
+        return try withItemKey(c, protectionClass: protectionClass) {
+            (protection, ik, sealing) throws(KeychainError) -> Opened in
+            let attributes =
+                withAttributes ? try openAttributes(c, protection: protection, itemKey: ik, sealing: sealing) : [:]
+            guard withSecret else { return (protection, attributes, nil) }
+            let secret = try Self.withAssociatedData(
+                ref: c.ref, protection: protection, part: .secret, sealing: sealing
+            ) { (sad) throws(KeychainError) in
+                try AEAD.openSecret(c.secret, key: ik, ad: sad, what: "item secret", sealing: sealing)
+            }
+            return (protection, attributes, secret)
+        }
+    }
+
+    /// Opens only the secret of a row given in place, into a buffer lent to `body` and zeroed
+    /// afterwards (on the stack when small): a copy that returns nothing but the data frames it from
+    /// there, with no wiping storage allocated for it. The same checks as `open`, in the same order.
+    func withSecret<R>(
+        _ c: StoredItem.SealedColumns, protectionClass: UInt8, _ body: (UnsafeRawBufferPointer) -> R
+    ) throws(KeychainError) -> R {
+        try withItemKey(c, protectionClass: protectionClass) { (protection, ik, sealing) throws(KeychainError) -> R in
+            guard c.secret.count >= sealing.overhead else {
+                throw KeychainError(.decode, "item secret is damaged (too short)")
+            }
+            return try withUnsafeTemporaryAllocation(byteCount: c.secret.count - sealing.overhead, alignment: 16) {
+                (plain) throws(KeychainError) -> R in
+                defer { Sodium.zero(plain) }
+                try Self.withAssociatedData(ref: c.ref, protection: protection, part: .secret, sealing: sealing) {
+                    (sad) throws(KeychainError) in
+                    try AEAD.open(c.secret, key: ik, ad: sad, into: plain, what: "item secret", sealing: sealing)
+                }
+                return body(UnsafeRawBufferPointer(plain))
+            }
+        }
+    }
+
+    /// The checks every open makes (class, id, item-key layout), then `body` with the item key opened
+    /// into a stack buffer (zeroed afterwards). A locked class is errSecInteractionNotAllowed.
+    private func withItemKey<R>(
+        _ c: StoredItem.SealedColumns, protectionClass: UInt8,
+        _ body: (ProtectionClass, UnsafeRawBufferPointer, ItemSealing) throws(KeychainError) -> R
+    ) throws(KeychainError) -> R {
         guard let protection = ProtectionClass(rawValue: protectionClass) else {
             throw KeychainError(.decode, "an item in the database is damaged (unknown class or id)")
         }
@@ -104,30 +149,16 @@ struct ItemCodec: Sendable {
         guard let sealing = ItemSealing(sealedItemKey: c.wrappedKey) else {
             throw KeychainError(.decode, "an item in the database is damaged (its item key has no known layout)")
         }
-        // The secret comes back beside the attributes (a variable set from inside the closures would
-        // cost a runtime exclusivity check on every open).
-        typealias Opened = (attributes: [String: Value], secret: SecretBytes?)
         let classKey = try vault.classKey(protection)
-        let opened = try classKey.withUnsafeBytes { (ck) throws(KeychainError) -> Opened in
+        return try classKey.withUnsafeBytes { (ck) throws(KeychainError) -> R in
             try Self.withAssociatedData(
                 ref: c.ref, protection: protection, part: .itemKey, uniqueIndex: c.uniqueIndex, sealing: sealing
-            ) { (kad) throws(KeychainError) -> Opened in
+            ) { (kad) throws(KeychainError) -> R in
                 try AEAD.withOpenedKey(c.wrappedKey, key: ck, ad: kad, what: "item key", sealing: sealing) {
-                    (ik) throws(KeychainError) -> Opened in
-                    let attributes =
-                        withAttributes
-                        ? try openAttributes(c, protection: protection, itemKey: ik, sealing: sealing) : [:]
-                    guard withSecret else { return (attributes, nil) }
-                    let secret = try Self.withAssociatedData(
-                        ref: c.ref, protection: protection, part: .secret, sealing: sealing
-                    ) { (sad) throws(KeychainError) in
-                        try AEAD.openSecret(c.secret, key: ik, ad: sad, what: "item secret", sealing: sealing)
-                    }
-                    return (attributes, secret)
+                    (ik) throws(KeychainError) -> R in try body(protection, ik, sealing)
                 }
             }
         }
-        return (protection, opened.attributes, opened.secret)
     }
 
     private func openAttributes(

@@ -316,6 +316,17 @@ public final class ItemService: Sendable {
     public func copy(_ base: CompiledCopy, service: UnsafeRawBufferPointer, account: UnsafeRawBufferPointer)
         throws(KeychainError) -> Value?
     {
+        try withDigests(base, service: service, account: account) { (digests) throws(KeychainError) in
+            try run(base, uniqueIndexes: digests)
+        }
+    }
+
+    /// The digests of `base`'s point lookup for other `service` and `account` values (see
+    /// `copy(_:service:account:)`), hashed into a buffer on the stack and lent to `body`.
+    private func withDigests<R>(
+        _ base: CompiledCopy, service: UnsafeRawBufferPointer, account: UnsafeRawBufferPointer,
+        _ body: (Digests) throws(KeychainError) -> R
+    ) throws(KeychainError) -> R {
         guard copiesInPlace(base), let scope = base.scope else {
             throw KeychainError(.internal, "a compiled copy that cannot be run for other values in place")
         }
@@ -323,7 +334,7 @@ public final class ItemService: Sendable {
         let sync = base.sync
         let count = scope.count * (sync == .any ? 2 : 1)
         return try withUnsafeTemporaryAllocation(byteCount: count * Digests.length, alignment: 8) {
-            (buffer) throws(KeychainError) -> Value? in
+            (buffer) throws(KeychainError) -> R in
             // In the order `uniqueIndexes` gives: per group, not synchronizable first.
             var at = 0
             func digest(_ group: UnsafeRawBufferPointer, _ synchronizable: Bool) {
@@ -343,26 +354,85 @@ public final class ItemService: Sendable {
                     }
                 }
             }
-            return try run(base, uniqueIndexes: Digests(UnsafeRawBufferPointer(buffer)))
+            return try body(Digests(UnsafeRawBufferPointer(buffer)))
         }
+    }
+
+    /// A compiled key-only copy's own digests laid end to end in a stack buffer and lent to `body`
+    /// (so that its columns are read in place too), or nil when the lookup cache is on (its rows come
+    /// from the cache, which keys them by the arrays) or a digest is not of the usual length.
+    private func withOwnDigests<R>(_ compiled: CompiledCopy, _ body: (Digests?) throws(KeychainError) -> R)
+        throws(KeychainError) -> R
+    {
+        guard !store.hasLookupCache, let own = compiled.filter.uniqueIndexes, !own.isEmpty,
+            own.allSatisfy({ $0.count == Digests.length })
+        else { return try body(nil) }
+        return try withUnsafeTemporaryAllocation(byteCount: own.count * Digests.length, alignment: 8) {
+            (buffer) throws(KeychainError) -> R in
+            for (i, digest) in own.enumerated() {
+                UnsafeMutableRawBufferPointer(rebasing: buffer[i * Digests.length..<(i + 1) * Digests.length])
+                    .copyBytes(from: digest)
+            }
+            return try body(Digests(UnsafeRawBufferPointer(buffer)))
+        }
+    }
+
+    // MARK: Data lent in place
+
+    /// Whether `withData(of:_:)` can run `compiled`: a key-only copy (`r_Data` alone, one match)
+    /// whose answer is the data of one item and nothing else, for a caller no administrator check
+    /// limits (an admin app without presence is checked after the open, so it takes `copy`).
+    public func lendsData(_ compiled: CompiledCopy) -> Bool {
+        let returns = compiled.returns
+        guard compiled.keyOnly, returns.data, returns.count == 1, !compiled.limit.returnsArray else { return false }
+        return !(compiled.caller.isAdmin && !compiled.caller.hasPresence)
+    }
+
+    /// `copy(compiled)` for a query that `lendsData`: the one item's data opened into a buffer lent
+    /// to `body` (zeroed afterwards) instead of a `Value` in wiping storage, so the caller can frame
+    /// it straight into its answer. The same rows, checks and errors as `copy`: `body` is called
+    /// exactly once when `copy` would return the data, and not at all when it would throw.
+    public func withData(of compiled: CompiledCopy, _ body: (UnsafeRawBufferPointer) -> Void) throws(KeychainError) {
+        precondition(lendsData(compiled), "a copy that does not return only one item's data")
+        try withOwnDigests(compiled) { (digests) throws(KeychainError) in
+            try openData(compiled, uniqueIndexes: digests, body)
+        }
+    }
+
+    /// `withData(of:_:)` for `base` run for other values in place, as `copy(_:service:account:)`.
+    public func withData(
+        of base: CompiledCopy, service: UnsafeRawBufferPointer, account: UnsafeRawBufferPointer,
+        _ body: (UnsafeRawBufferPointer) -> Void
+    ) throws(KeychainError) {
+        precondition(lendsData(base), "a copy that does not return only one item's data")
+        try withDigests(base, service: service, account: account) { (digests) throws(KeychainError) in
+            try openData(base, uniqueIndexes: digests, body)
+        }
+    }
+
+    /// `runKeyOnly` for one item's data alone: the first match's secret lent to `body`.
+    private func openData(
+        _ compiled: CompiledCopy, uniqueIndexes digests: Digests?, _ body: (UnsafeRawBufferPointer) -> Void
+    ) throws(KeychainError) {
+        var found = false
+        try store.read { (reader) throws(KeychainError) in
+            try reader.forEachSealed(compiled.filter, uniqueIndexes: digests) {
+                (protectionClass, c) throws(KeychainError) -> Bool in
+                try codec.withSecret(c, protectionClass: protectionClass, body)
+                found = true
+                return false
+            }
+        }
+        guard found else { throw Self.notFound }
     }
 
     /// `copy`, with `digests` (when given) in place of the filter's uniqueness digests.
     private func run(_ compiled: CompiledCopy, uniqueIndexes digests: Digests?) throws(KeychainError) -> Value? {
         if compiled.keyOnly {
-            // Its own digests laid end to end too (a compiled query the memo kept), so that its
-            // columns are read in place as well (with the lookup cache on, the rows come from the
-            // cache, which keys them by the arrays).
-            if digests == nil, !store.hasLookupCache, let own = compiled.filter.uniqueIndexes, !own.isEmpty,
-                own.allSatisfy({ $0.count == Digests.length })
-            {
-                return try withUnsafeTemporaryAllocation(byteCount: own.count * Digests.length, alignment: 8) {
-                    (buffer) throws(KeychainError) -> Value? in
-                    for (i, digest) in own.enumerated() {
-                        UnsafeMutableRawBufferPointer(rebasing: buffer[i * Digests.length..<(i + 1) * Digests.length])
-                            .copyBytes(from: digest)
-                    }
-                    return try runKeyOnly(compiled, uniqueIndexes: Digests(UnsafeRawBufferPointer(buffer)))
+            // Its own digests laid end to end too (a compiled query the memo kept).
+            if digests == nil {
+                return try withOwnDigests(compiled) { (own) throws(KeychainError) in
+                    try runKeyOnly(compiled, uniqueIndexes: own)
                 }
             }
             return try runKeyOnly(compiled, uniqueIndexes: digests)

@@ -133,6 +133,15 @@ public struct SecretBytes: @unchecked Sendable, Hashable, CustomStringConvertibl
         storage.count = rest
     }
 
+    /// Drops the last `n` bytes, zeroing them.
+    public mutating func removeLast(_ n: Int) {
+        precondition(n >= 0 && n <= count, "removeLast beyond the start")
+        guard n > 0 else { return }
+        makeUnique(capacity: storage.room)
+        storage.count -= n
+        explicit_bzero(storage.pointer + storage.count, n)
+    }
+
     /// Zeroes and empties the buffer, keeping its capacity when `keepingCapacity`.
     public mutating func removeAll(keepingCapacity: Bool = false) {
         if keepingCapacity && isKnownUniquelyReferenced(&storage) {

@@ -148,6 +148,14 @@ public struct Response: Sendable {
         Frame.patchLength(&out, from: start)
     }
 
+    /// Appends the frame of a success for request `id` whose result is `data` as a byte string: the
+    /// bytes `Response(id: id, result: .bytes(data)).appendFrame(to:)` appends, written in one pass
+    /// from where the data lies (a copied secret lent by the item layer).
+    public static func appendSuccess(id: Int64, data: UnsafeRawBufferPointer, to out: inout SecretBytes) {
+        if id >= 0 { return appendSuccess(id: UInt64(id), payload: data, to: &out) }
+        Response(id: id, result: .secret(SecretBytes(copying: data))).appendFrame(to: &out)
+    }
+
     /// The keys every response has, as CBOR text: appended whole instead of encoded each time.
     private static let idKey: [UInt8] = [0x62, 0x69, 0x64]  // "id"
     private static let resultKey: [UInt8] = [0x66, 0x72, 0x65, 0x73, 0x75, 0x6C, 0x74]  // "result"

@@ -150,6 +150,14 @@ struct ResponseFrameTests {
                         out.unprotectedArray == [0xAA, 0xBB]
                             + Frame.encode(Response(id: id, result: .bytes(payload)).value))
                 }
+                // From data lent where it lies (a secret opened on the stack), negative ids too.
+                for i in [id, -1 - id] {
+                    var out = SecretBytes([0xAA, 0xBB])
+                    payload.withUnsafeBytes { Response.appendSuccess(id: i, data: $0, to: &out) }
+                    #expect(
+                        out.unprotectedArray == [0xAA, 0xBB]
+                            + Frame.encode(Response(id: i, result: .bytes(payload)).value))
+                }
             }
         }
     }

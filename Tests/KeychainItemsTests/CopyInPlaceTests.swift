@@ -1,5 +1,6 @@
 import KeychainCore
 import KeychainStore
+import KeychainSystem
 import KeychainTestSupport
 import Testing
 
@@ -18,6 +19,19 @@ struct CopyInPlaceTests {
 
         init(_ body: () throws(KeychainError) -> Value?) {
             do { self = .value(try body()) } catch { self = .error(error.status, error.message) }
+        }
+
+        /// The answer of a call that lends the data (`ItemService.withData`) as the value `copy`
+        /// would return for it; a call that lends nothing, or lends twice, is recorded as an issue.
+        init(lent body: ((UnsafeRawBufferPointer) -> Void) throws(KeychainError) -> Void) {
+            var lent: [SecretBytes] = []
+            do { try body { lent.append(SecretBytes(copying: $0)) } } catch {
+                #expect(lent.isEmpty, "data lent before an error")
+                self = .error(error.status, error.message)
+                return
+            }
+            #expect(lent.count == 1, "data lent \(lent.count) times")
+            self = .value(lent.first.map { .secret($0) })
         }
     }
 
@@ -63,6 +77,7 @@ struct CopyInPlaceTests {
             (Fixture.admin, ["r_PersistentRef": .bool(true), "agrp": .text("TEAM.shared")]),
         ]
         var found = 0
+        var lentCount = 0
         for (caller, shape) in shapes {
             let base = try service.compileCopy(query("base", "base", shape), caller: caller)
             #expect(service.copiesInPlace(base), "\(shape)")
@@ -77,9 +92,57 @@ struct CopyInPlaceTests {
                 }
                 #expect(inPlace == full, "\(shape) \(svce)/\(acct)")
                 if case .value(let v) = full, v != nil { found += 1 }
+                // A copy of one item's data alone is also lent where it was opened, in place and
+                // from a compiled query of the same values (what a connection frames from).
+                guard service.lendsData(base) else { continue }
+                let lent = Array(svce.utf8).withUnsafeBytes { s in
+                    Array(acct.utf8).withUnsafeBytes { a in
+                        Answer(lent: { (data) throws(KeychainError) in
+                            try service.withData(of: base, service: s, account: a, data)
+                        })
+                    }
+                }
+                #expect(lent == full, "lent in place: \(shape) \(svce)/\(acct)")
+                let compiled = try service.compileCopy(query(svce, acct, shape), caller: caller)
+                let lentCompiled = Answer(lent: { (data) throws(KeychainError) in
+                    try service.withData(of: compiled, data)
+                })
+                #expect(lentCompiled == full, "lent compiled: \(shape) \(svce)/\(acct)")
+                lentCount += 1
             }
         }
         #expect(found > 20, "too few queries found an item to compare anything")
+        #expect(lentCount > 20, "too few queries lent their data to compare anything")
+    }
+
+    @Test("only a key-only copy of one item's data alone is lent where it is opened")
+    func onlyOneItemsDataIsLent() throws {
+        try withKeychain { fx in
+            let s = fx.service
+            func lends(_ extra: [String: Value], _ caller: Caller = Fixture.app) throws -> Bool {
+                s.lendsData(try s.compileCopy(query("s", "a", extra), caller: caller))
+            }
+            for extra: [String: Value] in [["r_Data": .bool(true)], ["r_Data": .bool(true), "m_Limit": .int(1)]] {
+                let lent = try lends(extra)
+                #expect(lent, "\(extra)")
+            }
+            for extra: [String: Value] in [
+                ["r_PersistentRef": .bool(true)], ["r_Data": .bool(true), "r_PersistentRef": .bool(true)],
+                ["r_Data": .bool(true), "m_Limit": .text("m_LimitAll")], ["r_Data": .bool(true), "m_Limit": .int(2)],
+                ["r_Data": .bool(true), "r_Attributes": .bool(true)], ["r_Data": .bool(true), "labl": .text("l")],
+            ] {
+                let lent = try lends(extra)
+                #expect(!lent, "\(extra)")
+            }
+            // An administrator without presence has its reach checked after the open: its copies
+            // take the full path. With presence (no passphrase set, or one given) nothing is checked.
+            var absent = Fixture.admin
+            absent.hasPresence = false
+            let withoutPresence = try lends(["r_Data": .bool(true), "agrp": .text("TEAM.app")], absent)
+            #expect(!withoutPresence)
+            let withPresence = try lends(["r_Data": .bool(true), "agrp": .text("TEAM.app")], Fixture.admin)
+            #expect(withPresence)
+        }
     }
 
     @Test("only a key-only point lookup is run in place")
@@ -172,6 +235,16 @@ struct CopyInPlaceTests {
                 }
             }
             #expect(inPlace == full, "\(shape)")
+            if service.lendsData(base) {
+                let lent = Array("svc".utf8).withUnsafeBytes { s in
+                    Array("alice".utf8).withUnsafeBytes { a in
+                        Answer(lent: { (data) throws(KeychainError) in
+                            try service.withData(of: base, service: s, account: a, data)
+                        })
+                    }
+                }
+                #expect(lent == full, "lent: \(shape)")
+            }
             // Without the secret asked for, only what the item key's associated data covers is
             // checked (and a ref asked for is read from the row).
             if shape["r_Data"] != nil || tamper.contains("key_ix") || tamper.contains("class")

@@ -47,6 +47,28 @@ import Testing
         #expect(a.isEmpty)
     }
 
+    @Test("removeLast drops the tail and zeroes it, so the room after the bytes holds nothing")
+    func secretBytesRemoveLastZeroesTheTail() {
+        var a = SecretBytes(capacity: 64)
+        a.append(contentsOf: Array("keep-this:drop-this-secret".utf8))
+        let shared = a  // a copy sharing the buffer keeps its bytes
+        a.removeLast(16)
+        #expect(a.unprotectedArray == Array("keep-this:".utf8))
+        #expect(shared.unprotectedArray == Array("keep-this:drop-this-secret".utf8))
+        var b = SecretBytes(capacity: 64)
+        b.append(contentsOf: Array("keep-this:drop-this-secret".utf8))
+        b.removeLast(16)
+        // The room after the bytes, as the next append sees it: zeros where the dropped bytes were.
+        let room = b.append(upTo: 16) { (raw) -> Int in
+            #expect(raw.allSatisfy { $0 == 0 }, "the dropped bytes are still there")
+            return 0
+        }
+        #expect(room == 0 && b.count == 10)
+        b.removeLast(0)
+        b.removeLast(10)
+        #expect(b.isEmpty)
+    }
+
     @Test func lockedValuesChangeOneThreadAtATime() async {
         let counter = Locked(0)
         await withTaskGroup(of: Void.self) { group in
