@@ -209,11 +209,23 @@ public struct StoreReader {
             return try lease!.connection()
         }
     }
+    /// Whether this read has taken a reader connection (one the cache answered did not).
+    var tookConnection: Bool { lease?.taken != nil }
     /// Set on readers outside a write transaction; a writer's own reads must see its changes.
     var cache: PointLookupCache? = nil
 
     /// Calls `visit` for each row matching `filter`, in rowid order, until it returns false.
     public func forEach(_ filter: RowFilter, _ visit: (StoredItem) throws(KeychainError) -> Bool) throws(KeychainError)
+    {
+        switch cachedOne(filter, nil) {
+        case .row(let row): _ = try visit(row)
+        case .noMatch: break
+        case .miss: try lookUp(filter, visit)
+        }
+    }
+
+    /// `forEach` after `cachedOne` said `.miss`: through the cache's general path or SQLite.
+    private func lookUp(_ filter: RowFilter, _ visit: (StoredItem) throws(KeychainError) -> Bool) throws(KeychainError)
     {
         if let cache, cache.capacity > 0, let keys = filter.pointLookupKeys {
             try cachedPointLookup(filter, keys: keys, cache: cache, visit)
@@ -222,10 +234,42 @@ public struct StoreReader {
         }
     }
 
+    /// What the point-lookup cache answers for a lookup by one digest (`digests`' one when given,
+    /// else the filter's), class filter applied.
+    private enum OneRow {
+        /// The one matching row.
+        case row(StoredItem)
+        /// No row matches (none has the digest, or its class is filtered out).
+        case noMatch
+        /// Not answered here: read through `lookUp` (SQLite, or the cache's general path).
+        case miss
+    }
+
+    /// The cache's answer for a pure point lookup by one digest of `Digests.length` bytes, with no
+    /// array, filter copy or result array made: a hit is a dictionary lookup under the cache's
+    /// lock, the row taken out as a reference and looked at after it. A miss (not cached, cached
+    /// without the secret the filter asks for, no cache, or any other lookup) reads through
+    /// `lookUp`, which stores what it read.
+    private func cachedOne(_ filter: RowFilter, _ digests: Digests?) -> OneRow {
+        guard let cache, cache.capacity > 0, filter.isPointLookup else { return .miss }
+        let key: DigestKey?
+        if let digests {
+            key = digests.count == 1 ? DigestKey(digests[0]) : nil
+        } else if let own = filter.uniqueIndexes, own.count == 1 {
+            key = DigestKey(own[0])
+        } else {
+            key = nil
+        }
+        guard let key, let found = cache.lookup(key, needSecret: filter.includeSecret) else { return .miss }
+        guard case .row(let row) = found else { return .noMatch }
+        if let classes = filter.classes, !classes.contains(row.protectionClass) { return .noMatch }
+        return .row(row)
+    }
+
     /// A point lookup through the cache: a hit never touches SQLite; a miss reads every key (at most
     /// one row each) and caches what it found, absent keys included when no class filter hid rows.
     private func cachedPointLookup(
-        _ filter: RowFilter, keys: [[UInt8]], cache: PointLookupCache,
+        _ filter: RowFilter, keys: [DigestKey], cache: PointLookupCache,
         _ visit: (StoredItem) throws(KeychainError) -> Bool
     ) throws(KeychainError) {
         var rows: [StoredItem]
@@ -243,8 +287,9 @@ public struct StoreReader {
                 rows.append(row)
                 return true
             }
-            var entries: [([UInt8], PointLookupCache.Entry)] = keys.map { ($0, .init(row: nil, hasSecret: true)) }
-            let found = rows.map(\.uniqueIndex)  // once each: a row's getters copy the column
+            var entries: [(DigestKey, PointLookupCache.Entry)] = keys.map { ($0, .init(row: nil, hasSecret: true)) }
+            // Once each: a row's getters copy the column. (A row's digest is its key's, byte for byte.)
+            let found = rows.map { row in row.withSealedColumns { DigestKey($0.uniqueIndex) } }
             for (i, entry) in entries.enumerated() {
                 if let j = found.firstIndex(of: entry.0) {
                     entries[i].1 = .init(row: rows[j], hasSecret: filter.includeSecret)
@@ -258,18 +303,24 @@ public struct StoreReader {
     }
 
     /// `forEach` for a point lookup (`filter.uniqueIndexes` set) by `digests` instead of the
-    /// filter's own, as many (when given; nil: `forEach(filter, visit)`): the filter says everything else. A `copy` compiled from its template
-    /// computes its digests into a buffer and hands them over as they are. (The point-lookup cache,
-    /// when on, keys its rows by arrays: the digests are copied into some for it.)
+    /// filter's own, as many (when given; nil: `forEach(filter, visit)`): the filter says everything
+    /// else. A `copy` compiled from its template computes its digests into a buffer and hands them
+    /// over as they are. (The point-lookup cache answers a lookup by one digest from the buffer; for
+    /// any other it keys its rows by arrays: the digests are copied into some for it.)
     public func forEach(
         _ filter: RowFilter, uniqueIndexes digests: Digests?, _ visit: (StoredItem) throws(KeychainError) -> Bool
     ) throws(KeychainError) {
         guard let digests else { return try forEach(filter, visit) }
         precondition(filter.uniqueIndexes?.count == digests.count, "not the filter's number of digests")
         if let cache, cache.capacity > 0 {
-            var own = filter
-            own.uniqueIndexes = digests.arrays
-            try forEach(own, visit)
+            switch cachedOne(filter, digests) {
+            case .row(let row): _ = try visit(row)
+            case .noMatch: break
+            case .miss:
+                var own = filter
+                own.uniqueIndexes = digests.arrays
+                try lookUp(own, visit)
+            }
         } else {
             try query(filter, uniqueIndexes: digests, visit)
         }
@@ -279,18 +330,36 @@ public struct StoreReader {
     /// `visit` gets each row's class and its sealed columns (`StoredItem.SealedColumns`; the search
     /// digests and, unless the filter reads them, the attributes empty), in SQLite's memory when the
     /// digests are given and no lookup cache is on: no row is made. The columns are valid only
-    /// during the call. (With the cache, or without digests, the rows are made as for `forEach`.)
+    /// during the call. With the cache on, a lookup by one digest that the cache holds gets the
+    /// cached row's columns (nothing else made); any other reads its rows as `forEach` does.
     public func forEachSealed(
         _ filter: RowFilter, uniqueIndexes digests: Digests?,
         _ visit: (_ protectionClass: UInt8, _ columns: StoredItem.SealedColumns) throws(KeychainError) -> Bool
     ) throws(KeychainError) {
-        if let digests, cache == nil || cache!.capacity == 0 {
+        if let digests {
             precondition(filter.uniqueIndexes?.count == digests.count, "not the filter's number of digests")
+        }
+        if let cache, cache.capacity > 0 {
+            switch cachedOne(filter, digests) {
+            case .row(let row):
+                _ = try row.withSealedColumns { (c) throws(KeychainError) -> Bool in try visit(row.protectionClass, c) }
+                return
+            case .noMatch: return
+            case .miss: break
+            }
+        } else if let digests {
             try querySealed(filter, uniqueIndexes: digests, visit)
             return
         }
-        try forEach(filter, uniqueIndexes: digests) { (row) throws(KeychainError) -> Bool in
+        func sealed(_ row: StoredItem) throws(KeychainError) -> Bool {
             try row.withSealedColumns { (c) throws(KeychainError) -> Bool in try visit(row.protectionClass, c) }
+        }
+        if let digests {
+            var own = filter
+            own.uniqueIndexes = digests.arrays
+            try lookUp(own, sealed)
+        } else {
+            try lookUp(filter, sealed)
         }
     }
 

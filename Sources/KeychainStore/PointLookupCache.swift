@@ -34,11 +34,11 @@ public final class PointLookupCache: Sendable {
 
     /// The cached rows for `keys` (absent keys contribute nothing), or nil if any key is not cached
     /// well enough (missing, or cached without the secret when the secret is needed).
-    func rows(for keys: [[UInt8]], needSecret: Bool) -> [StoredItem]? {
+    func rows(for keys: [DigestKey], needSecret: Bool) -> [StoredItem]? {
         state.withLock { s -> [StoredItem]? in
             var found: [StoredItem] = []
             for key in keys {
-                guard let entry = s.entries[DigestKey(key)] else { return nil }
+                guard let entry = s.entries[key] else { return nil }
                 if let row = entry.row {
                     if needSecret && !entry.hasSecret { return nil }
                     found.append(row)
@@ -48,16 +48,32 @@ public final class PointLookupCache: Sendable {
         }
     }
 
+    /// What the cache says of one digest: its row, or that no row has it.
+    enum Lookup {
+        case row(StoredItem)
+        case absent
+    }
+
+    /// `rows(for: [key], …)` without the arrays: the row cached for `key` (a reference, taken out
+    /// under the lock and read by the caller after it), `.absent` when the cache knows no row has
+    /// it, or nil when it is not cached well enough.
+    func lookup(_ key: DigestKey, needSecret: Bool) -> Lookup? {
+        let entry = state.withLock { s in s.entries[key] }
+        guard let entry else { return nil }
+        guard let row = entry.row else { return .absent }
+        return needSecret && !entry.hasSecret ? nil : .row(row)
+    }
+
     /// Remembers what one lookup read, unless a write finished since `generation` was taken.
     /// Rows whose sealed secret is larger are not kept, so the cache stays small in bytes too.
     static let maxSecretBytes = 16 * 1024
 
-    func store(_ entries: [([UInt8], Entry)], generation: UInt64) {
+    func store(_ entries: [(DigestKey, Entry)], generation: UInt64) {
         if entries.contains(where: { ($0.1.row?.secret.count ?? 0) > Self.maxSecretBytes }) { return }
         state.withLock { s in
             guard s.generation == generation else { return }
             if s.entries.count + entries.count > capacity { s.entries.removeAll(keepingCapacity: true) }
-            for (key, entry) in entries { s.entries[DigestKey(key)] = entry }
+            for (key, entry) in entries { s.entries[key] = entry }
         }
     }
 
@@ -69,31 +85,58 @@ public final class PointLookupCache: Sendable {
     }
 }
 
-/// A uniqueness digest as a dictionary key. The digest is a keyed BLAKE2b output, uniform and not
-/// choosable without the blind-index key, so its first eight bytes are as good a hash as all of it:
-/// hashing those alone saves hashing the rest on every lookup (equality still compares every byte).
+/// A uniqueness digest (`Digests.length` bytes) as a dictionary key, in four words: made from the
+/// bytes without an allocation, compared in four steps. The digest is a keyed BLAKE2b output,
+/// uniform and not choosable without the blind-index key, so its first word is as good a hash as
+/// all of it: hashing that alone saves hashing the rest on every lookup (equality still compares
+/// every byte). Only digests of that length are cached: a lookup by a key of any other length reads
+/// the database (no row the item layer writes has one).
 struct DigestKey: Hashable, Sendable {
-    let bytes: [UInt8]
+    let words: (UInt64, UInt64, UInt64, UInt64)
 
-    init(_ bytes: [UInt8]) { self.bytes = bytes }
+    /// The key for `bytes`, or nil when they are not `Digests.length` long.
+    init?(_ bytes: UnsafeRawBufferPointer) {
+        guard bytes.count == Digests.length else { return nil }
+        words = (
+            bytes.loadUnaligned(fromByteOffset: 0, as: UInt64.self),
+            bytes.loadUnaligned(fromByteOffset: 8, as: UInt64.self),
+            bytes.loadUnaligned(fromByteOffset: 16, as: UInt64.self),
+            bytes.loadUnaligned(fromByteOffset: 24, as: UInt64.self)
+        )
+    }
+
+    /// The key for `bytes`, or nil when they are not `Digests.length` long.
+    init?(_ bytes: [UInt8]) {
+        guard let key = bytes.withUnsafeBytes({ DigestKey($0) }) else { return nil }
+        self = key
+    }
+
+    static func == (a: DigestKey, b: DigestKey) -> Bool {
+        a.words.0 == b.words.0 && a.words.1 == b.words.1 && a.words.2 == b.words.2 && a.words.3 == b.words.3
+    }
 
     func hash(into hasher: inout Hasher) {
-        bytes.withUnsafeBytes { b in
-            if b.count >= 8 {
-                hasher.combine(b.loadUnaligned(as: UInt64.self))
-            } else {
-                hasher.combine(bytes: b)
-            }
-        }
+        hasher.combine(words.0)
     }
 }
 
 extension RowFilter {
-    /// The digests of a pure point lookup (nothing but `key_ix IN …`, optionally a class), else nil.
-    var pointLookupKeys: [[UInt8]]? {
-        guard let keys = uniqueIndexes, ref == nil, serviceIndex == nil, accountIndex == nil,
-            accessGroupIndexes == nil, requiredAttributeIndexes == nil, excludedAttributeIndex == nil
-        else { return nil }
+    /// Whether this is a pure point lookup: nothing but `key_ix IN …`, optionally a class.
+    var isPointLookup: Bool {
+        uniqueIndexes != nil && ref == nil && serviceIndex == nil && accountIndex == nil
+            && accessGroupIndexes == nil && requiredAttributeIndexes == nil && excludedAttributeIndex == nil
+    }
+
+    /// The cache keys of a pure point lookup whose digests are all `Digests.length` long, else nil
+    /// (such a lookup reads the database).
+    var pointLookupKeys: [DigestKey]? {
+        guard isPointLookup, let digests = uniqueIndexes else { return nil }
+        var keys: [DigestKey] = []
+        keys.reserveCapacity(digests.count)
+        for digest in digests {
+            guard let key = DigestKey(digest) else { return nil }
+            keys.append(key)
+        }
         return keys
     }
 }

@@ -40,6 +40,8 @@ public struct StoredItem: @unchecked Sendable {
     /// makes a new row (rows are changed only on the write path).
     @usableFromInline final class Row: ManagedBuffer<Header, UInt8> {}
 
+    /// The header's fields are read through its pointer: `Row.header` is a class's stored property,
+    /// and each read of it costs the runtime's exclusivity check (the row is immutable anyway).
     @usableFromInline var row: Row
 
     private init(
@@ -104,7 +106,7 @@ public struct StoredItem: @unchecked Sendable {
 
     /// The SQLite rowid: 0 for a row not yet inserted; changes on restore, unlike `ref`.
     public var rowid: Int64 {
-        get { row.header.rowid }
+        get { row.withUnsafeMutablePointerToHeader { $0.pointee.rowid } }
         set { self = changed(rowid: newValue) }
     }
     /// 16 bytes (creation time, then random), fixed for the item's life (the persistent reference's id).
@@ -114,7 +116,7 @@ public struct StoredItem: @unchecked Sendable {
     }
     /// The accessibility class number (`ProtectionClass.rawValue`).
     public var protectionClass: UInt8 {
-        get { row.header.protectionClass }
+        get { row.withUnsafeMutablePointerToHeader { $0.pointee.protectionClass } }
         set { self = changed(protectionClass: newValue) }
     }
     /// Blind index (keyed digest) of the access group: matches a group without revealing its name.
@@ -164,7 +166,7 @@ public struct StoredItem: @unchecked Sendable {
 
     /// Read without some of its columns (`RowFilter.includeSearchIndexes`, `includeAttributes`,
     /// `includeSecret`): for opening only; the store refuses to write it.
-    public var isPartial: Bool { row.header.partial }
+    public var isPartial: Bool { row.withUnsafeMutablePointerToHeader { $0.pointee.partial } }
 
     /// The columns an open reads, in place: valid only inside `withSealedColumns`.
     public struct SealedColumns {

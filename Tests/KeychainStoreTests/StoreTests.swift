@@ -53,13 +53,16 @@ import Testing
     @Test func aFilterBecomesBoundSQLOfItsShape() {
         let point = RowFilter(uniqueIndexes: [[1], [2]], includeSecret: true)
         #expect(point.sql.contains("key_ix IN (?,?)") && point.sql.contains(", secret FROM items"))
-        #expect(point.pointLookupKeys?.count == 2)
+        // The lookup cache keys digests of 32 bytes only: a point lookup by others reads the database.
+        #expect(point.isPointLookup && point.pointLookupKeys == nil)
+        let digests = RowFilter(uniqueIndexes: [Array(repeating: 1, count: 32), Array(repeating: 2, count: 32)])
+        #expect(digests.pointLookupKeys?.count == 2)
         let scan = RowFilter(serviceIndex: [3], accessGroupIndexes: [], classes: [6, 7])
         #expect(
             scan.sql.contains("svce_ix = ?") && scan.sql.contains("agrp_ix IN (NULL)")
                 && scan.sql.contains("class IN (6,7)"))
         #expect(!scan.sql.contains("secret"))
-        #expect(scan.pointLookupKeys == nil)
+        #expect(!scan.isPointLookup && scan.pointLookupKeys == nil)
         // The item calls read rows without the search digests, a key-only copy without the attributes
         // either, and a lookup by one digest takes key_ix from the filter: fewer blob columns per row.
         let bare = RowFilter(uniqueIndexes: [[1]], includeSecret: true, includeSearchIndexes: false)
@@ -149,5 +152,231 @@ import Testing
         defer { again.close() }
         let check = try again.attachRowState(key: vault.rowStateKey, policy: .verify)
         #expect(check.rows == 4 && check.markProblem == nil)
+    }
+    /// What a read saw of one row: its class and columns (the secret and the attributes only when
+    /// the filter asks for them; a row the cache keeps has them all the same).
+    struct Seen: Equatable, Sendable, CustomStringConvertible {
+        var protectionClass: UInt8
+        var ref: [UInt8], uniqueIndex: [UInt8], wrappedKey: [UInt8], attributes: [UInt8], secret: [UInt8]
+
+        init(_ protectionClass: UInt8, _ c: StoredItem.SealedColumns, _ filter: RowFilter) {
+            self.protectionClass = protectionClass
+            ref = Array(c.ref)
+            uniqueIndex = Array(c.uniqueIndex)
+            wrappedKey = Array(c.wrappedKey)
+            attributes = filter.includeAttributes ? Array(c.attributes) : []
+            secret = filter.includeSecret ? Array(c.secret) : []
+        }
+
+        var description: String { "class \(protectionClass) ref \(ref.first ?? 0) secret \(secret)" }
+    }
+
+    /// The ways a point lookup is asked: sealed columns or rows, the digests in a buffer (`Digests`)
+    /// or in the filter.
+    enum Way: CaseIterable {
+        case sealedBuffer, sealedFilter, rowsBuffer, rowsFilter
+    }
+
+    /// `filter` asked of `reader` the way `way` says (a way with a buffer only when every digest has
+    /// `Digests.length` bytes; else with the filter's).
+    static func ask(_ reader: StoreReader, _ way: Way, _ filter: RowFilter) throws(KeychainError) -> [Seen] {
+        var seen: [Seen] = []
+        let digests = filter.uniqueIndexes ?? []
+        let buffered =
+            (way == .sealedBuffer || way == .rowsBuffer) && !digests.isEmpty
+            && digests.allSatisfy { $0.count == Digests.length }
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: digests.count * Digests.length, alignment: 8)
+        defer { buffer.deallocate() }
+        var given: Digests?
+        if buffered {
+            for (i, d) in digests.enumerated() {
+                UnsafeMutableRawBufferPointer(rebasing: buffer[i * Digests.length..<(i + 1) * Digests.length])
+                    .copyBytes(from: d)
+            }
+            given = Digests(UnsafeRawBufferPointer(buffer))
+        }
+        switch way {
+        case .sealedBuffer, .sealedFilter:
+            try reader.forEachSealed(filter, uniqueIndexes: given) {
+                (protectionClass, c) throws(KeychainError) -> Bool in
+                seen.append(Seen(protectionClass, c, filter))
+                return true
+            }
+        case .rowsBuffer, .rowsFilter:
+            try reader.forEach(filter, uniqueIndexes: given) { (row) throws(KeychainError) -> Bool in
+                row.withSealedColumns { seen.append(Seen(row.protectionClass, $0, filter)) }
+                return true
+            }
+        }
+        return seen
+    }
+
+    /// A store with the point-lookup cache on and rows made here (sealed by no one: the store
+    /// never opens them).
+    final class CacheFixture {
+        let temporary: TemporaryDirectory
+        let store: ItemStore
+        private var refs: UInt8 = 0
+
+        init() throws {
+            temporary = try TemporaryDirectory(prefix: "kc-store-cache")
+            store = try ItemStore(path: temporary.appending("keychain.db"))
+            _ = try store.attachRowState(key: SecureBytes(random: 32), policy: .create)
+        }
+
+        deinit { store.close() }
+
+        /// A row with the uniqueness digest `digest`.
+        func row(_ digest: [UInt8], class protectionClass: UInt8 = 6, secret: String, rowid: Int64 = 0) -> StoredItem {
+            refs += 1
+            return StoredItem(
+                rowid: rowid, ref: Array(repeating: refs, count: 16), protectionClass: protectionClass,
+                accessGroupIndex: [1], serviceIndex: [2], accountIndex: [3], uniqueIndex: digest,
+                wrappedKey: [refs, 4], attributes: [refs, 5], secret: Array(secret.utf8))
+        }
+
+        @discardableResult
+        func insert(_ row: StoredItem) throws -> Int64 {
+            try store.write { (w) throws(KeychainError) in try w.insert(row) }
+        }
+
+        /// What the database holds for `filter`, read on the writer's connection (no cache; the
+        /// transaction's commit clears the cache).
+        func truth(_ way: Way, _ filter: RowFilter) throws -> [Seen] {
+            try store.write { (w) throws(KeychainError) in try StoreTests.ask(w.reader, way, filter) }
+        }
+
+        /// `filter` read through the cache, and whether the cache answered it (no connection taken).
+        func cached(_ way: Way, _ filter: RowFilter) throws -> (seen: [Seen], answeredByCache: Bool) {
+            try store.read { (r) throws(KeychainError) in (try StoreTests.ask(r, way, filter), !r.tookConnection) }
+        }
+    }
+
+    /// A digest of `count` bytes: its first word all `first`, the rest counting up from `rest`.
+    static func digest(_ first: UInt8, rest: UInt8 = 0, count: Int = Digests.length) -> [UInt8] {
+        (0..<count).map { $0 < 8 ? first : rest &+ UInt8($0) }
+    }
+
+    @Test func theLookupCacheAnswersEveryPointLookupAsTheDatabase() throws {
+        let fx = try CacheFixture()
+        let d = Self.digest
+        let a = d(1, 0, 32)
+        let sameFirstWord = d(1, 100, 32)
+        let c = d(2, 0, 32)
+        let absent = d(5, 0, 32)
+        let short = d(3, 0, 5)
+        let long = d(4, 0, 40)
+        let longPrefix = d(4, 0, 32)
+        try fx.insert(fx.row(a, class: 6, secret: "a"))
+        try fx.insert(fx.row(c, class: 6, secret: "c"))
+        try fx.insert(fx.row(sameFirstWord, class: 7, secret: "same first word"))
+        try fx.insert(fx.row(short, secret: "short"))
+        try fx.insert(fx.row(long, secret: "long"))
+        func lookup(_ digests: [[UInt8]], secret: Bool = true, classes: [UInt8]? = nil, attributes: Bool = false)
+            -> RowFilter
+        {
+            RowFilter(
+                uniqueIndexes: digests, classes: classes, includeSecret: secret, includeSearchIndexes: false,
+                includeAttributes: attributes)
+        }
+        /// Asked every way: the database's answer, then the cache's twice (the first after `primed`,
+        /// if any, was read through it), all the same; the second from the cache when it may be.
+        func check(
+            _ filter: RowFilter, primed: RowFilter? = nil, found: Int, sourceLocation: SourceLocation = #_sourceLocation
+        )
+            throws
+        {
+            let cacheable = filter.pointLookupKeys != nil
+            for way in Way.allCases {
+                let truth = try fx.truth(way, filter)
+                #expect(truth.count == found, "\(way)", sourceLocation: sourceLocation)
+                if let primed { _ = try fx.cached(way, primed) }
+                let first = try fx.cached(way, filter)
+                let second = try fx.cached(way, filter)
+                #expect(first.seen == truth, "\(way) first", sourceLocation: sourceLocation)
+                #expect(second.seen == truth, "\(way) second", sourceLocation: sourceLocation)
+                #expect(second.answeredByCache == cacheable, "\(way)", sourceLocation: sourceLocation)
+            }
+        }
+        // One digest: found, with or without the secret or the attributes, of its class or not.
+        try check(lookup([a]), found: 1)
+        try check(lookup([a], secret: false), found: 1)
+        try check(lookup([a], attributes: true), found: 1)
+        try check(lookup([a], classes: [6]), found: 1)
+        try check(lookup([a], classes: [7, 8]), found: 0)
+        // A digest that shares its first word (its hash) with a cached one is another key.
+        try check(lookup([sameFirstWord]), primed: lookup([a]), found: 1)
+        try check(lookup([a]), primed: lookup([sameFirstWord]), found: 1)
+        // Known absent.
+        try check(lookup([absent]), found: 0)
+        try check(lookup([absent], classes: [6]), found: 0)
+        // Cached without the secret, asked with it: read again, secret and all.
+        try check(lookup([a]), primed: lookup([a], secret: false), found: 1)
+        // Cached whole, then asked for another class.
+        try check(lookup([a], classes: [7]), primed: lookup([a]), found: 0)
+        try check(lookup([sameFirstWord], classes: [7]), primed: lookup([sameFirstWord], classes: [6]), found: 1)
+        // Several digests: rowid order, absent ones skipped, the class filter on each.
+        try check(lookup([sameFirstWord, absent, c, a]), found: 3)
+        try check(lookup([sameFirstWord, c, a], classes: [6]), primed: lookup([a]), found: 2)
+        try check(lookup([c, a], secret: true), primed: lookup([c, a], secret: false), found: 2)
+        // Digests of another length are never cached: read from the database each time, and a
+        // 40-byte digest is not the 32-byte one it begins with.
+        try check(lookup([short]), found: 1)
+        try check(lookup([long]), found: 1)
+        try check(lookup([longPrefix]), primed: lookup([long]), found: 0)
+        try check(lookup([short, a]), found: 2)
+    }
+
+    @Test func aWriteIsSeenByTheNextLookupOfACachedDigest() throws {
+        let fx = try CacheFixture()
+        for (i, way) in Way.allCases.enumerated() {
+            let a = Self.digest(UInt8(10 + i))
+            let b = Self.digest(UInt8(50 + i))
+            let rowid = try fx.insert(fx.row(a, secret: "one"))
+            let filter = RowFilter(uniqueIndexes: [a], includeSecret: true, includeSearchIndexes: false)
+            let other = RowFilter(uniqueIndexes: [b], includeSecret: true, includeSearchIndexes: false)
+            /// The secrets a warm lookup finds (the cache answers it).
+            func secrets(_ filter: RowFilter) throws -> [String] {
+                let read = try fx.cached(way, filter)
+                #expect(read.answeredByCache, "\(way): the cache did not answer a warm lookup")
+                return read.seen.map { String(decoding: $0.secret, as: UTF8.self) }
+            }
+            func warm() throws {
+                _ = try fx.cached(way, filter)
+                _ = try fx.cached(way, other)
+            }
+            try warm()
+            #expect(try secrets(filter) == ["one"], "\(way)")
+            // Updated: the new secret and class, not the cached row.
+            try fx.store.write { (w) throws(KeychainError) in
+                try w.update(fx.row(a, class: 7, secret: "two", rowid: rowid))
+            }
+            #expect(try fx.cached(way, filter).seen.map(\.secret) == [Array("two".utf8)], "\(way)")
+            try warm()
+            #expect(try secrets(filter) == ["two"], "\(way)")
+            var six = filter
+            six.classes = [6]
+            #expect(try secrets(six).isEmpty, "\(way)")
+            // A write rolled back changes nothing: the cached answers stay right.
+            #expect(throws: KeychainError.self) {
+                try fx.store.write { (w) throws(KeychainError) in
+                    try w.delete(rowid: rowid)
+                    throw KeychainError(.param, "abandoned")
+                }
+            }
+            try warm()
+            #expect(try secrets(filter) == ["two"], "\(way)")
+            // Deleted: found no more.
+            try fx.store.write { (w) throws(KeychainError) in try w.delete(rowid: rowid) }
+            #expect(try fx.cached(way, filter).seen.isEmpty, "\(way)")
+            try warm()
+            #expect(try secrets(filter).isEmpty, "\(way)")
+            // Added where the cache knew there was nothing: found.
+            #expect(try secrets(other).isEmpty, "\(way)")
+            try fx.insert(fx.row(b, secret: "three"))
+            #expect(try fx.cached(way, other).seen.map(\.secret) == [Array("three".utf8)], "\(way)")
+            try warm()
+            #expect(try secrets(other) == ["three"], "\(way)")
+        }
     }
 }
