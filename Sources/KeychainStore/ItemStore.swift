@@ -124,9 +124,12 @@ public final class ItemStore: Sendable {
                 defer { giveBack(db) }
                 return try body(StoreReader(db: db))
             }
-            let lease = ReaderLease(store: self)
-            defer { if let db = lease.taken { giveBack(db) } }
-            return try body(StoreReader(lease: lease, cache: pointCache))
+            // The lease's one slot is a variable of this call: no object allocated and freed per read.
+            var taken: SQLiteConnection? = nil
+            defer { if let db = taken { giveBack(db) } }
+            return try withUnsafeMutablePointer(to: &taken) { (slot) throws(KeychainError) -> R in
+                try body(StoreReader(lease: ReaderLease(store: self, taken: slot), cache: pointCache))
+            }
         }
     }
 
@@ -140,6 +143,9 @@ public final class ItemStore: Sendable {
         if let idle { return idle }
         return try SQLiteConnection(path: path, create: false, readOnly: true)
     }
+
+    /// The reader connections waiting in the pool (tests: a read gives back what it took).
+    var idleReaders: [SQLiteConnection] { readers.withLock { $0.idle } }
 
     private func giveBack(_ db: SQLiteConnection) {
         let keep = readers.withLock { pool -> Bool in
@@ -169,17 +175,26 @@ public final class ItemStore: Sendable {
     }
 }
 
-/// One read's claim on a pooled reader connection, taken on first use (used by one thread).
-final class ReaderLease {
-    private unowned let store: ItemStore
-    private(set) var taken: SQLiteConnection?
+/// One read's claim on a pooled reader connection, taken on first use (used by one thread). Valid
+/// only inside the `ItemStore.read` that made it: its slot is on that call's stack, and the store is
+/// not retained (it outlives the read).
+struct ReaderLease {
+    private unowned(unsafe) let store: ItemStore
+    /// The connection taken, or nil: `read` gives it back when it returns.
+    private let slot: UnsafeMutablePointer<SQLiteConnection?>
 
-    init(store: ItemStore) { self.store = store }
+    init(store: ItemStore, taken slot: UnsafeMutablePointer<SQLiteConnection?>) {
+        self.store = store
+        self.slot = slot
+    }
+
+    /// The connection taken so far, if any.
+    var taken: SQLiteConnection? { slot.pointee }
 
     func connection() throws(KeychainError) -> SQLiteConnection {
-        if let taken { return taken }
+        if let taken = slot.pointee { return taken }
         let db = try store.takeReader()
-        taken = db
+        slot.pointee = db
         return db
     }
 }

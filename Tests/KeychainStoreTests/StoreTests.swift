@@ -211,6 +211,40 @@ import Testing
         return seen
     }
 
+    @Test("a read gives back the reader connection it took, when it returns and when it throws")
+    func aReadGivesBackItsConnection() throws {
+        let fx = try CacheFixture()
+        let digest = Array(repeating: UInt8(7), count: Digests.length)
+        try fx.insert(fx.row(digest, secret: "s"))
+        let filter = RowFilter(uniqueIndexes: [digest], includeSecret: true)
+        // A miss takes a connection (lazily, through the lease); a hit takes none.
+        for expectConnection in [true, false] {
+            let took = try fx.store.read { (r) throws(KeychainError) -> Bool in
+                try r.forEach(filter) { _ in true }
+                return r.tookConnection
+            }
+            #expect(took == expectConnection)
+        }
+        let pooled = fx.store.idleReaders
+        #expect(pooled.count == 1, "the connection of the first read is back in the pool")
+        // A read that takes the connection and then throws gives it back too, and the next reads
+        // take that same one.
+        // Not a pure point lookup (a service digest too): never answered by the cache.
+        let other = RowFilter(uniqueIndexes: [Array(repeating: UInt8(8), count: Digests.length)], serviceIndex: [2])
+        #expect(throws: KeychainError.self) {
+            try fx.store.read { (r) throws(KeychainError) in
+                try r.forEach(other) { _ in true }
+                #expect(r.tookConnection)
+                throw KeychainError(.internal, "thrown after the connection was taken")
+            }
+        }
+        for _ in 0..<3 {
+            try fx.store.read { (r) throws(KeychainError) in try r.forEach(other) { _ in true } }
+        }
+        let after = fx.store.idleReaders
+        #expect(after.count == 1 && after.first === pooled.first, "a new connection was opened instead")
+    }
+
     /// A store with the point-lookup cache on and rows made here (sealed by no one: the store
     /// never opens them).
     final class CacheFixture {
