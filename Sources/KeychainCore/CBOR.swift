@@ -94,6 +94,15 @@ public enum CBOR {
             position += 1
         }
 
+        /// Writes `value` big-endian in its own width: a fixed run of bytes (an encoded key, a
+        /// length header) stored at once, without an array to copy it from.
+        @inlinable @inline(__always)
+        public mutating func bigEndian<T: FixedWidthInteger>(_ value: T) {
+            precondition(MemoryLayout<T>.size <= buffer.count - position, "CBOR cursor written past its end")
+            (buffer.baseAddress! + position).storeBytes(of: value.bigEndian, as: T.self)
+            position += MemoryLayout<T>.size
+        }
+
         /// Writes `bytes` as they are (an encoded key, a byte string's content).
         @inlinable
         public mutating func raw(_ bytes: UnsafeRawBufferPointer) {

@@ -394,6 +394,8 @@ public final class ItemService: Sendable {
     /// exactly once when `copy` would return the data, and not at all when it would throw.
     public func withData(of compiled: CompiledCopy, _ body: (UnsafeRawBufferPointer) -> Void) throws(KeychainError) {
         precondition(lendsData(compiled), "a copy that does not return only one item's data")
+        // With the lookup cache on, the filter's own digests are what the cache is asked for.
+        if store.hasLookupCache { return try openData(compiled, uniqueIndexes: nil, body) }
         try withOwnDigests(compiled) { (digests) throws(KeychainError) in
             try openData(compiled, uniqueIndexes: digests, body)
         }

@@ -164,20 +164,25 @@ public struct Response: Sendable {
     /// The frame of a success for request `id`, with `payload` as its byte-string result (or no
     /// result): the same bytes `write(into:)` gives for it.
     private static func appendSuccess(id: UInt64, payload: UnsafeRawBufferPointer?, to out: inout SecretBytes) {
-        var body = 1 + idKey.count + CBOR.headCount(id) + successStatus.count
-        if let payload { body += resultKey.count + CBOR.headCount(UInt64(payload.count)) + payload.count }
+        // The keys' bytes (as `idKey`, `resultKey` and `successStatus` hold them) written as integers:
+        // no static arrays to reach and copy from on every answer.
+        var body = 1 + 3 + CBOR.headCount(id) + 8
+        if let payload { body += 7 + CBOR.headCount(UInt64(payload.count)) + payload.count }
         _ = out.append(upTo: 4 + body) { raw in
             var c = CBOR.Cursor(raw)
-            withUnsafeBytes(of: UInt32(body).bigEndian) { c.raw($0) }
+            c.bigEndian(UInt32(body))
             c.head(5, payload == nil ? 2 : 3)
-            idKey.withUnsafeBytes { c.raw($0) }
+            c.bigEndian(UInt16(0x6269))  // "id"
+            c.byte(0x64)
             c.head(0, id)
             if let payload {
-                resultKey.withUnsafeBytes { c.raw($0) }
+                c.bigEndian(UInt32(0x6672_6573))  // "result"
+                c.bigEndian(UInt16(0x756C))
+                c.byte(0x74)
                 c.head(2, UInt64(payload.count))
                 c.raw(payload)
             }
-            successStatus.withUnsafeBytes { c.raw($0) }
+            c.bigEndian(UInt64(0x6673_7461_7475_7300))  // "status": 0
             precondition(c.offset == 4 + body, "response frame size mismatch")
             return c.offset
         }
