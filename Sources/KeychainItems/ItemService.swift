@@ -359,8 +359,8 @@ public final class ItemService: Sendable {
     }
 
     /// A compiled key-only copy's own digests laid end to end in a stack buffer and lent to `body`
-    /// (so that its columns are read in place too), or nil when the lookup cache is on (its rows come
-    /// from the cache, which keys them by the arrays) or a digest is not of the usual length.
+    /// (so that its columns are read in place too), or nil when the lookup cache is on (it is asked
+    /// with the filter's own digests) or a digest is not of the usual length.
     private func withOwnDigests<R>(_ compiled: CompiledCopy, _ body: (Digests?) throws(KeychainError) -> R)
         throws(KeychainError) -> R
     {
@@ -431,8 +431,9 @@ public final class ItemService: Sendable {
     /// `copy`, with `digests` (when given) in place of the filter's uniqueness digests.
     private func run(_ compiled: CompiledCopy, uniqueIndexes digests: Digests?) throws(KeychainError) -> Value? {
         if compiled.keyOnly {
-            // Its own digests laid end to end too (a compiled query the memo kept).
-            if digests == nil {
+            // Its own digests laid end to end too (a compiled query the memo kept), unless the
+            // lookup cache is on (it is asked with the filter's own).
+            if digests == nil, !store.hasLookupCache {
                 return try withOwnDigests(compiled) { (own) throws(KeychainError) in
                     try runKeyOnly(compiled, uniqueIndexes: own)
                 }
