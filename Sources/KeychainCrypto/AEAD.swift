@@ -100,7 +100,7 @@ public enum AEAD {
     private static func crypt(
         _ decrypting: Bool, _ sealing: ItemSealing, _ output: UnsafeMutablePointer<UInt8>,
         _ input: UnsafePointer<UInt8>?, _ count: Int, _ ad: UnsafeRawBufferPointer, _ nonce: UnsafePointer<UInt8>,
-        _ key: UnsafeRawBufferPointer, _ engine: GCMEngine
+        _ key: UnsafeRawBufferPointer, _ engine: GCMEngine, prepared: PreparedGCMKey? = nil
     ) throws(KeychainError) -> Bool {
         let a = ad.baseAddress?.assumingMemoryBound(to: UInt8.self)
         let adCount = UInt64(ad.count)
@@ -117,6 +117,7 @@ public enum AEAD {
         case (.aes256GCM, .libsodium, false):
             rc = crypto_aead_aes256gcm_encrypt(output, &written, input, UInt64(count), a, adCount, nil, nonce, k)
         case (.aes256GCM, .libsodium, true):
+            if let prepared { return prepared.open(output, input!, count, ad, nonce) }
             rc = crypto_aead_aes256gcm_decrypt(
                 output, &written, nil, input!, UInt64(count + tagBytes), a, adCount, nonce, k)
         case (.xchacha20Poly1305, _, false):
@@ -190,20 +191,23 @@ public enum AEAD {
 
     /// Opens a sealed box into `output` (exactly `sealed.count - overhead` bytes). A wrong key, wrong
     /// associated data or any modified byte is `errSecDecode`; a library that cannot run (libgcrypt
-    /// out of memory) is errSecInternal; `output` is zeroed either way.
+    /// out of memory) is errSecInternal; `output` is zeroed either way. `prepared`, when given, must be
+    /// `key`'s schedule: AES-256-GCM boxes are then opened with it where libsodium runs them.
     public static func open(
         _ sealed: UnsafeRawBufferPointer, key: UnsafeRawBufferPointer,
         ad: UnsafeRawBufferPointer, into output: UnsafeMutableRawBufferPointer,
-        what: StaticString, sealing: ItemSealing = .xchacha20Poly1305
+        what: StaticString, sealing: ItemSealing = .xchacha20Poly1305, prepared: PreparedGCMKey? = nil
     ) throws(KeychainError) {
-        try open(sealed, key: key, ad: ad, into: output, what: what, sealing: sealing, engine: gcmEngine)
+        try open(
+            sealed, key: key, ad: ad, into: output, what: what, sealing: sealing, engine: gcmEngine, prepared: prepared)
     }
 
-    /// `open` with AES-256-GCM run by `engine` (tests compare the two libraries).
+    /// `open` with AES-256-GCM run by `engine` (tests compare the two libraries), and by `prepared`
+    /// (`key`'s schedule) when libsodium runs it.
     static func open(
         _ sealed: UnsafeRawBufferPointer, key: UnsafeRawBufferPointer,
         ad: UnsafeRawBufferPointer, into output: UnsafeMutableRawBufferPointer,
-        what: StaticString, sealing: ItemSealing, engine: GCMEngine
+        what: StaticString, sealing: ItemSealing, engine: GCMEngine, prepared: PreparedGCMKey? = nil
     ) throws(KeychainError) {
         precondition(key.count == keyBytes, "AEAD key must be \(keyBytes) bytes")
         let nonceBytes = sealing.nonceBytes
@@ -219,7 +223,7 @@ public enum AEAD {
             ok = try withUnsafeMutablePointer(to: &dummy) { (dummyPointer) throws(KeychainError) -> Bool in
                 try crypt(
                     true, sealing, output.baseAddress?.assumingMemoryBound(to: UInt8.self) ?? dummyPointer,
-                    base + nonceBytes, output.count, ad, base, key, engine)
+                    base + nonceBytes, output.count, ad, base, key, engine, prepared: prepared)
             }
         } catch {
             Sodium.zero(output)
@@ -291,11 +295,12 @@ public enum AEAD {
         }
     }
 
-    /// The same with the sealed item key given in place (a row's column, read without a copy).
+    /// The same with the sealed item key given in place (a row's column, read without a copy), and
+    /// `key`'s schedule when the vault has one (`prepared`).
     @inlinable
     public static func withOpenedKey<R>(
         _ sealed: UnsafeRawBufferPointer, key: UnsafeRawBufferPointer, ad: UnsafeRawBufferPointer,
-        what: StaticString, sealing: ItemSealing = .xchacha20Poly1305,
+        what: StaticString, sealing: ItemSealing = .xchacha20Poly1305, prepared: PreparedGCMKey? = nil,
         _ body: (UnsafeRawBufferPointer) throws(KeychainError) -> R
     ) throws(KeychainError) -> R {
         guard sealed.count == sealing.sealedKeyBytes, sealing.keyPrefixBytes == 0 || sealed[0] == sealing.rawValue
@@ -306,7 +311,7 @@ public enum AEAD {
             (buffer) throws(KeychainError) -> R in
             defer { Sodium.zero(buffer) }
             let box = UnsafeRawBufferPointer(rebasing: sealed[sealing.keyPrefixBytes...])
-            try open(box, key: key, ad: ad, into: buffer, what: what, sealing: sealing)
+            try open(box, key: key, ad: ad, into: buffer, what: what, sealing: sealing, prepared: prepared)
             return try body(UnsafeRawBufferPointer(buffer))
         }
     }

@@ -138,12 +138,13 @@ public final class Vault: Sendable {
     private struct State {
         var keyring: Keyring
         var classKeys: [ProtectionClass: SecureBytes] {
-            didSet { byClass = Self.table(classKeys) }
+            didSet { byClass = Self.table(classKeys, reusing: byClass) }
         }
-        /// `classKeys` indexed by the class's raw value, kept in step with it: `classKey` reads it
-        /// on every item opened, without hashing. (The same key objects: a key dropped from
-        /// `classKeys` is dropped here in the same critical section.)
-        private(set) var byClass: [SecureBytes?]
+        /// `classKeys` indexed by the class's raw value, each with its AES-256-GCM schedule, kept in
+        /// step with it: `openingKey` reads it on every item opened, without hashing. (The same key
+        /// objects: a key dropped from `classKeys` is dropped here, schedule and all, in the same
+        /// critical section.)
+        private(set) var byClass: [OpeningKey?]
         /// The registry key, when the keyring has one and it has been unwrapped.
         var registryKey: SecureBytes?
         /// Whether the master key has been available since open (no passphrase, or it was given):
@@ -164,19 +165,27 @@ public final class Vault: Sendable {
             self.classKeys = classKeys
             self.registryKey = registryKey
             self.registryReadable = registryReadable
-            byClass = Self.table(classKeys)
+            byClass = Self.table(classKeys, reusing: [])
         }
 
         private static let tableSize = Int(ProtectionClass.allCases.map(\.rawValue).max()!) + 1
 
-        private static func table(_ keys: [ProtectionClass: SecureBytes]) -> [SecureBytes?] {
-            var table = [SecureBytes?](repeating: nil, count: tableSize)
-            for (c, key) in keys { table[Int(c.rawValue)] = key }
+        /// The table for `keys`: a key already in `old` keeps its schedule, a new one gets its own.
+        private static func table(_ keys: [ProtectionClass: SecureBytes], reusing old: [OpeningKey?]) -> [OpeningKey?] {
+            var table = [OpeningKey?](repeating: nil, count: tableSize)
+            for (c, key) in keys {
+                let i = Int(c.rawValue)
+                if i < old.count, let kept = old[i], kept.key === key {
+                    table[i] = kept
+                } else {
+                    table[i] = OpeningKey(key: key, prepared: key.withUnsafeBytes { PreparedGCMKey(key: $0) })
+                }
+            }
             return table
         }
 
-        /// The key of class `c` when it is in memory (`classKeys[c]`).
-        func classKey(_ c: ProtectionClass) -> SecureBytes? { byClass[Int(c.rawValue)] }
+        /// The key of class `c` when it is in memory (`classKeys[c]`), with its schedule.
+        func openingKey(_ c: ProtectionClass) -> OpeningKey? { byClass[Int(c.rawValue)] }
     }
 
     private init(
@@ -245,9 +254,31 @@ public final class Vault: Sendable {
 
     // MARK: State
 
+    /// A class key as reads use it: the key, and its AES-256-GCM schedule where libsodium runs
+    /// AES-256-GCM (made when the key comes into memory, freed with it), so that opening an item key
+    /// does not expand the class key each time.
+    /// (One object, so that taking it out of the vault's lock is one retain.)
+    public final class OpeningKey: Sendable {
+        /// The class key.
+        public let key: SecureBytes
+        /// Its schedule; nil without AES-NI.
+        public let prepared: PreparedGCMKey?
+
+        init(key: SecureBytes, prepared: PreparedGCMKey?) {
+            self.key = key
+            self.prepared = prepared
+        }
+    }
+
     /// The unwrapped key of a class, or `errSecInteractionNotAllowed` while that class is locked.
     public func classKey(_ c: ProtectionClass) throws(KeychainError) -> SecureBytes {
-        guard let key = state.withLock({ $0.classKey(c) }) else {
+        try openingKey(c).key
+    }
+
+    /// The unwrapped key of a class with its schedule, or `errSecInteractionNotAllowed` while that
+    /// class is locked.
+    public func openingKey(_ c: ProtectionClass) throws(KeychainError) -> OpeningKey {
+        guard let key = state.withLock({ $0.openingKey(c) }) else {
             throw KeychainError(
                 .interactionNotAllowed,
                 "the keychain is locked: items accessible \(c.code) cannot be used until it is unlocked")

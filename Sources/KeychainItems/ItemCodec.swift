@@ -149,14 +149,14 @@ struct ItemCodec: Sendable {
         guard let sealing = ItemSealing(sealedItemKey: c.wrappedKey) else {
             throw KeychainError(.decode, "an item in the database is damaged (its item key has no known layout)")
         }
-        let classKey = try vault.classKey(protection)
-        return try classKey.withUnsafeBytes { (ck) throws(KeychainError) -> R in
+        let classKey = try vault.openingKey(protection)
+        return try classKey.key.withUnsafeBytes { (ck) throws(KeychainError) -> R in
             try Self.withAssociatedData(
                 ref: c.ref, protection: protection, part: .itemKey, uniqueIndex: c.uniqueIndex, sealing: sealing
             ) { (kad) throws(KeychainError) -> R in
-                try AEAD.withOpenedKey(c.wrappedKey, key: ck, ad: kad, what: "item key", sealing: sealing) {
-                    (ik) throws(KeychainError) -> R in try body(protection, ik, sealing)
-                }
+                try AEAD.withOpenedKey(
+                    c.wrappedKey, key: ck, ad: kad, what: "item key", sealing: sealing, prepared: classKey.prepared
+                ) { (ik) throws(KeychainError) -> R in try body(protection, ik, sealing) }
             }
         }
     }

@@ -17,7 +17,10 @@ import Testing
         }
     }
 
-    func open(_ sealed: [UInt8], ad: [UInt8], _ engine: AEAD.GCMEngine, key given: [UInt8]? = nil) -> [UInt8]? {
+    func open(
+        _ sealed: [UInt8], ad: [UInt8], _ engine: AEAD.GCMEngine, key given: [UInt8]? = nil,
+        prepared: PreparedGCMKey? = nil
+    ) -> [UInt8]? {
         var out = [UInt8](repeating: 0xEE, count: max(0, sealed.count - ItemSealing.aes256GCM.overhead))
         var opened = true
         let key = given.map { g in g.withUnsafeBytes { SecureBytes(copying: $0) } } ?? self.key
@@ -26,7 +29,9 @@ import Testing
                 ad.withUnsafeBytes { a in
                     out.withUnsafeMutableBytes { o in
                         do throws(KeychainError) {
-                            try AEAD.open(box, key: k, ad: a, into: o, what: "t", sealing: .aes256GCM, engine: engine)
+                            try AEAD.open(
+                                box, key: k, ad: a, into: o, what: "t", sealing: .aes256GCM, engine: engine,
+                                prepared: prepared)
                         } catch {
                             opened = false
                         }
@@ -90,6 +95,33 @@ import Testing
                         }
                         #expect(open(sealed, ad: ad + [0], opener) == nil, "other associated data")
                     }
+                }
+            }
+        }
+    }
+
+    /// A class key's schedule (what the vault keeps beside it) opens exactly what the key opens: the
+    /// specification's vector, and both libraries' boxes; a changed byte, other associated data or
+    /// another key's schedule opens nothing and leaves no plaintext. Without AES-NI there is none.
+    @Test func aPreparedKeyOpensWhatItsKeyOpens() throws {
+        guard AEAD.machineGCMEngine == .libsodium else {
+            #expect(key.withUnsafeBytes { PreparedGCMKey(key: $0) } == nil, "no schedule where libsodium has no GCM")
+            return
+        }
+        let prepared = try #require(key.withUnsafeBytes { PreparedGCMKey(key: $0) })
+        let other = try #require(SecureBytes(random: AEAD.keyBytes).withUnsafeBytes { PreparedGCMKey(key: $0) })
+        #expect("\(prepared)" == "PreparedGCMKey" && String(reflecting: prepared) == "PreparedGCMKey")
+        for length in [0, 1, 32, 100] {
+            let plain = (0..<length).map { UInt8(truncatingIfNeeded: $0 &* 5 &+ 1) }
+            for ad in [[], [UInt8](repeating: 4, count: 45)] {
+                for sealer in [AEAD.GCMEngine.libsodium, .libgcrypt] {
+                    let sealed = seal(plain, ad: ad, sealer)
+                    #expect(open(sealed, ad: ad, .libsodium, prepared: prepared) == plain, "\(sealer), \(length) bytes")
+                    var changed = sealed
+                    changed[sealed.count - 1] ^= 1
+                    #expect(open(changed, ad: ad, .libsodium, prepared: prepared) == nil, "a changed tag")
+                    #expect(open(sealed, ad: ad + [1], .libsodium, prepared: prepared) == nil, "other data")
+                    #expect(open(sealed, ad: ad, .libsodium, prepared: other) == nil, "another key's schedule")
                 }
             }
         }

@@ -173,6 +173,33 @@ let allCodes = ["ak", "ck", "dk", "aku", "cku", "dku", "akpu"]
         }
     }
 
+    /// Each class key in memory has its AES-256-GCM schedule beside it (where libsodium runs GCM):
+    /// a class that stays in memory keeps the same one, a locked class's schedule is freed with its
+    /// key (zeroed by sodium_free), and an unlock makes a new one; items open throughout.
+    @Test func aClassKeysScheduleLivesAndDiesWithIt() throws {
+        try withProtectedKeychain { fx in
+            try fx.service.changePassphrase(old: nil, new: pass("pw1"))
+            try fx.add("svc", "ak", pdmn: "ak")
+            try fx.add("svc", "dk", pdmn: "dk")
+            let vault = fx.service.vault
+            let withGCM = ItemSealing.preferred == .aes256GCM
+            for c in ProtectionClass.allCases {
+                #expect((try vault.openingKey(c).prepared != nil) == withGCM, "\(c)")
+            }
+            weak let lockedAway = try vault.openingKey(.whenUnlocked).prepared
+            let kept = try vault.openingKey(.always).prepared
+            #expect((lockedAway != nil) == withGCM)
+            try fx.service.lock()
+            #expect(lockedAway == nil, "the whenUnlocked schedule outlived its key")
+            #expect(failure { try vault.openingKey(.whenUnlocked) }?.status == .interactionNotAllowed)
+            #expect(try vault.openingKey(.always).prepared === kept, "a class still in memory keeps its schedule")
+            #expect(try fx.secret("svc", "dk") == "pw")
+            try fx.service.unlock(passphrase: pass("pw1"))
+            #expect((try vault.openingKey(.whenUnlocked).prepared != nil) == withGCM)
+            #expect(try fx.secret("svc", "ak") == "pw")
+        }
+    }
+
     /// A change re-wraps the item key of every item of a master-protected class under the fresh class
     /// key and touches nothing else: sealed attributes and secrets stay byte for byte, and the Always
     /// classes (wrapped by the device key) are not rotated at all.

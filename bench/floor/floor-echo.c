@@ -22,6 +22,8 @@
  *          (the blind index), two AEAD opens (the item key under the class key, the secret under the
  *          item key) with the construction keychaind seals new rows with — AES-256-GCM where the CPU
  *          has AES-NI, XChaCha20-Poly1305 otherwise — the secret copied into the reply and wiped.
+ *          The class key's AES-256-GCM schedule is computed once (as keychaind keeps it beside the
+ *          class key); the item key's is computed on every open, since each row has its own.
  *
  * --stored N DIR: --secure, but the sealed item key and secret are read from a SQLite database in DIR
  *          for every request, as an uncached keychaind copy reads them: N rows with keychaind's
@@ -79,6 +81,7 @@ static int make_durable(void) {
 static unsigned char class_key[32], index_key[32], nonce1[24], nonce2[24], ad[32];
 static unsigned char sealed_key[32 + 16], sealed_secret[28 + 16];
 static int use_gcm;
+static crypto_aead_aes256gcm_state class_schedule; /* with use_gcm: class_key's, made once */
 
 /* --stored: the database, its row count and every row's uniqueness digest (the lookup key). */
 static char stored_path[4096];
@@ -86,11 +89,13 @@ static long stored_rows;
 static unsigned char *stored_keys;
 static sqlite3 *stored_writer; /* kept open, as keychaind keeps its writer: the file stays this process's (unix-excl) */
 static const char stored_select[] =
-    "SELECT rowid, ref, class, agrp_ix, svce_ix, acct_ix, key_ix, item_key, attributes, secret FROM items WHERE key_ix IN (?)";
+    "SELECT rowid, ref, class, item_key, key_ix, secret FROM items WHERE key_ix IN (?)"; /* keychaind's, for a data-only copy */
 
 static int aead_decrypt(unsigned char *m, const unsigned char *c, unsigned long long clen,
                         const unsigned char *nonce, const unsigned char *key) {
     unsigned long long len;
+    if (use_gcm && key == class_key)
+        return crypto_aead_aes256gcm_decrypt_afternm(m, &len, NULL, c, clen, ad, sizeof ad, nonce, &class_schedule);
     return use_gcm ? crypto_aead_aes256gcm_decrypt(m, &len, NULL, c, clen, ad, sizeof ad, nonce, key)
                    : crypto_aead_xchacha20poly1305_ietf_decrypt(m, &len, NULL, c, clen, ad, sizeof ad, nonce, key);
 }
@@ -104,12 +109,12 @@ static void aead_encrypt(unsigned char *c, const unsigned char *m, unsigned long
 /* Opens one stored row's two boxes (keychaind's GCM layout: the byte 2, a 12-byte nonce, ciphertext
  * and tag) and puts the secret at `out`; 0, or -1 for a row that does not open. */
 static int open_stored(sqlite3_stmt *st, unsigned char *out, size_t out_len) {
-    const unsigned char *k = sqlite3_column_blob(st, 7), *sec = sqlite3_column_blob(st, 9);
-    int klen = sqlite3_column_bytes(st, 7), slen = sqlite3_column_bytes(st, 9);
+    const unsigned char *k = sqlite3_column_blob(st, 3), *sec = sqlite3_column_blob(st, 5);
+    int klen = sqlite3_column_bytes(st, 3), slen = sqlite3_column_bytes(st, 5);
     unsigned char item_key[32];
     unsigned long long len;
     if (!k || !sec || klen != 1 + 12 + 32 + 16 || k[0] != 2 || slen < 12 + 16 || (size_t)(slen - 28) > out_len) return -1;
-    int bad = crypto_aead_aes256gcm_decrypt(item_key, &len, NULL, k + 13, (unsigned long long)klen - 13, ad, sizeof ad, k + 1, class_key) != 0
+    int bad = crypto_aead_aes256gcm_decrypt_afternm(item_key, &len, NULL, k + 13, (unsigned long long)klen - 13, ad, sizeof ad, k + 1, &class_schedule) != 0
               || crypto_aead_aes256gcm_decrypt(out, &len, NULL, sec + 12, (unsigned long long)slen - 12, ad, sizeof ad, sec, item_key) != 0;
     sodium_memzero(item_key, sizeof item_key);
     return bad ? -1 : 0;
@@ -206,8 +211,12 @@ static long take_frames(struct conn *c) {
             memcpy(&pick, digest, sizeof pick);
             sqlite3_bind_blob(c->lookup, 1, stored_keys + 32 * (pick % (uint64_t)stored_rows), 32, SQLITE_STATIC);
             int rc = sqlite3_step(c->lookup);
-            /* The daemon reads every column of the row; so does this (in place, no copy). */
-            for (int col = 0; rc == SQLITE_ROW && col < 10; col++) (void)sqlite3_column_blob(c->lookup, col);
+            /* The daemon reads every column it selects; so does this (in place, no copy), each by its
+             * type: rowid and class as integers (read as blobs, SQLite would format them as text). */
+            for (int col = 0; rc == SQLITE_ROW && col < 6; col++) {
+                if (col == 0 || col == 2) (void)sqlite3_column_int64(c->lookup, col);
+                else (void)sqlite3_column_bytes(c->lookup, col), (void)sqlite3_column_blob(c->lookup, col);
+            }
             int bad = rc != SQLITE_ROW || open_stored(c->lookup, c->out + out + reply_len - 32, 32) != 0;
             sqlite3_reset(c->lookup);
             if (bad) return -1;
@@ -398,6 +407,7 @@ int main(int argc, char **argv) {
         randombytes_buf(ad, sizeof ad);
         memset(secret, 0xA0, sizeof secret);
         use_gcm = crypto_aead_aes256gcm_is_available();
+        if (use_gcm) crypto_aead_aes256gcm_beforenm(&class_schedule, class_key);
         aead_encrypt(sealed_key, item_key, sizeof item_key, nonce1, class_key);
         aead_encrypt(sealed_secret, secret, sizeof secret, nonce2, item_key);
         sodium_memzero(item_key, sizeof item_key);
