@@ -211,11 +211,13 @@ static long take_frames(struct conn *c) {
             memcpy(&pick, digest, sizeof pick);
             sqlite3_bind_blob(c->lookup, 1, stored_keys + 32 * (pick % (uint64_t)stored_rows), 32, SQLITE_STATIC);
             int rc = sqlite3_step(c->lookup);
-            /* The daemon reads every column it selects; so does this (in place, no copy), each by its
-             * type: rowid and class as integers (read as blobs, SQLite would format them as text). */
-            for (int col = 0; rc == SQLITE_ROW && col < 6; col++) {
-                if (col == 0 || col == 2) (void)sqlite3_column_int64(c->lookup, col);
-                else (void)sqlite3_column_bytes(c->lookup, col), (void)sqlite3_column_blob(c->lookup, col);
+            /* The daemon reads every column it selects once; so does this (in place, no copy), each
+             * by its type: rowid and class as integers (read as blobs, SQLite would format them as
+             * text), ref and key_ix here, item_key and secret in open_stored. */
+            if (rc == SQLITE_ROW) {
+                (void)sqlite3_column_int64(c->lookup, 0), (void)sqlite3_column_int64(c->lookup, 2);
+                (void)sqlite3_column_bytes(c->lookup, 1), (void)sqlite3_column_blob(c->lookup, 1);
+                (void)sqlite3_column_bytes(c->lookup, 4), (void)sqlite3_column_blob(c->lookup, 4);
             }
             int bad = rc != SQLITE_ROW || open_stored(c->lookup, c->out + out + reply_len - 32, 32) != 0;
             sqlite3_reset(c->lookup);
