@@ -18,16 +18,16 @@ import sys
 # First match wins. Each pattern is tried on "file:function [object]" as callgrind_annotate prints it
 # (Swift names demangled when `swift demangle` is there).
 COMPONENTS = [
-    ("crypto (libsodium: AEAD opens, BLAKE2b blind index)", r"libsodium|blake2b|generichash|KeyedHash|BlindIndexer|AEAD\.swift|ItemCodec"),
+    ("crypto (libsodium: AEAD opens, BLAKE2b blind index)", r"libsodium|blake2b|generichash|KeyedHash|BlindIndexer|AEAD\.|ItemCodec|PreparedGCMKey|Sodium\.|Vault\."),
     ("SQLite", r"libsqlite3|SQLite\.swift"),
     ("reference counting, exclusivity", r"swift_retain|swift_release|swift_bridgeObjectRe|RefCounts|isUniquelyReferenced|swift_beginAccess|swift_endAccess|AccessSet|swift_unknownObject"),
     ("allocation", r"malloc|[^a-z]free|_int_free|_int_malloc|swift_allocObject|swift_slowAlloc|swift_slowDealloc|swift_dealloc|_swift_release_dealloc|dealloc|deinit|arrayDestroy|allocate\(|tcache|arena\.c|cfree"),
     ("Swift strings, dictionaries, hashing", r"Hasher|hash\(into|_hash\(|Dictionary|Set<|_findStringSwitchCase|String|_allASCII|_stringCompare|UTF8|Unicode"),
-    ("request decode and response framing (CBOR)", r"CBOR\.|Messages\.swift|Frame\.swift|Value\.swift|Request\.|Response\.|FrameBuffer|of Value"),
-    ("Swift runtime (value copies, generic metadata, casts)", r"Metadata|swift::|swift_getGeneric|getCache|swift_dynamicCast|swift_conformsTo|protocol witness|initializeWithCopy|initializeWithTake|assignWithCopy|destroy for|outlined copy|outlined consume|outlined retain|outlined release|swift_array|instantiateConcreteType|_HashTable|ContiguousArrayBuffer|Array\.|UnsafeMutablePointer"),
-    ("locks and atomics", r"pthread_mutex|pthread_rwlock|Locked\.swift|TransitionLock|lll_|futex|Synchronization|Atomic"),
-    ("system call wrappers (user side)", r"recvmsg|sendmsg|sendto|__libc_send|__libc_recv|\bsend\b|\brecv\b|poll|syscall|kc_[a-z_]+|clock_gettime|__vdso|vdso"),
-    ("memset, memcpy (wiping, copying)", r"memset|memcpy|memmove|memcmp|bzero|sodium_memzero"),
+    ("request decode and response framing (CBOR)", r"CBOR\.|Messages\.swift|Frame\.swift|Value\.swift|Request\.|Response\.|FrameBuffer|of Value|RequestShape|QueryTemplate|Operation\.named"),
+    ("Swift runtime (value copies, generic metadata, casts)", r"Metadata|swift::|swift_getGeneric|getCache|swift_dynamicCast|swift_conformsTo|protocol witness|initializeWithCopy|initializeWithTake|assignWithCopy|destroy for|outlined copy|outlined consume|outlined retain|outlined release|swift_array|instantiateConcreteType|_HashTable|ContiguousArrayBuffer|Array\.|UnsafeMutablePointer|swift_once|storeEnumTag|thunk for"),
+    ("locks and atomics", r"pthread_mutex|pthread_rwlock|Locked\.swift|Locks\.swift|Lock\.|TransitionLock|lll_|futex|Synchronization|Atomic"),
+    ("system call wrappers (user side)", r"recvmsg|sendmsg|sendto|__libc_send|__libc_recv|\bsend\b|\brecv\b|poll|syscall|kc_[a-z_]+|clock_gettime|__vdso|vdso|asynccancel|Socket\.|FileDescriptor|MonotonicClock|ProcessHandle"),
+    ("memset, memcpy (wiping, copying)", r"memset|memcpy|memmove|memcmp|bzero|sodium_memzero|SecretBytes|Zeroing"),
     ("connection, identity, policy (KeychainDaemon)", r"KeychainDaemon/|AccessPolicy|Connection\.|ConnectionPeer|RequestHandler|Registrar|AppEntry|Caller"),
     ("query and item service (KeychainItems)", r"KeychainItems/|ParsedQuery|ItemService|RowFilter|rowFilter|Attribute"),
     ("store and point-lookup cache (KeychainStore)", r"KeychainStore/|StoredItem|StoreReader|ItemStore|PointLookup"),
