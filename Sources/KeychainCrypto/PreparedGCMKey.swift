@@ -5,8 +5,8 @@ import CSodium
 /// read-only once made, zeroed and unmapped by `sodium_free` on deinit.
 ///
 /// The vault keeps one beside each class key in memory, made with it and dropped with it, so that
-/// opening an item key does not expand the class key again on every read (about 200 instructions of
-/// a cached copy's 7 300). It holds nothing the class key beside it does not: whoever can read one can
+/// opening an item key does not expand the class key again on every read (about 170 instructions of
+/// a cached copy's 7 350). It holds nothing the class key beside it does not: whoever can read one can
 /// read the other. Only opening uses it: sealing goes through `AEAD.sealKey`, as before.
 ///
 /// Exists only where libsodium runs AES-256-GCM (`init?` is nil without AES-NI; libgcrypt opens those
@@ -24,6 +24,7 @@ public final class PreparedGCMKey: @unchecked Sendable, CustomStringConvertible,
         // sodium_malloc places the region at the end of its pages: a size that is a multiple of the
         // state's alignment (16) keeps the address aligned.
         guard let raw = sodium_malloc(size) else { fatalError("sodium_malloc(\(size)) failed: out of memory") }
+        precondition(Int(bitPattern: raw) % 16 == 0, "sodium_malloc returned a misaligned AES-256-GCM state")
         state = raw.bindMemory(to: crypto_aead_aes256gcm_state.self, capacity: 1)
         _ = crypto_aead_aes256gcm_beforenm(state, key.baseAddress!.assumingMemoryBound(to: UInt8.self))
         guard sodium_mprotect_readonly(raw) == 0 else { fatalError("sodium_mprotect_readonly failed: out of memory") }
