@@ -1,8 +1,9 @@
 import KeychainCore
 import KeychainSystem
+import Synchronization
 
 /// Sealed rows of recent point lookups (by the uniqueness digest), so a warm `copy` of the same item
-/// skips SQLite — its statement and the two `fcntl` calls of a WAL read transaction.
+/// skips SQLite and the reader pool altogether.
 ///
 /// Only what the database already holds is kept: digests and sealed blobs, never plaintext. Absent
 /// keys are remembered too (a caller with several access groups looks each one up). Every commit or
@@ -15,12 +16,10 @@ public final class PointLookupCache: Sendable {
         var hasSecret: Bool
     }
 
-    private struct State: Sendable {
-        var generation: UInt64 = 0
-        var entries: [DigestKey: Entry] = [:]
-    }
-
-    private let state = Locked(State())
+    private let entries = Locked<[DigestKey: Entry]>([:])
+    /// How many write transactions have finished (committed or rolled back): bumped, with the entries
+    /// cleared, under their lock; read without it.
+    private let finishedWrites = Atomic<UInt64>(0)
     /// Rows a store's point-lookup cache holds by default (4096).
     public static let defaultCapacity = 4096
     let capacity: Int
@@ -29,16 +28,18 @@ public final class PointLookupCache: Sendable {
         self.capacity = max(0, capacity)
     }
 
-    /// Taken before a lookup reads the database; handed back to `store`.
-    var generation: UInt64 { state.withLock { $0.generation } }
+    /// How many write transactions have finished so far (kept whether or not the cache is on). A
+    /// lookup hands `store` the value from before its read transaction began: the store labels each
+    /// reader's held read transaction with it (`ItemStore.read`).
+    var generation: UInt64 { finishedWrites.load(ordering: .acquiring) }
 
     /// The cached rows for `keys` (absent keys contribute nothing), or nil if any key is not cached
     /// well enough (missing, or cached without the secret when the secret is needed).
     func rows(for keys: [DigestKey], needSecret: Bool) -> [StoredItem]? {
-        state.withLock { s -> [StoredItem]? in
+        entries.withLock { s -> [StoredItem]? in
             var found: [StoredItem] = []
             for key in keys {
-                guard let entry = s.entries[key] else { return nil }
+                guard let entry = s[key] else { return nil }
                 if let row = entry.row {
                     if needSecret && !entry.hasSecret { return nil }
                     found.append(row)
@@ -58,29 +59,32 @@ public final class PointLookupCache: Sendable {
     /// under the lock and read by the caller after it), `.absent` when the cache knows no row has
     /// it, or nil when it is not cached well enough.
     func lookup(_ key: DigestKey, needSecret: Bool) -> Lookup? {
-        let entry = state.withLock { s in s.entries[key] }
+        let entry = entries.withLock { s in s[key] }
         guard let entry else { return nil }
         guard let row = entry.row else { return .absent }
         return needSecret && !entry.hasSecret ? nil : .row(row)
     }
 
-    /// Remembers what one lookup read, unless a write finished since `generation` was taken.
+    /// Remembers what one lookup read, unless a write finished since `generation` was taken (before
+    /// the lookup's read transaction began).
     /// Rows whose sealed secret is larger are not kept, so the cache stays small in bytes too.
     static let maxSecretBytes = 16 * 1024
 
-    func store(_ entries: [(DigestKey, Entry)], generation: UInt64) {
-        if entries.contains(where: { ($0.1.row?.secret.count ?? 0) > Self.maxSecretBytes }) { return }
-        state.withLock { s in
-            guard s.generation == generation else { return }
-            if s.entries.count + entries.count > capacity { s.entries.removeAll(keepingCapacity: true) }
-            for (key, entry) in entries { s.entries[key] = entry }
+    func store(_ read: [(DigestKey, Entry)], generation: UInt64) {
+        if read.contains(where: { ($0.1.row?.secret.count ?? 0) > Self.maxSecretBytes }) { return }
+        entries.withLock { s in
+            guard finishedWrites.load(ordering: .relaxed) == generation else { return }
+            if s.count + read.count > capacity { s.removeAll(keepingCapacity: true) }
+            for (key, entry) in read { s[key] = entry }
         }
     }
 
+    /// After every write transaction, before its writers are answered: forgets every entry and
+    /// counts the write.
     func invalidate() {
-        state.withLock { s in
-            s.generation &+= 1
-            s.entries.removeAll(keepingCapacity: true)
+        entries.withLock { s in
+            s.removeAll(keepingCapacity: true)
+            finishedWrites.add(1, ordering: .releasing)
         }
     }
 }

@@ -89,16 +89,17 @@ package final class SQLiteConnection: @unchecked Sendable {
 
     /// Runs one statement without results through the statement cache: for the transaction control
     /// every write repeats (BEGIN IMMEDIATE, SAVEPOINT, RELEASE, COMMIT), parsed once per connection
-    /// instead of once per use as `execute` does.
+    /// instead of once per use as `execute` does. It leaves the statement used last as it was (a
+    /// reader's point lookup stays the one found without hashing).
     package func run(_ sql: String) throws(KeychainError) {
         let h = try handle
-        try withStatement(sql) { (s) throws(KeychainError) in
-            do throws(KeychainError) { try s.run() } catch {
-                let rc = sqlite3_extended_errcode(h)
-                throw Self.error(
-                    rc, "\(Self.verb(sql)): \(String(cString: sqlite3_errmsg(h)))", systemErrno: sqlite3_system_errno(h)
-                )
-            }
+        let statement = try self.statement(sql, remember: false)
+        defer { statement.reset() }
+        do throws(KeychainError) { try statement.run() } catch {
+            let rc = sqlite3_extended_errcode(h)
+            throw Self.error(
+                rc, "\(Self.verb(sql)): \(String(cString: sqlite3_errmsg(h)))", systemErrno: sqlite3_system_errno(h)
+            )
         }
     }
 
@@ -116,15 +117,23 @@ package final class SQLiteConnection: @unchecked Sendable {
     /// of it (`defer { statement.reset() }`), as `withStatement` does: the row reader of every `copy`
     /// uses it without a closure, which would copy its row filter into the closure's context.
     package func statement(_ sql: String) throws(KeychainError) -> SQLiteStatement {
+        try statement(sql, remember: true)
+    }
+
+    /// `statement(_:)`, remembering the statement as the one used last only when `remember` is set.
+    private func statement(_ sql: String, remember: Bool) throws(KeychainError) -> SQLiteStatement {
         if let last, last.sql == sql { return last.statement }
         if let cached = cache[sql] {
-            last = (sql, cached)
+            if remember { last = (sql, cached) }
             return cached
         }
         let statement = try SQLiteStatement(connection: self, sql: sql)
-        if cache.count >= Self.cacheLimit { cache.removeAll() }
+        if cache.count >= Self.cacheLimit {
+            cache.removeAll()
+            last = nil
+        }
         cache[sql] = statement
-        last = (sql, statement)
+        if remember { last = (sql, statement) }
         return statement
     }
 

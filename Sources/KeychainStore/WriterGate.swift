@@ -31,11 +31,18 @@ final class WriterGate: @unchecked Sendable {
     /// A group is committed at this size even when more writers are queued, to bound latency.
     static let maxGroupSize = 128
 
+    /// Runs before every write transaction begins and before every checkpoint the gate runs, with the
+    /// mutex held (the store ends its idle readers' read transactions here).
+    private let beforeTransaction: @Sendable () -> Void
     /// Runs after every commit or rollback, before the group's writers are released (cache upkeep).
     private let afterTransaction: @Sendable () -> Void
 
-    init(_ connection: SQLiteConnection, afterTransaction: @escaping @Sendable () -> Void = {}) {
+    init(
+        _ connection: SQLiteConnection, beforeTransaction: @escaping @Sendable () -> Void = {},
+        afterTransaction: @escaping @Sendable () -> Void = {}
+    ) {
         self.connection = connection
+        self.beforeTransaction = beforeTransaction
         self.afterTransaction = afterTransaction
     }
 
@@ -47,6 +54,7 @@ final class WriterGate: @unchecked Sendable {
 
         guard let db = connection else { throw KeychainError(.notAvailable, "the keychain database is closed") }
         if !inTransaction {
+            beforeTransaction()
             try db.run("BEGIN IMMEDIATE")
             inTransaction = true
             openGroup &+= 1
@@ -121,6 +129,7 @@ final class WriterGate: @unchecked Sendable {
 
         guard let db = connection else { throw KeychainError(.notAvailable, "the keychain database is closed") }
         if inTransaction { finish(db, group: openGroup, commit: true, failure: nil) }
+        beforeTransaction()
         try db.run("BEGIN IMMEDIATE")
         inTransaction = true
         openGroup &+= 1
@@ -198,6 +207,7 @@ final class WriterGate: @unchecked Sendable {
         defer { mutex.unlock() }
         guard let db = connection else { return }
         if inTransaction { finish(db, group: openGroup, commit: true, failure: nil) }
+        beforeTransaction()
         try? db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     }
 
@@ -207,6 +217,7 @@ final class WriterGate: @unchecked Sendable {
         defer { mutex.unlock() }
         guard let db = connection else { return }
         if inTransaction { finish(db, group: openGroup, commit: true, failure: nil) }
+        beforeTransaction()
         try? db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         rows?.closing()
         db.close()

@@ -250,23 +250,27 @@ import Testing
     final class CacheFixture {
         let temporary: TemporaryDirectory
         let store: ItemStore
-        private var refs: UInt8 = 0
+        private var refs = 0
 
-        init() throws {
+        init(lookupCacheEntries: Int = PointLookupCache.defaultCapacity) throws {
             temporary = try TemporaryDirectory(prefix: "kc-store-cache")
-            store = try ItemStore(path: temporary.appending("keychain.db"))
+            store = try ItemStore(path: temporary.appending("keychain.db"), lookupCacheEntries: lookupCacheEntries)
             _ = try store.attachRowState(key: SecureBytes(random: 32), policy: .create)
         }
+
+        /// The size of the database's write-ahead log (0 when there is none).
+        var logSize: Int64 { (try? FileSystem.status(store.path + "-wal").size) ?? 0 }
 
         deinit { store.close() }
 
         /// A row with the uniqueness digest `digest`.
         func row(_ digest: [UInt8], class protectionClass: UInt8 = 6, secret: String, rowid: Int64 = 0) -> StoredItem {
             refs += 1
+            let tag = UInt8(truncatingIfNeeded: refs)
             return StoredItem(
-                rowid: rowid, ref: Array(repeating: refs, count: 16), protectionClass: protectionClass,
-                accessGroupIndex: [1], serviceIndex: [2], accountIndex: [3], uniqueIndex: digest,
-                wrappedKey: [refs, 4], attributes: [refs, 5], secret: Array(secret.utf8))
+                rowid: rowid, ref: (0..<16).map { UInt8(truncatingIfNeeded: refs >> (8 * ($0 % 8))) },
+                protectionClass: protectionClass, accessGroupIndex: [1], serviceIndex: [2], accountIndex: [3],
+                uniqueIndex: digest, wrappedKey: [tag, 4], attributes: [tag, 5], secret: Array(secret.utf8))
         }
 
         @discardableResult
@@ -412,5 +416,66 @@ import Testing
             try warm()
             #expect(try secrets(other) == ["three"], "\(way)")
         }
+    }
+
+    /// A pooled reader keeps its read transaction between reads (ItemStore). A write that finishes
+    /// while a read holds its connection is not seen by that read, but by every read that starts
+    /// after it, whether the cache answers or SQLite does, on the same pooled connection; and a
+    /// lookup that read the older snapshot leaves nothing in the cache.
+    @Test(arguments: [0, PointLookupCache.defaultCapacity])
+    func aWriteFinishedDuringAReadIsSeenByEveryReadAfterIt(lookupCacheEntries: Int) throws {
+        let fx = try CacheFixture(lookupCacheEntries: lookupCacheEntries)
+        for (i, way) in Way.allCases.enumerated() {
+            let digest = Self.digest(UInt8(20 + i))
+            let rowid = try fx.insert(fx.row(digest, secret: "before"))
+            let filter = RowFilter(uniqueIndexes: [digest], includeSecret: true, includeSearchIndexes: false)
+            func secrets(_ reader: StoreReader) throws(KeychainError) -> [String] {
+                try Self.ask(reader, way, filter).map { String(decoding: $0.secret, as: UTF8.self) }
+            }
+            #expect(try fx.store.read { (r) throws(KeychainError) in try secrets(r) } == ["before"], "\(way)")
+            let during = try fx.store.read { (r) throws(KeychainError) -> [String] in
+                _ = try r.itemCount()  // the connection is taken and its snapshot begun
+                try fx.store.write { (w) throws(KeychainError) in
+                    try w.update(fx.row(digest, secret: "after", rowid: rowid))
+                }
+                return try secrets(r)
+            }
+            #expect(during == ["before"], "\(way): the read saw a write that finished after it began")
+            let pooled = fx.store.idleReaders
+            for attempt in 0..<2 {
+                let seen = try fx.store.read { (r) throws(KeychainError) in try secrets(r) }
+                #expect(seen == ["after"], "\(way), read \(attempt) after the write")
+            }
+            #expect(fx.store.idleReaders.first === pooled.first, "\(way): not the connection that held the snapshot")
+        }
+    }
+
+    /// Idle readers hold read transactions, which would keep SQLite from restarting the log (it grows
+    /// with every write) and make a truncating checkpoint wait for them: the writer ends them first.
+    @Test func idleReadersHoldUpNeitherTheLogNorItsTruncation() throws {
+        let fx = try CacheFixture(lookupCacheEntries: 0)
+        let secret = String(repeating: "s", count: 3000)
+        var largest: Int64 = 0
+        for i in 0..<1200 {
+            let digest = Self.digest(UInt8(i % 200), rest: UInt8(i / 200))
+            try fx.insert(fx.row(digest, secret: secret))
+            let filter = RowFilter(uniqueIndexes: [digest], includeSecret: true)
+            let found = try fx.store.read { (r) throws(KeychainError) -> Int in
+                var n = 0
+                try r.forEach(filter) { _ in
+                    n += 1
+                    return true
+                }
+                return n
+            }
+            #expect(found == 1)
+            largest = max(largest, fx.logSize)
+        }
+        #expect(!fx.store.idleReaders.isEmpty, "no reader was left idle in the pool")
+        // SQLite checkpoints at 1 000 pages of log and restarts it after that; 1 200 writes of a
+        // row this size write over 4 000 pages.
+        #expect(largest < 2_000 * 4096, "the log grew to \(largest) bytes: it did not restart")
+        fx.store.truncateLog()
+        #expect(fx.logSize == 0, "a truncating checkpoint left \(fx.logSize) bytes of log")
     }
 }

@@ -31,6 +31,8 @@
  *          connection and a prepared point lookup per client, the daemon's SQL. The request's keyed
  *          BLAKE2b picks which row (keychaind's digest names the row the query asks for); the row is
  *          found through the key_ix index, its two boxes opened in place and the secret answered.
+ *          Each connection holds one read transaction throughout (nothing writes meanwhile), as
+ *          keychaind's pooled readers hold theirs while no write finishes.
  *          The least an uncached copy costs: no request decoding, no allocation, no copy of a column.
  *
  * --durable DIR: --threads plus, before each answer, one 4 KiB block of a file in DIR rewritten in
@@ -295,7 +297,10 @@ static void *serve_blocking(void *arg) {
     }
     if (stored_rows > 0
         && (stored_open(&c->db, 1) != 0
-            || sqlite3_prepare_v3(c->db, stored_select, -1, SQLITE_PREPARE_PERSISTENT, &c->lookup, NULL) != SQLITE_OK)) {
+            || sqlite3_prepare_v3(c->db, stored_select, -1, SQLITE_PREPARE_PERSISTENT, &c->lookup, NULL) != SQLITE_OK
+            /* One read transaction for the connection's life: nothing writes while it serves, and
+             * keychaind's pooled readers keep theirs until a write finishes. */
+            || sqlite3_exec(c->db, "BEGIN", NULL, NULL, NULL) != SQLITE_OK)) {
         fprintf(stderr, "floor-echo: %s\n", c->db ? sqlite3_errmsg(c->db) : "cannot open the database");
         goto done;
     }
