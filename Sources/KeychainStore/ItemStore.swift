@@ -11,9 +11,14 @@ import Synchronization
 /// an uncached `copy`). Each held transaction is labelled with the count of finished writes from
 /// before it began (`PointLookupCache.generation`); a reader taken from the pool whose label is not
 /// the current count ends it and begins a new one, so a read never misses a write acknowledged
-/// before it started. The writer ends the idle readers' transactions before each write transaction
-/// and each checkpoint, so held snapshots neither keep the WAL from restarting nor hold up a
-/// TRUNCATE checkpoint.
+/// before it started.
+///
+/// No reader waits in the pool with a read transaction while a write transaction or a checkpoint is
+/// open: the writer ends the idle readers' transactions when it begins one, and a reader given back
+/// meanwhile (or with an outdated label) ends its own. Read marks held in the pool would otherwise
+/// keep the commit's automatic checkpoint from copying the commit's frames, so the log would never
+/// restart and would grow with every write, and a TRUNCATE checkpoint would wait out the busy
+/// timeout. Only a read in progress holds the log back, as before.
 public final class ItemStore: Sendable {
     /// The SQLite database file this store opened.
     public let path: String
@@ -31,19 +36,14 @@ public final class ItemStore: Sendable {
     private struct ReaderPool {
         var idle: [PooledReader] = []
         var closed = false
+        /// A write transaction or a checkpoint is open (`WriterGate`'s `writing`).
+        var writing = false
 
         /// Ends the read transactions the idle readers hold (one that cannot end is closed).
         mutating func endSnapshots() {
             var kept: [PooledReader] = []
             for var reader in idle {
-                if reader.snapshot != nil {
-                    if reader.db.inTransaction, (try? reader.db.run("COMMIT")) == nil {
-                        reader.db.close()
-                        continue
-                    }
-                    reader.snapshot = nil
-                }
-                kept.append(reader)
+                if reader.endSnapshot() { kept.append(reader) }
             }
             idle = kept
         }
@@ -71,7 +71,13 @@ public final class ItemStore: Sendable {
         let readers = Locked(ReaderPool())
         self.readers = readers
         writer = WriterGate(
-            connection, beforeTransaction: { readers.withLock { $0.endSnapshots() } },
+            connection,
+            writing: { open in
+                readers.withLock { pool in
+                    pool.writing = open
+                    if open { pool.endSnapshots() }
+                }
+            },
             afterTransaction: { cache.invalidate() })
     }
 
@@ -139,9 +145,9 @@ public final class ItemStore: Sendable {
 
     /// Runs `body` on a reader connection, never blocked by ordinary writes; only the commit of a
     /// `writeAlone` (a key change) waits for reads to finish and holds new ones back until its new
-    /// keys are in force. `body` must not call `read` again. Its statements share one WAL snapshot,
-    /// which holds every write acknowledged before the connection was taken (writes that finish
-    /// during `body` are not seen by it).
+    /// keys are in force. `body` must not call `read` again. The statements it runs on its connection
+    /// share one WAL snapshot, which holds every write acknowledged before the connection was taken
+    /// (writes that finish during `body` are not seen by them; a lookup the cache answers may be newer).
     /// The reader connection is taken from the pool when `body` first needs one: a point lookup the
     /// cache answers takes none (and none of the pool's two locks). With the cache off it is taken at
     /// once, without the lease object that defers it.
@@ -193,9 +199,19 @@ public final class ItemStore: Sendable {
     /// The reader connections waiting in the pool (tests: a read gives back what it took).
     var idleReaders: [SQLiteConnection] { readers.withLock { $0.idle.map(\.db) } }
 
+    /// Whether a write transaction or a checkpoint is open (tests wait for one).
+    var isWriting: Bool { readers.withLock { $0.writing } }
+
+    /// Puts `reader` back in the pool (or closes it when the pool is full or closed). It keeps its
+    /// read transaction only if no write transaction or checkpoint is open and no write finished
+    /// since it began; decided and done under the pool's lock, where the writer's `endSnapshots` runs.
     private func giveBack(_ reader: PooledReader) {
         let keep = readers.withLock { pool -> Bool in
             guard !pool.closed, pool.idle.count < Self.maxIdleReaders else { return false }
+            var reader = reader
+            if pool.writing || reader.snapshot != pointCache.generation {
+                guard reader.endSnapshot() else { return false }  // closed (closing again is harmless)
+            }
             pool.idle.append(reader)
             return true
         }
@@ -226,6 +242,18 @@ struct PooledReader {
     let db: SQLiteConnection
     /// The count of finished writes read before its read transaction began; nil when it holds none.
     var snapshot: UInt64? = nil
+
+    /// Ends the read transaction it holds, if any. False when it could not be ended: the connection
+    /// is closed then, and must not go back to the pool.
+    mutating func endSnapshot() -> Bool {
+        guard snapshot != nil else { return true }
+        if db.inTransaction, (try? db.run("COMMIT")) == nil {
+            db.close()
+            return false
+        }
+        snapshot = nil
+        return true
+    }
 }
 
 /// One read's claim on a pooled reader connection, taken on first use (used by one thread). Valid

@@ -31,18 +31,19 @@ final class WriterGate: @unchecked Sendable {
     /// A group is committed at this size even when more writers are queued, to bound latency.
     static let maxGroupSize = 128
 
-    /// Runs before every write transaction begins and before every checkpoint the gate runs, with the
-    /// mutex held (the store ends its idle readers' read transactions here).
-    private let beforeTransaction: @Sendable () -> Void
+    /// Told, with the mutex held, when a write transaction or a checkpoint of the gate's begins (true)
+    /// and when it has ended (false; after the commit, whose automatic checkpoint is part of it). The
+    /// store's readers hold no read transaction in the pool meanwhile (`ItemStore`).
+    private let writing: @Sendable (Bool) -> Void
     /// Runs after every commit or rollback, before the group's writers are released (cache upkeep).
     private let afterTransaction: @Sendable () -> Void
 
     init(
-        _ connection: SQLiteConnection, beforeTransaction: @escaping @Sendable () -> Void = {},
+        _ connection: SQLiteConnection, writing: @escaping @Sendable (Bool) -> Void = { _ in },
         afterTransaction: @escaping @Sendable () -> Void = {}
     ) {
         self.connection = connection
-        self.beforeTransaction = beforeTransaction
+        self.writing = writing
         self.afterTransaction = afterTransaction
     }
 
@@ -54,8 +55,7 @@ final class WriterGate: @unchecked Sendable {
 
         guard let db = connection else { throw KeychainError(.notAvailable, "the keychain database is closed") }
         if !inTransaction {
-            beforeTransaction()
-            try db.run("BEGIN IMMEDIATE")
+            try begin(db)
             inTransaction = true
             openGroup &+= 1
             groupSize = 0
@@ -129,8 +129,7 @@ final class WriterGate: @unchecked Sendable {
 
         guard let db = connection else { throw KeychainError(.notAvailable, "the keychain database is closed") }
         if inTransaction { finish(db, group: openGroup, commit: true, failure: nil) }
-        beforeTransaction()
-        try db.run("BEGIN IMMEDIATE")
+        try begin(db)
         inTransaction = true
         openGroup &+= 1
         groupSize = 1
@@ -148,6 +147,15 @@ final class WriterGate: @unchecked Sendable {
         readers.exclusive { finish(db, group: group, commit: true, failure: nil, committed: committed) }
         if let failure = takeFailure(group) { throw failure }
         return value
+    }
+
+    /// `BEGIN IMMEDIATE`, the store told first (and told again if it fails).
+    private func begin(_ db: SQLiteConnection) throws(KeychainError) {
+        writing(true)
+        do throws(KeychainError) { try db.run("BEGIN IMMEDIATE") } catch {
+            writing(false)
+            throw error
+        }
     }
 
     /// The failure of a finished group, read once by each of its writers (the entry goes with the last).
@@ -185,6 +193,7 @@ final class WriterGate: @unchecked Sendable {
             committed()
         }
         afterTransaction()
+        writing(false)
         // Every writer that joined the group reads its failure once (takeFailure), however late it
         // gets the mutex back.
         if let error { failures[group] = (error, groupSize) }
@@ -207,8 +216,9 @@ final class WriterGate: @unchecked Sendable {
         defer { mutex.unlock() }
         guard let db = connection else { return }
         if inTransaction { finish(db, group: openGroup, commit: true, failure: nil) }
-        beforeTransaction()
+        writing(true)
         try? db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        writing(false)
     }
 
     /// Commits what is open, checkpoints the WAL and closes the connection.
@@ -217,8 +227,9 @@ final class WriterGate: @unchecked Sendable {
         defer { mutex.unlock() }
         guard let db = connection else { return }
         if inTransaction { finish(db, group: openGroup, commit: true, failure: nil) }
-        beforeTransaction()
+        writing(true)
         try? db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        writing(false)
         rows?.closing()
         db.close()
         connection = nil
