@@ -32,6 +32,9 @@ public final class ItemStore: Sendable {
     private let transition = TransitionLock()
     private let lock: DatabaseLock
     private static let maxIdleReaders = 4
+    /// 16 MiB: four times what SQLite's automatic checkpoint lets the log reach (1 000 pages of 4 KiB)
+    /// when it can restart it.
+    public static let defaultLogLimitBytes: Int64 = 16 << 20
 
     private struct ReaderPool {
         var idle: [PooledReader] = []
@@ -53,7 +56,11 @@ public final class ItemStore: Sendable {
     /// inherits 0600) and migrating its schema to the current version. The WAL's index is kept in
     /// memory (SQLiteConnection, `unix-excl`): a `-shm` file that an earlier version left is removed.
     /// `lookupCacheEntries`: how many point lookups to keep as sealed rows (0 turns the cache off).
-    public init(path: String, lookupCacheEntries: Int = PointLookupCache.defaultCapacity) throws(KeychainError) {
+    /// `logLimitBytes`: the size of the write-ahead log above which a commit truncates it.
+    public init(
+        path: String, lookupCacheEntries: Int = PointLookupCache.defaultCapacity,
+        logLimitBytes: Int64 = ItemStore.defaultLogLimitBytes
+    ) throws(KeychainError) {
         self.path = path
         pointCache = PointLookupCache(capacity: lookupCacheEntries)
         lock = try DatabaseLock(databasePath: path)
@@ -71,7 +78,7 @@ public final class ItemStore: Sendable {
         let readers = Locked(ReaderPool())
         self.readers = readers
         writer = WriterGate(
-            connection,
+            connection, log: (path + "-wal", logLimitBytes),
             writing: { open in
                 readers.withLock { pool in
                     pool.writing = open

@@ -21,6 +21,8 @@ package final class SQLiteConnection: @unchecked Sendable {
     /// dictionary would hash all of it.
     @exclusivity(unchecked) private var last: (sql: String, statement: SQLiteStatement)?
     private static let cacheLimit = 128
+    /// How long a statement waits for a lock before it fails with SQLITE_BUSY.
+    private let busyTimeoutMs: Int32
 
     /// Opens (creating if `create`) the database at `path` with WAL, synchronous=FULL, a busy timeout
     /// and secure_delete. `readOnly` connections also set `query_only`.
@@ -38,6 +40,7 @@ package final class SQLiteConnection: @unchecked Sendable {
             throw Self.error(rc, "cannot open database \(path): \(message)")
         }
         db = handle
+        self.busyTimeoutMs = busyTimeoutMs
         sqlite3_extended_result_codes(handle, 1)
         sqlite3_busy_timeout(handle, busyTimeoutMs)
         do throws(KeychainError) {
@@ -73,6 +76,13 @@ package final class SQLiteConnection: @unchecked Sendable {
             guard let db else { throw KeychainError(.notAvailable, "the keychain database is closed") }
             return db
         }
+    }
+
+    /// Runs `body` with the busy timeout set to `milliseconds` instead of the connection's own.
+    package func withBusyTimeout<R>(_ milliseconds: Int32, _ body: () -> R) -> R {
+        if let db { sqlite3_busy_timeout(db, milliseconds) }
+        defer { if let db { sqlite3_busy_timeout(db, busyTimeoutMs) } }
+        return body()
     }
 
     /// Runs SQL without results (pragmas, schema, BEGIN/COMMIT/ROLLBACK).

@@ -38,11 +38,16 @@ final class WriterGate: @unchecked Sendable {
     /// Runs after every commit or rollback, before the group's writers are released (cache upkeep).
     private let afterTransaction: @Sendable () -> Void
 
+    /// The write-ahead log's path and the size above which a commit truncates it (nil: never).
+    private let log: (path: String, limit: Int64)?
+
     init(
-        _ connection: SQLiteConnection, writing: @escaping @Sendable (Bool) -> Void = { _ in },
+        _ connection: SQLiteConnection, log: (path: String, limit: Int64)? = nil,
+        writing: @escaping @Sendable (Bool) -> Void = { _ in },
         afterTransaction: @escaping @Sendable () -> Void = {}
     ) {
         self.connection = connection
+        self.log = log
         self.writing = writing
         self.afterTransaction = afterTransaction
     }
@@ -193,6 +198,7 @@ final class WriterGate: @unchecked Sendable {
             committed()
         }
         afterTransaction()
+        if error == nil, commit { boundLog(db) }
         writing(false)
         // Every writer that joined the group reads its failure once (takeFailure), however late it
         // gets the mutex back.
@@ -201,6 +207,21 @@ final class WriterGate: @unchecked Sendable {
         finishedGroup = group
         committedCondition.broadcast()
     }
+
+    /// After a commit, while no reader keeps a read transaction in the pool: a log that grew past its
+    /// limit is checkpointed and truncated. SQLite restarts the log from its start only after a
+    /// checkpoint that copied all of it, and a read in progress at every commit's automatic
+    /// checkpoint (readers that never pause) keeps that from happening: without this bound the file
+    /// would grow for as long as they read. Reads that begin meanwhile do not hold the checkpoint up;
+    /// it waits at most `logWaitMs` for those in progress, else it is tried again after the next
+    /// commit, so a slow read never stalls the writes for long.
+    private func boundLog(_ db: SQLiteConnection) {
+        guard let log, let size = try? FileSystem.status(log.path).size, size > log.limit else { return }
+        db.withBusyTimeout(Self.logWaitMs) { try? db.execute("PRAGMA wal_checkpoint(TRUNCATE)") }
+    }
+
+    /// How long `boundLog` waits for reads in progress.
+    static let logWaitMs: Int32 = 100
 
     /// Starts keeping `tracker` current; from now on every commit that changes rows rewrites its record.
     func attach(_ tracker: RowStateTracker) throws(KeychainError) {

@@ -254,9 +254,14 @@ import Testing
         let store: ItemStore
         private var refs = 0
 
-        init(lookupCacheEntries: Int = PointLookupCache.defaultCapacity) throws {
+        init(
+            lookupCacheEntries: Int = PointLookupCache.defaultCapacity,
+            logLimitBytes: Int64 = ItemStore.defaultLogLimitBytes
+        ) throws {
             temporary = try TemporaryDirectory(prefix: "kc-store-cache")
-            store = try ItemStore(path: temporary.appending("keychain.db"), lookupCacheEntries: lookupCacheEntries)
+            store = try ItemStore(
+                path: temporary.appending("keychain.db"), lookupCacheEntries: lookupCacheEntries,
+                logLimitBytes: logLimitBytes)
             _ = try store.attachRowState(key: SecureBytes(random: 32), policy: .create)
         }
 
@@ -483,6 +488,40 @@ import Testing
         #expect(largest < 2_000 * 4096, "the log grew to \(largest) bytes: it did not restart")
         fx.store.truncateLog()
         #expect(fx.logSize == 0, "a truncating checkpoint left \(fx.logSize) bytes of log")
+    }
+
+    /// A read in progress at every commit keeps SQLite from ever restarting the log. Once the log is
+    /// past its limit, the first commit after such reads pause truncates it.
+    @Test func aLogPastItsLimitIsTruncatedOnceReadsPause() throws {
+        let limit: Int64 = 1 << 20
+        let fx = try CacheFixture(lookupCacheEntries: 0, logLimitBytes: limit)
+        let store = fx.store
+        let taken = DispatchSemaphore(value: 0)
+        let release = DispatchSemaphore(value: 0)
+        let returned = DispatchSemaphore(value: 0)
+        DispatchQueue.global().async {
+            _ = try? store.read { (r) throws(KeychainError) -> Int in
+                let n = try r.itemCount()  // a snapshot held across the writes below
+                taken.signal()
+                release.wait()
+                return n
+            }
+            returned.signal()
+        }
+        taken.wait()
+        let secret = String(repeating: "s", count: 3000)
+        var i = 0
+        while fx.logSize <= limit {
+            try fx.insert(fx.row(Self.digest(UInt8(i % 200), rest: UInt8(i / 200)), secret: secret))
+            i += 1
+            #expect(i < 2_000, "the log did not grow past its limit")
+            if i >= 2_000 { break }
+        }
+        release.signal()
+        returned.wait()
+        try fx.insert(fx.row(Self.digest(255, rest: 255), secret: secret))
+        #expect(fx.logSize < limit, "the log is still \(fx.logSize) bytes after reads paused")
+        #expect(try store.itemCount() == i + 1)
     }
 
     /// A read in progress when a truncating checkpoint starts holds it up only until the read gives
