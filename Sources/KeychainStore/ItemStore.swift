@@ -18,7 +18,9 @@ import Synchronization
 /// meanwhile (or with an outdated label) ends its own. Read marks held in the pool would otherwise
 /// keep the commit's automatic checkpoint from copying the commit's frames, so the log would never
 /// restart and would grow with every write, and a TRUNCATE checkpoint would wait out the busy
-/// timeout. Only a read in progress holds the log back, as before.
+/// timeout. Only a read in progress holds the log back, as before; reads in progress at every
+/// commit can still keep SQLite from restarting it, so a commit truncates a log past
+/// `logLimitBytes` (WriterGate's `boundLog`).
 public final class ItemStore: Sendable {
     /// The SQLite database file this store opened.
     public let path: String
