@@ -58,10 +58,11 @@ public final class ItemStore: Sendable {
     /// inherits 0600) and migrating its schema to the current version. The WAL's index is kept in
     /// memory (SQLiteConnection, `unix-excl`): a `-shm` file that an earlier version left is removed.
     /// `lookupCacheEntries`: how many point lookups to keep as sealed rows (0 turns the cache off).
-    /// `logLimitBytes`: the size of the write-ahead log above which a commit truncates it.
+    /// `logLimitBytes`: the size of the write-ahead log above which a commit truncates it, looked at
+    /// once per `logCheckSeconds` at most.
     public init(
         path: String, lookupCacheEntries: Int = PointLookupCache.defaultCapacity,
-        logLimitBytes: Int64 = ItemStore.defaultLogLimitBytes
+        logLimitBytes: Int64 = ItemStore.defaultLogLimitBytes, logCheckSeconds: Double = 1
     ) throws(KeychainError) {
         self.path = path
         pointCache = PointLookupCache(capacity: lookupCacheEntries)
@@ -80,7 +81,7 @@ public final class ItemStore: Sendable {
         let readers = Locked(ReaderPool())
         self.readers = readers
         writer = WriterGate(
-            connection, log: (path + "-wal", logLimitBytes),
+            connection, log: (path + "-wal", logLimitBytes, logCheckSeconds),
             writing: { open in
                 readers.withLock { pool in
                     pool.writing = open

@@ -38,11 +38,14 @@ final class WriterGate: @unchecked Sendable {
     /// Runs after every commit or rollback, before the group's writers are released (cache upkeep).
     private let afterTransaction: @Sendable () -> Void
 
-    /// The write-ahead log's path and the size above which a commit truncates it (nil: never).
-    private let log: (path: String, limit: Int64)?
+    /// The write-ahead log's path, the size above which a commit truncates it, and how often a
+    /// commit looks at that size (nil: never).
+    private let log: (path: String, limit: Int64, every: Double)?
+    /// When a commit last looked at the log's size (guarded by `mutex`).
+    private var logChecked = -Double.infinity
 
     init(
-        _ connection: SQLiteConnection, log: (path: String, limit: Int64)? = nil,
+        _ connection: SQLiteConnection, log: (path: String, limit: Int64, every: Double)? = nil,
         writing: @escaping @Sendable (Bool) -> Void = { _ in },
         afterTransaction: @escaping @Sendable () -> Void = {}
     ) {
@@ -213,10 +216,15 @@ final class WriterGate: @unchecked Sendable {
     /// checkpoint that copied all of it, and a read in progress at every commit's automatic
     /// checkpoint (readers that never pause) keeps that from happening: without this bound the file
     /// would grow for as long as they read. Reads that begin meanwhile do not hold the checkpoint up;
-    /// it waits at most `logWaitMs` for those in progress, else it is tried again after the next
-    /// commit, so a slow read never stalls the writes for long.
+    /// it waits at most `logWaitMs` for those in progress, else it is tried again later, so a slow
+    /// read never stalls the writes for long. The size is looked at once per `every` seconds at
+    /// most: a `stat` right after each commit's fdatasync cost durable adds a fifth of their rate.
     private func boundLog(_ db: SQLiteConnection) {
-        guard let log, let size = try? FileSystem.status(log.path).size, size > log.limit else { return }
+        guard let log else { return }
+        let now = MonotonicClock.now()
+        guard now - logChecked >= log.every else { return }
+        logChecked = now
+        guard let size = try? FileSystem.status(log.path).size, size > log.limit else { return }
         db.withBusyTimeout(Self.logWaitMs) { try? db.execute("PRAGMA wal_checkpoint(TRUNCATE)") }
     }
 

@@ -256,12 +256,12 @@ import Testing
 
         init(
             lookupCacheEntries: Int = PointLookupCache.defaultCapacity,
-            logLimitBytes: Int64 = ItemStore.defaultLogLimitBytes
+            logLimitBytes: Int64 = ItemStore.defaultLogLimitBytes, logCheckSeconds: Double = 1
         ) throws {
             temporary = try TemporaryDirectory(prefix: "kc-store-cache")
             store = try ItemStore(
                 path: temporary.appending("keychain.db"), lookupCacheEntries: lookupCacheEntries,
-                logLimitBytes: logLimitBytes)
+                logLimitBytes: logLimitBytes, logCheckSeconds: logCheckSeconds)
             _ = try store.attachRowState(key: SecureBytes(random: 32), policy: .create)
         }
 
@@ -494,7 +494,8 @@ import Testing
     /// past its limit, the first commit after such reads pause truncates it.
     @Test func aLogPastItsLimitIsTruncatedOnceReadsPause() throws {
         let limit: Int64 = 1 << 20
-        let fx = try CacheFixture(lookupCacheEntries: 0, logLimitBytes: limit)
+        // The size looked at after every commit (not once a second), so the test waits for nothing.
+        let fx = try CacheFixture(lookupCacheEntries: 0, logLimitBytes: limit, logCheckSeconds: 0)
         let store = fx.store
         let taken = DispatchSemaphore(value: 0)
         let release = DispatchSemaphore(value: 0)
