@@ -2,7 +2,7 @@
  * floor-echo: the fastest echo server we know how to write for keychaind's framing, the floor every
  * daemon figure in scripts/bench is set beside.
  *
- *   floor-echo SOCKET REPLY_BYTES [--threads | --epoll | --isolation | --secure | --stored N DIR | --durable DIR]
+ *   floor-echo SOCKET REPLY_BYTES [--threads | --epoll | --isolation | --secure | --secure-epoll | --stored N DIR | --durable DIR]
  *
  * Reads frames (4-byte big-endian length, then that many bytes), and answers each complete frame with
  * one fixed frame of REPLY_BYTES bytes in all (header included): the size of the daemon's answer to
@@ -24,6 +24,11 @@
  *          has AES-NI, XChaCha20-Poly1305 otherwise — the secret copied into the reply and wiped.
  *          The class key's AES-256-GCM schedule is computed once (as keychaind keeps it beside the
  *          class key); the item key's is computed on every open, since each row has its own.
+ *
+ * --secure-epoll: --secure served the --epoll way (one thread per CPU, non-blocking sockets; the peer's
+ *          credentials and pidfd taken at accept). Every read is still one recvmsg, its writer checked
+ *          and the pidfd polled after it, as --secure does: what an event loop would save or cost
+ *          keychaind once its guarantees are paid.
  *
  * --stored N DIR: --secure, but the sealed item key and secret are read from a SQLite database in DIR
  *          for every request, as an uncached keychaind copy reads them: N rows with keychaind's
@@ -280,21 +285,25 @@ static ssize_t recv_from_writer(struct conn *c, pid_t *writer) {
     return n;
 }
 
+/* The peer's pid and a pidfd that pins it (0, or -1 when the peer cannot be pinned). */
+static int pin_peer(struct conn *c) {
+    struct ucred cred;
+    socklen_t len = sizeof cred;
+    c->pidfd = -1;
+    if (getsockopt(c->fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return -1;
+    c->pid = cred.pid;
+    /* SO_PEERPIDFD (Linux 6.5) pins the very process that connected, as keychaind does;
+     * pidfd_open right after accept on older kernels. */
+    int pidfd = -1;
+    len = sizeof pidfd;
+    if (getsockopt(c->fd, SOL_SOCKET, 77 /* SO_PEERPIDFD */, &pidfd, &len) != 0) pidfd = (int)syscall(SYS_pidfd_open, cred.pid, 0);
+    c->pidfd = pidfd;
+    return pidfd < 0 ? -1 : 0;
+}
+
 static void *serve_blocking(void *arg) {
     struct conn *c = arg;
-    if (isolation) {
-        struct ucred cred;
-        socklen_t len = sizeof cred;
-        if (getsockopt(c->fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) goto done;
-        c->pid = cred.pid;
-        /* SO_PEERPIDFD (Linux 6.5) pins the very process that connected, as keychaind does;
-         * pidfd_open right after accept on older kernels. */
-        int pidfd = -1;
-        len = sizeof pidfd;
-        if (getsockopt(c->fd, SOL_SOCKET, 77 /* SO_PEERPIDFD */, &pidfd, &len) != 0) pidfd = (int)syscall(SYS_pidfd_open, cred.pid, 0);
-        c->pidfd = pidfd;
-        if (c->pidfd < 0) goto done;
-    }
+    if (isolation && pin_peer(c) != 0) goto done;
     if (stored_rows > 0
         && (stored_open(&c->db, 1) != 0
             || sqlite3_prepare_v3(c->db, stored_select, -1, SQLITE_PREPARE_PERSISTENT, &c->lookup, NULL) != SQLITE_OK
@@ -360,17 +369,29 @@ static void *epoll_loop(void *arg) {
             struct conn *c = ev[i].data.ptr;
             int done = 0;
             for (;;) {
-                ssize_t r = recv(c->fd, c->buf + c->have, BUF - c->have, 0);
+                ssize_t r;
+                if (isolation) {
+                    pid_t writer;
+                    r = recv_from_writer(c, &writer);
+                    if (r > 0) {
+                        struct pollfd p = { .fd = c->pidfd, .events = POLLIN };
+                        if (writer != c->pid || poll(&p, 1, 0) != 0) { done = 1; break; } /* as serve_blocking */
+                    }
+                } else {
+                    r = recv(c->fd, c->buf + c->have, BUF - c->have, 0);
+                }
                 if (r < 0 && errno == EINTR) continue;
                 if (r < 0 && errno == EAGAIN) break;
                 if (r <= 0) { done = 1; break; }
                 c->have += (size_t)r;
                 long out = take_frames(c);
                 if (out < 0 || (out > 0 && write_all(c->fd, c->out, (size_t)out) < 0)) { done = 1; break; }
+                if (secure) sodium_memzero(c->out, (size_t)out);
                 if ((size_t)r < BUF) break; /* drained: wait for the next request */
             }
             if (done) {
                 epoll_ctl(ep, EPOLL_CTL_DEL, c->fd, NULL);
+                if (c->pidfd > 0) close(c->pidfd);
                 close(c->fd);
                 free(c);
             }
@@ -381,19 +402,20 @@ static void *epoll_loop(void *arg) {
 
 int main(int argc, char **argv) {
     if (argc < 3) {
-        fprintf(stderr, "usage: floor-echo SOCKET REPLY_BYTES [--threads | --epoll | --isolation | --secure | --stored N DIR | --durable DIR]\n");
+        fprintf(stderr, "usage: floor-echo SOCKET REPLY_BYTES [--threads | --epoll | --isolation | --secure | --secure-epoll | --stored N DIR | --durable DIR]\n");
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
     long total = strtol(argv[2], NULL, 10);
     if (total < 5 || total > BUF / 8) { fprintf(stderr, "floor-echo: REPLY_BYTES out of range\n"); return 2; }
-    int use_epoll = argc > 3 && strcmp(argv[3], "--epoll") == 0;
+    int secure_epoll = argc > 3 && strcmp(argv[3], "--secure-epoll") == 0;
+    int use_epoll = secure_epoll || (argc > 3 && strcmp(argv[3], "--epoll") == 0);
     if (argc > 5 && strcmp(argv[3], "--stored") == 0) {
         stored_rows = strtol(argv[4], NULL, 10);
         snprintf(stored_path, sizeof stored_path, "%s/floor-echo-stored-%d.db", argv[5], (int)getpid());
         if (stored_rows < 1 || total < 4 + 32) { fprintf(stderr, "floor-echo: --stored needs N >= 1 and a reply of 36+ bytes\n"); return 2; }
     }
-    secure = stored_rows > 0 || (argc > 3 && strcmp(argv[3], "--secure") == 0);
+    secure = secure_epoll || stored_rows > 0 || (argc > 3 && strcmp(argv[3], "--secure") == 0);
     isolation = secure || (argc > 3 && strcmp(argv[3], "--isolation") == 0);
     if (argc > 4 && strcmp(argv[3], "--durable") == 0) {
         char path[4096];
@@ -448,6 +470,7 @@ int main(int argc, char **argv) {
         struct conn *c = calloc(1, sizeof *c);
         c->fd = fd;
         if (use_epoll) {
+            if (isolation && pin_peer(c) != 0) { close(fd); free(c); continue; }
             struct epoll_event e = { .events = EPOLLIN, .data.ptr = c };
             epoll_ctl(eps[next % (unsigned)loops], EPOLL_CTL_ADD, fd, &e);
         } else {
