@@ -122,6 +122,13 @@ struct DigestKey: Hashable, Sendable {
     func hash(into hasher: inout Hasher) {
         hasher.combine(words.0)
     }
+
+    /// What a `Dictionary` files the key by: its first word, mixed with the table's seed, without
+    /// running `Hasher` (SipHash) on every lookup. Safe because that word is already a keyed hash
+    /// that a caller cannot choose (see above), so no one can aim many keys at one bucket.
+    func _rawHashValue(seed: Int) -> Int {
+        Int(truncatingIfNeeded: words.0) ^ seed
+    }
 }
 
 extension RowFilter {
