@@ -285,6 +285,20 @@ static ssize_t recv_from_writer(struct conn *c, pid_t *writer) {
     return n;
 }
 
+/* One read, as the mode reads: with isolation, a recvmsg whose writer must be the pinned peer, still
+ * running (the pidfd polled after the read); *refused is set when it is not. */
+static ssize_t read_request(struct conn *c, int *refused) {
+    *refused = 0;
+    if (!isolation) return recv(c->fd, c->buf + c->have, BUF - c->have, 0);
+    pid_t writer;
+    ssize_t r = recv_from_writer(c, &writer);
+    if (r > 0) {
+        struct pollfd p = { .fd = c->pidfd, .events = POLLIN };
+        *refused = writer != c->pid || poll(&p, 1, 0) != 0; /* another writer, or the peer exited */
+    }
+    return r;
+}
+
 /* The peer's pid and a pidfd that pins it (0, or -1 when the peer cannot be pinned). */
 static int pin_peer(struct conn *c) {
     struct ucred cred;
@@ -314,17 +328,9 @@ static void *serve_blocking(void *arg) {
         goto done;
     }
     for (;;) {
-        ssize_t r;
-        if (isolation) {
-            pid_t writer;
-            r = recv_from_writer(c, &writer);
-            if (r > 0) {
-                struct pollfd p = { .fd = c->pidfd, .events = POLLIN };
-                if (writer != c->pid || poll(&p, 1, 0) != 0) break; /* another writer, or the peer exited */
-            }
-        } else {
-            r = recv(c->fd, c->buf + c->have, BUF - c->have, 0);
-        }
+        int refused;
+        ssize_t r = read_request(c, &refused);
+        if (refused) break;
         if (r < 0 && errno == EINTR) continue;
         if (r <= 0) break;
         c->have += (size_t)r;
@@ -369,17 +375,9 @@ static void *epoll_loop(void *arg) {
             struct conn *c = ev[i].data.ptr;
             int done = 0;
             for (;;) {
-                ssize_t r;
-                if (isolation) {
-                    pid_t writer;
-                    r = recv_from_writer(c, &writer);
-                    if (r > 0) {
-                        struct pollfd p = { .fd = c->pidfd, .events = POLLIN };
-                        if (writer != c->pid || poll(&p, 1, 0) != 0) { done = 1; break; } /* as serve_blocking */
-                    }
-                } else {
-                    r = recv(c->fd, c->buf + c->have, BUF - c->have, 0);
-                }
+                int refused;
+                ssize_t r = read_request(c, &refused);
+                if (refused) { done = 1; break; }
                 if (r < 0 && errno == EINTR) continue;
                 if (r < 0 && errno == EAGAIN) break;
                 if (r <= 0) { done = 1; break; }
