@@ -21,6 +21,12 @@
  *       N durable adds (service bench.adds, accounts TAG-k-i) over CLIENTS connections (default 1),
  *       each waiting for its answer; checks every answer is a success and prints {"adds_s": …}
  *       (for strace and callgrind of the write path).
+ *   floor-client forked SOCKET
+ *       whether a server refuses a frame written by another process on an open connection: one copy
+ *       answered, then a forked child writes one more copy on the same connection and exits. Prints
+ *       "refused" and exits 0 when the server closes the connection; prints "answered" and exits 1
+ *       when it answers the child's frame. (keychaind and floor-echo --isolation, --secure,
+ *       --secure-epoll must refuse; the bare echoes answer.) Waits for the server's next event only.
  *   floor-client durable DAEMON_SOCKET DIR [--rounds 5] [--ops 500] [--label L] [--echo SOCKET]
  *       per round: the fdatasync floors in DIR (200 B appends; one 4 KiB block rewritten), ops adds
  *       to floor-echo --durable at SOCKET (the same request bytes; with --echo), then ops adds to the
@@ -44,6 +50,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -283,6 +290,26 @@ int main(int argc, char **argv) {
         hang_up(c);
         return 0;
     }
+    if (argc >= 3 && strcmp(argv[1], "forked") == 0) {
+        struct conn *c = dial(argv[2]);
+        struct buf copy = request(2, "copy", "bench.copy", "alice", 0);
+        round_trip(c, &copy);
+        pid_t child = fork();
+        if (child < 0) die("fork failed");
+        if (child == 0) { /* the other process: one frame on the inherited connection, no read */
+            ssize_t w = send(c->fd, copy.b, copy.n, MSG_NOSIGNAL);
+            _exit(w == (ssize_t)copy.n ? 0 : 3);
+        }
+        int status = 0;
+        if (waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status) != 0) die("the forked writer could not send its frame");
+        /* The parent sends nothing more: what arrives now is the server's answer to the child's
+           frame, or the end of the connection. */
+        ssize_t r;
+        do r = recv(c->fd, c->in + c->have, sizeof c->in - c->have, 0); while (r < 0 && errno == EINTR);
+        if (r > 0) { printf("answered\n"); return 1; }
+        if (r == 0 || errno == ECONNRESET) { printf("refused\n"); return 0; }
+        die("recv failed");
+    }
     if (argc >= 4 && strcmp(argv[1], "adds") == 0) {
         int clients = argc >= 5 ? atoi(argv[4]) : 1;
         const char *tag = argc >= 6 ? argv[5] : "a";
@@ -336,7 +363,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (argc < 2 || strcmp(argv[1], "run") != 0) {
-        fprintf(stderr, "usage: floor-client probe SOCKET | copies SOCKET N | adds SOCKET N [CLIENTS] [TAG] | durable SOCKET DIR [--rounds R] [--ops N] [--label L] [--echo SOCKET] | run --echo SOCKET --daemon SOCKET [--rounds R] [--ops N] [--clients C] [--random-of N] [--label L] [--no-throughput]\n");
+        fprintf(stderr, "usage: floor-client probe SOCKET | copies SOCKET N | forked SOCKET | adds SOCKET N [CLIENTS] [TAG] | durable SOCKET DIR [--rounds R] [--ops N] [--label L] [--echo SOCKET] | run --echo SOCKET --daemon SOCKET [--rounds R] [--ops N] [--clients C] [--random-of N] [--label L] [--no-throughput]\n");
         return 2;
     }
     const char *echo[2] = { NULL, NULL }, *daemon = NULL, *label = "run";
