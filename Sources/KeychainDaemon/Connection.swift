@@ -69,6 +69,11 @@ final class Connection {
         let memo = CopyMemo()
         defer { _ = budget.adjust(by: -held) }
         let pid = peer.identity.pid
+        // Held in locals for the whole connection, so the closures below borrow them instead of
+        // loading (and retaining) them from `self` on every request.
+        let handler = self.handler
+        let peer = self.peer
+        let sock = socket.socket
         while true {
             // An identified app gets the configured frame limit and larger reads.
             let identified = peer.isIdentified(in: handler.registrar)
@@ -77,7 +82,7 @@ final class Connection {
             var writer: Int32 = 0
             do {
                 n = try frames.receive(upTo: identified ? 64 * 1024 : 4 * 1024) { (b) throws(Errno) in
-                    let got = try socket.socket.receiveWithWriter(into: b)
+                    let got = try sock.receiveWithWriter(into: b)
                     writer = got.writer
                     return got.count
                 }
