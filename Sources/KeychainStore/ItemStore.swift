@@ -359,7 +359,7 @@ public struct StoreReader {
     /// lock, the row taken out as a reference and looked at after it. A miss (not cached, cached
     /// without the secret the filter asks for, no cache, or any other lookup) reads through
     /// `lookUp`, which stores what it read.
-    private func cachedOne(_ filter: RowFilter, _ digests: Digests?) -> OneRow {
+    @inline(__always) private func cachedOne(_ filter: RowFilter, _ digests: Digests?) -> OneRow {
         guard let cache, cache.capacity > 0, filter.isPointLookup else { return .miss }
         let key: DigestKey?
         if let digests {
