@@ -23,10 +23,11 @@
  *       (for strace and callgrind of the write path).
  *   floor-client forked SOCKET
  *       whether a server refuses a frame written by another process on an open connection: one copy
- *       answered, then a forked child writes one more copy on the same connection and exits. Prints
- *       "refused" and exits 0 when the server closes the connection; prints "answered" and exits 1
- *       when it answers the child's frame. (keychaind and floor-echo --isolation, --secure,
- *       --secure-epoll must refuse; the bare echoes answer.) Waits for the server's next event only.
+ *       answered, then a forked child writes one more copy on the same connection and exits, then
+ *       the parent sends one more. Prints "refused" and exits 0 when the server ends the connection
+ *       before answering both; prints "answered" and exits 1 when it answers both. (keychaind and
+ *       floor-echo --isolation, --secure, --secure-epoll must refuse; the bare echoes answer.) Waits
+ *       for the server's answers or the end of the connection, never for a time.
  *   floor-client durable DAEMON_SOCKET DIR [--rounds 5] [--ops 500] [--label L] [--echo SOCKET]
  *       per round: the fdatasync floors in DIR (200 B appends; one 4 KiB block rewritten), ops adds
  *       to floor-echo --durable at SOCKET (the same request bytes; with --echo), then ops adds to the
@@ -302,13 +303,26 @@ int main(int argc, char **argv) {
         }
         int status = 0;
         if (waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status) != 0) die("the forked writer could not send its frame");
-        /* The parent sends nothing more: what arrives now is the server's answer to the child's
-           frame, or the end of the connection. */
-        ssize_t r;
-        do r = recv(c->fd, c->in + c->have, sizeof c->in - c->have, 0); while (r < 0 && errno == EINTR);
-        if (r > 0) { printf("answered\n"); return 1; }
-        if (r == 0 || errno == ECONNRESET) { printf("refused\n"); return 0; }
-        die("recv failed");
+        /* Then the parent's own next copy. A server that took the child's frame answers both: two
+           frames arrive. One that refused it ends the connection first, after at most one frame
+           (keychaind says why in an error frame; the C references just close). */
+        (void)send(c->fd, copy.b, copy.n, MSG_NOSIGNAL); /* EPIPE when it is closed already */
+        int frames = 0;
+        for (;;) {
+            while (c->have >= 4) {
+                size_t n = (size_t)c->in[0] << 24 | (size_t)c->in[1] << 16 | (size_t)c->in[2] << 8 | c->in[3];
+                if (n + 4 > sizeof c->in) die("answer frame too large");
+                if (c->have < n + 4) break;
+                c->have -= n + 4;
+                memmove(c->in, c->in + n + 4, c->have);
+                if (++frames == 2) { printf("answered\n"); return 1; }
+            }
+            ssize_t r = recv(c->fd, c->in + c->have, sizeof c->in - c->have, 0);
+            if (r < 0 && errno == EINTR) continue;
+            if (r == 0 || (r < 0 && errno == ECONNRESET)) { printf("refused\n"); return 0; }
+            if (r < 0) die("recv failed");
+            c->have += (size_t)r;
+        }
     }
     if (argc >= 4 && strcmp(argv[1], "adds") == 0) {
         int clients = argc >= 5 ? atoi(argv[4]) : 1;
