@@ -138,10 +138,5 @@ for target in package.targets where target.type != .system && target.type != .bi
     var settings = target.swiftSettings ?? []
     settings.append(.enableUpcomingFeature("InternalImportsByDefault"))
     settings.append(.enableUpcomingFeature("MemberImportVisibility"))
-    // Release builds (the daemon users run, the bench, the Debian package) let the optimiser inline
-    // and specialise across modules: a cached copy passes through six of them, and each boundary was
-    // a call, a retain and a generic thunk (docs/performance.md, eleventh session: 6 891 → 6 234
-    // instructions per cached copy). Debug builds, which the tests use, stay as they were.
-    settings.append(.unsafeFlags(["-cross-module-optimization"], .when(configuration: .release)))
     target.swiftSettings = settings
 }
