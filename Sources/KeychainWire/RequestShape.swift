@@ -23,12 +23,13 @@ public struct RequestShape: Equatable, Sendable {
 
     /// The shape of `body`, or nil when it is not exactly the common one.
     public static func scan(_ body: UnsafeRawBufferPointer) -> RequestShape? {
-        // Index arithmetic on the raw bytes, every read bounds-checked against `count` first: this runs
-        // before every request, so it stays free of closures, arrays and allocation.
+        // Every read is checked against `count` first. The fixed keys are compared a word at a time
+        // (little-endian loads of the bytes as they stand in the frame): this runs before every
+        // request, so it stays free of closures, arrays and allocation, and of byte-by-byte loops.
         let count = body.count
         // A map of four entries; "v" = 1; the key "id" (A4 61 76 01 62 69 64), then the id's head.
-        guard count > 7, body[0] == 0xA4, body[1] == 0x61, body[2] == 0x76, body[3] == 0x01,
-            body[4] == 0x62, body[5] == 0x69, body[6] == 0x64
+        guard count > 7,
+            word(body, 0, as: UInt64.self) & 0x00FF_FFFF_FFFF_FFFF == 0x0064_6962_0176_61A4
         else { return nil }
         var at = 7
         let head = body[at]
@@ -36,9 +37,11 @@ public struct RequestShape: Equatable, Sendable {
         // "id" = an unsigned integer that fits Int64.
         guard head >> 5 == 0 else { return nil }
         guard let id = RawCBOR.argument(body, head & 0x1F, &at), id <= UInt64(Int64.max) else { return nil }
-        // "op" (62 6F 70) = a short text string.
-        guard count - at >= 4, body[at] == 0x62, body[at + 1] == 0x6F, body[at + 2] == 0x70 else { return nil }
-        let opHead = body[at + 3]
+        // "op" (62 6F 70) = a short text string (its head is the fourth byte).
+        guard count - at >= 4 else { return nil }
+        let opWord = word(body, at, as: UInt32.self)
+        guard opWord & 0x00FF_FFFF == 0x0070_6F62 else { return nil }
+        let opHead = UInt8(truncatingIfNeeded: opWord >> 24)
         at += 4
         guard opHead >> 5 == 3 else { return nil }
         let opLength = Int(opHead & 0x1F)
@@ -46,20 +49,33 @@ public struct RequestShape: Equatable, Sendable {
         let opBytes = UnsafeRawBufferPointer(rebasing: body[at..<at + opLength])
         at += opLength
         // "query" (65 71 75 65 72 79) = a map (its head only: the rest is compared byte for byte by the caller).
-        guard count - at >= 7, body[at] == 0x65, body[at + 1] == 0x71, body[at + 2] == 0x75, body[at + 3] == 0x65,
-            body[at + 4] == 0x72, body[at + 5] == 0x79, body[at + 6] >> 5 == 5
+        guard count - at >= 7, word(body, at, as: UInt32.self) == 0x6575_7165,
+            word(body, at + 4, as: UInt16.self) == 0x7972, body[at + 6] >> 5 == 5
         else { return nil }
         return RequestShape(id: Int64(id), op: Operation.named(opBytes), queryStart: at + 6)
+    }
+
+    /// The bytes at `offset` as a little-endian integer (the caller has checked they are there).
+    @inline(__always)
+    static func word<T: FixedWidthInteger>(_ bytes: UnsafeRawBufferPointer, _ offset: Int, as: T.Type) -> T {
+        T(littleEndian: bytes.loadUnaligned(fromByteOffset: offset, as: T.self))
     }
 }
 
 extension Operation {
     /// The operation whose name is exactly these bytes, without making a String.
+    /// "copy", the hot one, is one compare made where it is called; the others walk `allCases`
+    /// (an array built per call) out of line.
+    @inline(__always)
     static func named(_ bytes: UnsafeRawBufferPointer) -> Operation? {
-        // "copy", the hot one, without walking allCases (an array built per call).
-        if bytes.count == 4 && bytes[0] == 0x63 && bytes[1] == 0x6F && bytes[2] == 0x70 && bytes[3] == 0x79 {
+        if bytes.count == 4 && RequestShape.word(bytes, 0, as: UInt32.self) == 0x7970_6F63 {
             return .copy
         }
+        return namedByWalking(bytes)
+    }
+
+    @inline(never)
+    private static func namedByWalking(_ bytes: UnsafeRawBufferPointer) -> Operation? {
         for op in Operation.allCases where op.rawValue.utf8.elementsEqual(bytes) { return op }
         return nil
     }

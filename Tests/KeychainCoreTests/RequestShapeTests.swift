@@ -59,4 +59,34 @@ struct RequestShapeTests {
         for cut in 0...queryStart { #expect(scan(Array(whole[..<cut])) == nil, "cut at \(cut)") }
         #expect(scan([]) == nil)
     }
+
+    @Test("one changed byte in any fixed key, or in the map heads, is refused")
+    func everyFixedByteCounts() throws {
+        // The scanner compares the keys a word at a time: each byte of each word must still count.
+        let whole = body(Request(id: 300, op: "copy", query: ["class": .text("genp")]).value)
+        let shape = try #require(scan(whole))
+        // A4 "v" 01 "id" | 19 01 2C | "op" head | copy | "query" head
+        let idHead = 7
+        let opKey = idHead + 3
+        let queryKey = opKey + 4 + 4
+        #expect(queryKey + 6 == shape.queryStart)
+        let fixed = Array(0..<idHead) + Array(opKey..<opKey + 3) + Array(queryKey..<queryKey + 6)
+        for position in fixed {
+            for bit in 0..<8 {
+                var changed = whole
+                changed[position] ^= UInt8(1 << bit)
+                #expect(scan(changed) == nil, "byte \(position), bit \(bit)")
+            }
+        }
+        // The op's name is compared whole: any changed byte of "copy" is no longer the copy operation.
+        for position in opKey + 4..<opKey + 8 {
+            var changed = whole
+            changed[position] ^= 0x01
+            #expect(scan(changed)?.op != .copy, "op byte \(position)")
+        }
+        // The query's head must be a map (major type 5).
+        var notMap = whole
+        notMap[shape.queryStart] = 0x81  // an array of one
+        #expect(scan(notMap) == nil)
+    }
 }
