@@ -15,7 +15,10 @@ final class BufferBudget: Sendable {
     /// Takes `bytes` more (or gives back, when negative); false when that would pass the limit
     /// (nothing is taken then).
     func adjust(by bytes: Int) -> Bool {
-        if bytes <= 0 {
+        // Most reads end on a frame boundary (nothing held before or after): no atomic write then,
+        // so connections on different CPUs do not pass the counter's cache line back and forth.
+        if bytes == 0 { return true }
+        if bytes < 0 {
             used.subtract(-bytes, ordering: .relaxed)
             return true
         }
