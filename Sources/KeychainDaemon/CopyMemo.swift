@@ -108,9 +108,14 @@ final class CopyMemo {
             h = (h ^ bytes.loadUnaligned(fromByteOffset: i, as: UInt64.self)) &* 0x100_0000_01b3
             i += 8
         }
-        while i < bytes.count {
-            h = (h ^ UInt64(bytes[i])) &* 0x100_0000_01b3
-            i += 1
+        if i < bytes.count && bytes.count >= 8 {
+            // The rest as one word that overlaps the last one hashed.
+            h = (h ^ bytes.loadUnaligned(fromByteOffset: bytes.count - 8, as: UInt64.self)) &* 0x100_0000_01b3
+        } else {
+            while i < bytes.count {
+                h = (h ^ UInt64(bytes[i])) &* 0x100_0000_01b3
+                i += 1
+            }
         }
         h ^= h >> 29
         return h ^ (h >> 32)
@@ -192,8 +197,9 @@ final class CopyMemo {
         return entry.compiled
     }
 
-    /// Byte equality of two buffers of the same length, eight bytes at a time.
-    private static func same(_ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer) -> Bool {
+    /// Byte equality of two buffers of the same length, eight bytes at a time; the last word, when
+    /// the length is not a multiple of eight, overlaps the one before it.
+    static func same(_ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer) -> Bool {
         let n = a.count
         var i = 0
         while i + 8 <= n {
@@ -203,6 +209,10 @@ final class CopyMemo {
                 return false
             }
             i += 8
+        }
+        if i < n && n >= 8 {
+            return a.loadUnaligned(fromByteOffset: n - 8, as: UInt64.self)
+                == b.loadUnaligned(fromByteOffset: n - 8, as: UInt64.self)
         }
         while i < n {
             if a[i] != b[i] { return false }

@@ -154,4 +154,23 @@ struct CopyMemoBoundsTests {
             #expect(bytes.withUnsafeBytes { memo.lookup(templateOf: $0, token: stale) } == nil)
         }
     }
+
+    @Test("queries are equal only when every byte is, at every length (the word compares overlap at the end)")
+    func equalityCountsEveryByte() {
+        for n in 0...40 {
+            let a = (0..<n).map { UInt8(truncatingIfNeeded: $0 &* 37 &+ 11) }
+            a.withUnsafeBytes { ra in
+                #expect(CopyMemo.same(ra, ra), "length \(n)")
+                let copy = a
+                copy.withUnsafeBytes { rc in #expect(CopyMemo.same(ra, rc), "length \(n), a copy") }
+            }
+            for position in 0..<n {
+                var b = a
+                b[position] ^= 0x80
+                a.withUnsafeBytes { ra in
+                    b.withUnsafeBytes { rb in #expect(!CopyMemo.same(ra, rb), "length \(n), byte \(position)") }
+                }
+            }
+        }
+    }
 }
