@@ -321,7 +321,9 @@ public struct StoreReader {
     /// Whether this read has taken a reader connection (one the cache answered did not).
     var tookConnection: Bool { lease?.taken != nil }
     /// Set on readers outside a write transaction; a writer's own reads must see its changes.
-    var cache: PointLookupCache? = nil
+    /// Not retained: the store owns its cache, and a `StoreReader` lives only inside the `read`
+    /// (or write) call that made it, as its lease does.
+    unowned(unsafe) var cache: PointLookupCache? = nil
 
     /// Calls `visit` for each row matching `filter`, in rowid order, until it returns false.
     public func forEach(_ filter: RowFilter, _ visit: (StoredItem) throws(KeychainError) -> Bool) throws(KeychainError)
