@@ -103,6 +103,24 @@ public enum CBOR {
             position += MemoryLayout<T>.size
         }
 
+        /// Lets `body` write the next `count` bytes in place (a byte string's content made where it
+        /// goes). When `body` throws, the cursor stays where it was and the bytes it may have written
+        /// are zeroed before the error goes on.
+        @inlinable @inline(__always)
+        public mutating func fill<E: Error>(
+            _ count: Int, _ body: (UnsafeMutableRawBufferPointer) throws(E) -> Void
+        ) throws(E) {
+            precondition(count >= 0 && count <= buffer.count - position, "CBOR cursor written past its end")
+            let region = UnsafeMutableRawBufferPointer(rebasing: buffer[position..<position + count])
+            do throws(E) {
+                try body(region)
+            } catch {
+                Zeroing.zero(region)
+                throw error
+            }
+            position += count
+        }
+
         /// Writes `bytes` as they are (an encoded key, a byte string's content).
         @inlinable
         public mutating func raw(_ bytes: UnsafeRawBufferPointer) {

@@ -171,8 +171,8 @@ public final class RequestHandler: Sendable {
         if items.copiesInPlace(base) && !memo.noteRecompiled(query, hash: hash) {
             touch()
             if items.lendsData(base) {
-                answer(id, into: &output) { (data) throws(KeychainError) in
-                    try items.withData(of: base, service: service, account: account, data)
+                answer(id, into: &output) { (place) throws(KeychainError) in
+                    try items.withData(of: base, service: service, account: account, into: place)
                 }
             } else {
                 answer(id, into: &output) { () throws(KeychainError) in
@@ -198,7 +198,7 @@ public final class RequestHandler: Sendable {
     private func served(_ compiled: ItemService.CompiledCopy, _ id: Int64, into output: inout SecretBytes) {
         touch()
         if items.lendsData(compiled) {
-            answer(id, into: &output) { (data) throws(KeychainError) in try items.withData(of: compiled, data) }
+            answer(id, into: &output) { (place) throws(KeychainError) in try items.withData(of: compiled, into: place) }
         } else {
             answer(id, into: &output) { () throws(KeychainError) in try items.copy(compiled) }
         }
@@ -213,16 +213,18 @@ public final class RequestHandler: Sendable {
         }
     }
 
-    /// The answer to request `id` whose result is one item's data, lent by `open` to the closure it
-    /// is given and framed from there; or the error `open` threw. (Whatever was framed before a
+    /// The answer to request `id` whose result is one item's data, which `open` opens straight into
+    /// its place in the answer's frame; or the error `open` threw. (Whatever was framed before a
     /// throw is taken back and zeroed, so the answer is the error alone.)
     private func answer(
         _ id: Int64, into output: inout SecretBytes,
-        data open: ((UnsafeRawBufferPointer) -> Void) throws(KeychainError) -> Void
+        data open: (ItemService.DataPlacement) throws(KeychainError) -> Void
     ) {
         let start = output.count
         do {
-            try open { data in Response.appendSuccess(id: id, data: data, to: &output) }
+            try open { (count, fill) throws(KeychainError) in
+                try Response.appendSuccess(id: id, count: count, to: &output, filling: fill)
+            }
         } catch {
             output.removeLast(output.count - start)
             Response(id: id, error: error).appendFrame(to: &output)

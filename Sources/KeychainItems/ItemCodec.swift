@@ -112,24 +112,23 @@ struct ItemCodec: Sendable {
         }
     }
 
-    /// Opens only the secret of a row given in place, into a buffer lent to `body` and zeroed
-    /// afterwards (on the stack when small): a copy that returns nothing but the data frames it from
-    /// there, with no wiping storage allocated for it. The same checks as `open`, in the same order.
-    func withSecret<R>(
-        _ c: StoredItem.SealedColumns, protectionClass: UInt8, _ body: (UnsafeRawBufferPointer) -> R
-    ) throws(KeychainError) -> R {
-        try withItemKey(c, protectionClass: protectionClass) { (protection, ik, sealing) throws(KeychainError) -> R in
+    /// Opens only the secret of a row given in place, straight into the place `place` gives it (a
+    /// copy that returns nothing but the data is answered with a frame whose byte string is opened
+    /// where it lies: the plaintext is written once, into the answer's wiping storage). The same
+    /// checks as `open`, in the same order; `place` is called once, after every check that needs no
+    /// opening, with the secret's length.
+    func openSecret(
+        _ c: StoredItem.SealedColumns, protectionClass: UInt8, into place: ItemService.DataPlacement
+    ) throws(KeychainError) {
+        try withItemKey(c, protectionClass: protectionClass) { (protection, ik, sealing) throws(KeychainError) in
             guard c.secret.count >= sealing.overhead else {
                 throw KeychainError(.decode, "item secret is damaged (too short)")
             }
-            return try withUnsafeTemporaryAllocation(byteCount: c.secret.count - sealing.overhead, alignment: 16) {
-                (plain) throws(KeychainError) -> R in
-                defer { Sodium.zero(plain) }
+            try place(c.secret.count - sealing.overhead) { (plain) throws(KeychainError) in
                 try Self.withAssociatedData(ref: c.ref, protection: protection, part: .secret, sealing: sealing) {
                     (sad) throws(KeychainError) in
                     try AEAD.open(c.secret, key: ik, ad: sad, into: plain, what: "item secret", sealing: sealing)
                 }
-                return body(UnsafeRawBufferPointer(plain))
             }
         }
     }

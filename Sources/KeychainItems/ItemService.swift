@@ -379,7 +379,7 @@ public final class ItemService: Sendable {
 
     // MARK: Data lent in place
 
-    /// Whether `withData(of:_:)` can run `compiled`: a key-only copy (`r_Data` alone, one match)
+    /// Whether `withData(of:into:)` can run `compiled`: a key-only copy (`r_Data` alone, one match)
     /// whose answer is the data of one item and nothing else, for a caller no administrator check
     /// limits (an admin app without presence is checked after the open, so it takes `copy`).
     public func lendsData(_ compiled: CompiledCopy) -> Bool {
@@ -388,39 +388,47 @@ public final class ItemService: Sendable {
         return !(compiled.caller.isAdmin && !compiled.caller.hasPresence)
     }
 
-    /// `copy(compiled)` for a query that `lendsData`: the one item's data opened into a buffer lent
-    /// to `body` (zeroed afterwards) instead of a `Value` in wiping storage, so the caller can frame
-    /// it straight into its answer. The same rows, checks and errors as `copy`: `body` is called
-    /// exactly once when `copy` would return the data, and not at all when it would throw.
-    public func withData(of compiled: CompiledCopy, _ body: (UnsafeRawBufferPointer) -> Void) throws(KeychainError) {
+    /// Where a copy's data is opened (`withData`): called with the data's length and a function
+    /// that opens the data into the bytes given to it, it calls that function once with room of
+    /// exactly that length (in the answer being framed) and lets its error go on.
+    public typealias DataPlacement = (
+        _ count: Int, _ open: (UnsafeMutableRawBufferPointer) throws(KeychainError) -> Void
+    ) throws(KeychainError) -> Void
+
+    /// `copy(compiled)` for a query that `lendsData`: the one item's data opened straight into the
+    /// room `place` gives it, instead of into a `Value` in wiping storage, so the caller frames its
+    /// answer around it. The same rows, checks and errors as `copy`: `place` is called exactly once
+    /// when `copy` would return the data; when `copy` would throw, it is not called, or the
+    /// function it is handed throws (the data did not open).
+    public func withData(of compiled: CompiledCopy, into place: DataPlacement) throws(KeychainError) {
         precondition(lendsData(compiled), "a copy that does not return only one item's data")
         // With the lookup cache on, the filter's own digests are what the cache is asked for.
-        if store.hasLookupCache { return try openData(compiled, uniqueIndexes: nil, body) }
+        if store.hasLookupCache { return try openData(compiled, uniqueIndexes: nil, place) }
         try withOwnDigests(compiled) { (digests) throws(KeychainError) in
-            try openData(compiled, uniqueIndexes: digests, body)
+            try openData(compiled, uniqueIndexes: digests, place)
         }
     }
 
-    /// `withData(of:_:)` for `base` run for other values in place, as `copy(_:service:account:)`.
+    /// `withData(of:into:)` for `base` run for other values in place, as `copy(_:service:account:)`.
     public func withData(
         of base: CompiledCopy, service: UnsafeRawBufferPointer, account: UnsafeRawBufferPointer,
-        _ body: (UnsafeRawBufferPointer) -> Void
+        into place: DataPlacement
     ) throws(KeychainError) {
         precondition(lendsData(base), "a copy that does not return only one item's data")
         try withDigests(base, service: service, account: account) { (digests) throws(KeychainError) in
-            try openData(base, uniqueIndexes: digests, body)
+            try openData(base, uniqueIndexes: digests, place)
         }
     }
 
-    /// `runKeyOnly` for one item's data alone: the first match's secret lent to `body`.
+    /// `runKeyOnly` for one item's data alone: the first match's secret opened where `place` says.
     private func openData(
-        _ compiled: CompiledCopy, uniqueIndexes digests: Digests?, _ body: (UnsafeRawBufferPointer) -> Void
+        _ compiled: CompiledCopy, uniqueIndexes digests: Digests?, _ place: DataPlacement
     ) throws(KeychainError) {
         var found = false
         try store.read { (reader) throws(KeychainError) in
             try reader.forEachSealed(compiled.filter, uniqueIndexes: digests) {
                 (protectionClass, c) throws(KeychainError) -> Bool in
-                try codec.withSecret(c, protectionClass: protectionClass, body)
+                try codec.openSecret(c, protectionClass: protectionClass, into: place)
                 found = true
                 return false
             }

@@ -136,9 +136,9 @@ public struct Response: Sendable {
         // is written in one pass into room reserved once.
         if status == .success, message == nil, !needsPassphrase, id >= 0 {
             switch result {
-            case nil: return Self.appendSuccess(id: UInt64(id), payload: nil, to: &out)
-            case .secret(let s)?: return s.withUnsafeBytes { Self.appendSuccess(id: UInt64(id), payload: $0, to: &out) }
-            case .bytes(let b)?: return b.withUnsafeBytes { Self.appendSuccess(id: UInt64(id), payload: $0, to: &out) }
+            case nil: return Self.appendSuccess(id: UInt64(id), payloadCount: nil, to: &out) { _ in }
+            case .secret(let s)?: return s.withUnsafeBytes { Self.appendSuccess(id: id, data: $0, to: &out) }
+            case .bytes(let b)?: return b.withUnsafeBytes { Self.appendSuccess(id: id, data: $0, to: &out) }
             default: break
             }
         }
@@ -150,10 +150,22 @@ public struct Response: Sendable {
 
     /// Appends the frame of a success for request `id` whose result is `data` as a byte string: the
     /// bytes `Response(id: id, result: .bytes(data)).appendFrame(to:)` appends, written in one pass
-    /// from where the data lies (a copied secret lent by the item layer).
+    /// from where the data lies.
     public static func appendSuccess(id: Int64, data: UnsafeRawBufferPointer, to out: inout SecretBytes) {
-        if id >= 0 { return appendSuccess(id: UInt64(id), payload: data, to: &out) }
-        Response(id: id, result: .secret(SecretBytes(copying: data))).appendFrame(to: &out)
+        appendSuccess(id: id, count: data.count, to: &out) { $0.copyMemory(from: data) }
+    }
+
+    /// The same frame for a byte string of `count` bytes that `fill` writes straight into its place
+    /// in `out`: an item's secret is opened there, in wiping storage, and nowhere else. When `fill`
+    /// throws, nothing is appended, what it wrote is zeroed, and its error goes on.
+    public static func appendSuccess<E: Error>(
+        id: Int64, count: Int, to out: inout SecretBytes,
+        filling fill: (UnsafeMutableRawBufferPointer) throws(E) -> Void
+    ) throws(E) {
+        if id >= 0 { return try appendSuccess(id: UInt64(id), payloadCount: count, to: &out, filling: fill) }
+        var data = SecretBytes(count: count)
+        try data.withUnsafeMutableBytes(fill)
+        Response(id: id, result: .secret(data)).appendFrame(to: &out)
     }
 
     /// The keys every response has, as CBOR text: appended whole instead of encoded each time.
@@ -161,26 +173,37 @@ public struct Response: Sendable {
     private static let resultKey: [UInt8] = [0x66, 0x72, 0x65, 0x73, 0x75, 0x6C, 0x74]  // "result"
     private static let successStatus: [UInt8] = [0x66, 0x73, 0x74, 0x61, 0x74, 0x75, 0x73, 0x00]  // "status": 0
 
-    /// The frame of a success for request `id`, with `payload` as its byte-string result (or no
-    /// result): the same bytes `write(into:)` gives for it.
-    private static func appendSuccess(id: UInt64, payload: UnsafeRawBufferPointer?, to out: inout SecretBytes) {
+    /// The frame of a success for request `id` with a byte-string result of `payloadCount` bytes
+    /// written by `fill` (or no result, when nil): the same bytes `write(into:)` gives for it.
+    @inline(__always)
+    private static func appendSuccess<E: Error>(
+        id: UInt64, payloadCount: Int?, to out: inout SecretBytes,
+        filling fill: (UnsafeMutableRawBufferPointer) throws(E) -> Void
+    ) throws(E) {
         // The keys' bytes (as `idKey`, `resultKey` and `successStatus` hold them) written as integers:
         // no static arrays to reach and copy from on every answer.
         var body = 1 + 3 + CBOR.headCount(id) + 8
-        if let payload { body += 7 + CBOR.headCount(UInt64(payload.count)) + payload.count }
-        _ = out.append(upTo: 4 + body) { raw in
+        if let payloadCount { body += 7 + CBOR.headCount(UInt64(payloadCount)) + payloadCount }
+        _ = try out.append(upTo: 4 + body) { (raw) throws(E) -> Int in
             var c = CBOR.Cursor(raw)
             c.bigEndian(UInt32(body))
-            c.head(5, payload == nil ? 2 : 3)
+            c.head(5, payloadCount == nil ? 2 : 3)
             c.bigEndian(UInt16(0x6269))  // "id"
             c.byte(0x64)
             c.head(0, id)
-            if let payload {
+            if let payloadCount {
                 c.bigEndian(UInt32(0x6672_6573))  // "result"
                 c.bigEndian(UInt16(0x756C))
                 c.byte(0x74)
-                c.head(2, UInt64(payload.count))
-                c.raw(payload)
+                c.head(2, UInt64(payloadCount))
+                do throws(E) {
+                    try c.fill(payloadCount, fill)
+                } catch {
+                    // (`fill` zeroed its own bytes; the head before them holds nothing secret, but
+                    // room past the buffer's count must read as zeros.)
+                    Zeroing.zero(UnsafeMutableRawBufferPointer(rebasing: raw[..<c.offset]))
+                    throw error
+                }
             }
             c.bigEndian(UInt64(0x6673_7461_7475_7300))  // "status": 0
             precondition(c.offset == 4 + body, "response frame size mismatch")

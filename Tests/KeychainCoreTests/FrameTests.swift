@@ -150,14 +150,46 @@ struct ResponseFrameTests {
                         out.unprotectedArray == [0xAA, 0xBB]
                             + Frame.encode(Response(id: id, result: .bytes(payload)).value))
                 }
-                // From data lent where it lies (a secret opened on the stack), negative ids too.
+                // From data lent where it lies, and from data written in place (a secret opened
+                // into the frame), negative ids too.
                 for i in [id, -1 - id] {
+                    let expected = [0xAA, 0xBB] + Frame.encode(Response(id: i, result: .bytes(payload)).value)
                     var out = SecretBytes([0xAA, 0xBB])
                     payload.withUnsafeBytes { Response.appendSuccess(id: i, data: $0, to: &out) }
-                    #expect(
-                        out.unprotectedArray == [0xAA, 0xBB]
-                            + Frame.encode(Response(id: i, result: .bytes(payload)).value))
+                    #expect(out.unprotectedArray == expected)
+                    var filled = SecretBytes([0xAA, 0xBB])
+                    Response.appendSuccess(id: i, count: n, to: &filled) { room in
+                        #expect(room.count == n)
+                        payload.withUnsafeBytes { room.copyMemory(from: $0) }
+                    }
+                    #expect(filled.unprotectedArray == expected)
                 }
+            }
+        }
+    }
+
+    @Test("data that fails to open in its place leaves nothing behind: not a byte appended, the room zeroed")
+    func failedFillLeavesNothing() {
+        struct Refused: Error {}
+        for id: Int64 in [5, 1 << 40, -3] {
+            // Room enough that nothing grows, and the room known to be clear beforehand.
+            var out = SecretBytes(capacity: 256)
+            out.append(contentsOf: [0xAA, 0xBB])
+            _ = out.append(upTo: 200) { room in
+                room.initializeMemory(as: UInt8.self, repeating: 0)
+                return 0
+            }
+            #expect(throws: Refused.self) {
+                try Response.appendSuccess(id: id, count: 40, to: &out) { (room) throws(Refused) in
+                    room.initializeMemory(as: UInt8.self, repeating: 0x5C)  // half-opened plaintext
+                    throw Refused()
+                }
+            }
+            #expect(out.unprotectedArray == [0xAA, 0xBB], "id \(id)")
+            // Room past the held bytes never keeps what was written there.
+            _ = out.append(upTo: 200) { room in
+                #expect(!room.contains(0x5C), "id \(id): written bytes left in the buffer's room")
+                return 0
             }
         }
     }

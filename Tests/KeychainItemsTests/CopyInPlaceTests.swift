@@ -21,16 +21,27 @@ struct CopyInPlaceTests {
             do { self = .value(try body()) } catch { self = .error(error.status, error.message) }
         }
 
-        /// The answer of a call that lends the data (`ItemService.withData`) as the value `copy`
-        /// would return for it; a call that lends nothing, or lends twice, is recorded as an issue.
-        init(lent body: ((UnsafeRawBufferPointer) -> Void) throws(KeychainError) -> Void) {
+        /// The answer of a call that opens the data where it is told (`ItemService.withData`) as
+        /// the value `copy` would return for it. A call that places nothing, or places twice, is
+        /// recorded as an issue; room not filled exactly shows as another value (it starts as 0xA5
+        /// bytes).
+        init(lent body: (ItemService.DataPlacement) throws(KeychainError) -> Void) {
             var lent: [SecretBytes] = []
-            do { try body { lent.append(SecretBytes(copying: $0)) } } catch {
-                #expect(lent.isEmpty, "data lent before an error")
+            var placed = 0
+            do {
+                try body { (count, open) throws(KeychainError) in
+                    placed += 1
+                    var room = SecretBytes([UInt8](repeating: 0xA5, count: count))
+                    try room.withUnsafeMutableBytes(open)
+                    lent.append(room)
+                }
+            } catch {
+                #expect(lent.isEmpty, "data opened before an error")
+                #expect(placed <= 1, "data placed \(placed) times")
                 self = .error(error.status, error.message)
                 return
             }
-            #expect(lent.count == 1, "data lent \(lent.count) times")
+            #expect(lent.count == 1, "data placed \(lent.count) times")
             self = .value(lent.first.map { .secret($0) })
         }
     }
@@ -98,14 +109,14 @@ struct CopyInPlaceTests {
                 let lent = Array(svce.utf8).withUnsafeBytes { s in
                     Array(acct.utf8).withUnsafeBytes { a in
                         Answer(lent: { (data) throws(KeychainError) in
-                            try service.withData(of: base, service: s, account: a, data)
+                            try service.withData(of: base, service: s, account: a, into: data)
                         })
                     }
                 }
                 #expect(lent == full, "lent in place: \(shape) \(svce)/\(acct)")
                 let compiled = try service.compileCopy(query(svce, acct, shape), caller: caller)
                 let lentCompiled = Answer(lent: { (data) throws(KeychainError) in
-                    try service.withData(of: compiled, data)
+                    try service.withData(of: compiled, into: data)
                 })
                 #expect(lentCompiled == full, "lent compiled: \(shape) \(svce)/\(acct)")
                 lentCount += 1
@@ -239,7 +250,7 @@ struct CopyInPlaceTests {
                 let lent = Array("svc".utf8).withUnsafeBytes { s in
                     Array("alice".utf8).withUnsafeBytes { a in
                         Answer(lent: { (data) throws(KeychainError) in
-                            try service.withData(of: base, service: s, account: a, data)
+                            try service.withData(of: base, service: s, account: a, into: data)
                         })
                     }
                 }
