@@ -199,8 +199,8 @@ public struct Response: Sendable {
                 do throws(E) {
                     try c.fill(payloadCount, fill)
                 } catch {
-                    // (`fill` zeroed its own bytes; the head before them holds nothing secret, but
-                    // room past the buffer's count must read as zeros.)
+                    // (`fill` zeroed what it wrote; the head written before it holds no secret, and
+                    // is zeroed too, so the room past the buffer's count keeps nothing of this answer.)
                     Zeroing.zero(UnsafeMutableRawBufferPointer(rebasing: raw[..<c.offset]))
                     throw error
                 }
