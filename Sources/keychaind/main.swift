@@ -20,12 +20,16 @@ CurrentProcess.raiseOpenFileLimit()
 // Non-dumpable: no core files, and no /proc/<pid>/mem or ptrace for other processes of this user.
 // Debug builds (never a release or a package) can stay dumpable for the heap-scan test, which reads
 // the daemon's memory to prove secrets are wiped (docs/security.md §1).
-#if DEBUG
-    let stayDumpable = CurrentProcess.environment("KEYCHAIND_TEST_DUMPABLE") == "1"
-#else
-    let stayDumpable = false
-#endif
-if stayDumpable {
+/// Whether this is a debug build asked to stay dumpable (always false in a release build). A
+/// function rather than a constant, so a release build does not warn that the branch below never runs.
+func staysDumpableForHeapScan() -> Bool {
+    #if DEBUG
+        return CurrentProcess.environment("KEYCHAIND_TEST_DUMPABLE") == "1"
+    #else
+        return false
+    #endif
+}
+if staysDumpableForHeapScan() {
     Log.warning("debug build: staying dumpable for a memory-scanning test (KEYCHAIND_TEST_DUMPABLE=1)")
 } else {
     do { try CurrentProcess.makeUndumpable() } catch {
