@@ -292,7 +292,10 @@ public final class RequestHandler: Sendable {
 
     /// Restarts the auto-lock idle clock.
     private func touch() {
-        lastActivity.store(MonotonicClock.milliseconds(), ordering: .relaxed)
+        // Written only when the millisecond changed: every connection shares this counter, and a
+        // write on each request would pass its cache line between CPUs for nothing.
+        let now = MonotonicClock.milliseconds()
+        if lastActivity.load(ordering: .relaxed) != now { lastActivity.store(now, ordering: .relaxed) }
     }
 
     /// An admin item request that carries the keychain passphrase proves presence (checked here,
