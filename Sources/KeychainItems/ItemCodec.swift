@@ -115,8 +115,8 @@ struct ItemCodec: Sendable {
     /// Opens only the secret of a row given in place, straight into the place `place` gives it (a
     /// copy that returns nothing but the data is answered with a frame whose byte string is opened
     /// where it lies: the plaintext is written once, into the answer's wiping storage). The same
-    /// checks as `open`, in the same order; `place` is called once, after every check that needs no
-    /// opening, with the secret's length.
+    /// checks as `open`, in the same order; `place` is called once, with the secret's length, after
+    /// the row's checks have passed and its item key has opened.
     func openSecret(
         _ c: StoredItem.SealedColumns, protectionClass: UInt8, into place: ItemService.DataPlacement
     ) throws(KeychainError) {
