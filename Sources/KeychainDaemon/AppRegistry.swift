@@ -1,3 +1,4 @@
+public import KeychainCore
 import KeychainItems
 import KeychainSystem
 
@@ -19,6 +20,11 @@ public struct Registration: Sendable {
     public var source: Source
     /// Nil when it counts; else why not (shown by `keychainctl status`, and given to its executables).
     public var untrusted: String?
+    /// A user registration that may be approved but cannot be checked yet: a passphrase is set and
+    /// the keychain has not been unlocked since keychaind started. Its executables are told the
+    /// keychain is locked (errSecInteractionNotAllowed, "try again after unlock"), not that they lack
+    /// an entitlement, which keychain code treats as a setup error and does not retry.
+    public var untilUnlock = false
     /// Executables of a trusted registration that cannot carry its identity, and why.
     public var refusedExecutables: [String: String] = [:]
 }
@@ -63,7 +69,7 @@ public struct AppRegistry: Sendable {
     /// Real path (UTF-8 bytes: compared byte for byte) → the registration that counts for it.
     private let byExecutable: [[UInt8]: AppEntry]
     /// Real path → why a registration naming it does not count.
-    private let refused: [[UInt8]: String]
+    private let refused: [[UInt8]: KeychainIdentityError]
     /// How to register `exe`, for the message an unregistered executable gets.
     private let howToRegister: @Sendable (String) -> String
 
@@ -79,13 +85,13 @@ public struct AppRegistry: Sendable {
     ) {
         var registrations = input
         var map: [[UInt8]: AppEntry] = [:]
-        var refused: [[UInt8]: String] = [:]
+        var refused: [[UInt8]: KeychainIdentityError] = [:]
         for i in registrations.indices where registrations[i].untrusted == nil {
             let r = registrations[i]
             for exe in r.entry.executables {
                 let real = TrustedPaths.realPath(exe) ?? exe
                 if let reason = r.refusedExecutables[exe] {
-                    refused[Array(real.utf8)] = reason
+                    refused[Array(real.utf8)] = KeychainIdentityError(reason)
                     continue
                 }
                 if map[Array(real.utf8)] != nil { continue }
@@ -95,7 +101,10 @@ public struct AppRegistry: Sendable {
         for r in registrations where r.untrusted != nil {
             for exe in r.entry.executables {
                 let key = Array((TrustedPaths.realPath(exe) ?? exe).utf8)
-                if map[key] == nil && refused[key] == nil { refused[key] = r.untrusted! }
+                if map[key] == nil && refused[key] == nil {
+                    refused[key] = KeychainIdentityError(
+                        r.untrusted!, status: r.untilUnlock ? .interactionNotAllowed : .missingEntitlement)
+                }
             }
         }
         if let cli = bundledCLI, map[Array(cli.utf8)] == nil {
@@ -134,6 +143,7 @@ public struct AppRegistry: Sendable {
         }
         for app in try AppFiles.load(directory: context.userDirectory) {
             var untrusted: String?
+            var untilUnlock = false
             if context.passphraseSet {
                 if let approvals = context.approvals {
                     if !approvals.contains(where: { $0.sameRegistration(as: app) }) {
@@ -142,10 +152,12 @@ public struct AppRegistry: Sendable {
                     }
                 } else {
                     untrusted =
-                        "\(app.file) counts once the keychain has been unlocked since keychaind started (approved registrations are sealed under the passphrase)"
+                        "the keychain is locked: \(app.file) counts once the keychain has been unlocked since keychaind started (approved registrations are sealed under the passphrase; `keychainctl unlock`)"
+                    untilUnlock = true
                 }
             }
-            registrations.append(Registration(entry: app, source: .user, untrusted: untrusted))
+            registrations.append(
+                Registration(entry: app, source: .user, untrusted: untrusted, untilUnlock: untilUnlock))
         }
         // One executable, one app: the first trusted registration naming it wins.
         var owners: [[UInt8]: String] = [:]
@@ -181,7 +193,7 @@ public struct AppRegistry: Sendable {
             return .failure(KeychainIdentityError("caller not identified: \(peer.problem ?? "unknown executable")"))
         }
         let key = Array(exe.utf8)
-        if let reason = refused[key] { return .failure(KeychainIdentityError(reason)) }
+        if let reason = refused[key] { return .failure(reason) }
         guard let entry = byExecutable[key] else {
             return .failure(
                 KeychainIdentityError("executable \(exe) is not registered with keychaind; \(howToRegister(exe))"))
@@ -207,7 +219,13 @@ public struct AppRegistry: Sendable {
 public struct KeychainIdentityError: Error, Sendable {
     /// The one line the client gets, saying why the peer is not registered and what to do.
     public let message: String
-    init(_ message: String) { self.message = message }
+    /// What the peer's requests get: errSecMissingEntitlement, or errSecInteractionNotAllowed while
+    /// its registration cannot be checked before the first unlock (`Registration.untilUnlock`).
+    public let status: Status
+    init(_ message: String, status: Status = .missingEntitlement) {
+        self.message = message
+        self.status = status
+    }
 }
 
 extension AppEntry {

@@ -246,13 +246,13 @@ public final class RequestHandler: Sendable {
         var caller = app.map {
             Caller(applicationIdentifier: $0.applicationIdentifier, accessGroups: $0.accessGroups, isAdmin: $0.admin)
         }
-        let unidentified: String
-        switch identified {
-        case .failure(let e): unidentified = e.message
-        case .success: unidentified = ""
-        }
+        var unidentified = ("", Status.missingEntitlement)
+        if case .failure(let e) = identified { unidentified = (e.message, e.status) }
         let passphraseSet = items.hasPassphrase
-        switch AccessPolicy.decide(action, caller: caller, unidentified: unidentified, passphraseSet: passphraseSet) {
+        switch AccessPolicy.decide(
+            action, caller: caller, unidentified: unidentified.0, unidentifiedStatus: unidentified.1,
+            passphraseSet: passphraseSet)
+        {
         case .deny(let error):
             throw error
         case .allowWithPresence:

@@ -78,12 +78,15 @@ public enum AccessPolicy {
     }
 
     /// Who may ask for what. `caller` is nil for a peer that could not be identified as a registered
-    /// app (`unidentified` says why, and how to register). `passphraseSet`: whether the keychain has one.
-    public static func decide(_ action: Operation, caller: Caller?, unidentified: String, passphraseSet: Bool)
-        -> Decision
-    {
+    /// app (`unidentified` says why, and how to register; `unidentifiedStatus` is what it gets:
+    /// errSecMissingEntitlement, or errSecInteractionNotAllowed when its registration can be checked
+    /// only after the first unlock). `passphraseSet`: whether the keychain has one.
+    public static func decide(
+        _ action: Operation, caller: Caller?, unidentified: String,
+        unidentifiedStatus: Status = .missingEntitlement, passphraseSet: Bool
+    ) -> Decision {
         if action == .status { return .allow }
-        guard let caller else { return .deny(KeychainError(.missingEntitlement, unidentified)) }
+        guard let caller else { return .deny(KeychainError(unidentifiedStatus, unidentified)) }
         switch action {
         case .add, .copy, .update, .delete, .status, .lock, .unlock:
             // Item requests: group rules are applied item by item (`scope`, `checkAdminReach`).

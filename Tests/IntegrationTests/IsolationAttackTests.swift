@@ -291,9 +291,15 @@ final class IsolationAttackTests: XCTestCase {
         XCTAssertEqual(try s.script(whoAmI, interpreter: app2)["caller"] as? String, "TEAM.app2")
 
         // Restarted, it is locked: the approval is sealed under the passphrase, readable after unlock.
+        // Until then the app is told the keychain is locked (errSecInteractionNotAllowed, which
+        // keychain code retries), not that it lacks an entitlement (a setup error to give up on).
         s.stop()
         try s.start()
         XCTAssertTrue(try s.script(whoAmI, interpreter: app2)["caller"] is NSNull)
+        let beforeUnlock = try s.script(Self.client + "print(json.dumps(read()))", interpreter: app2)
+        XCTAssertEqual(beforeUnlock["status"] as? Int, -25308, "\(beforeUnlock)")
+        XCTAssertTrue((beforeUnlock["message"] as? String ?? "").contains("keychain is locked"), "\(beforeUnlock)")
+        XCTAssertNil(beforeUnlock["result"])
         XCTAssertEqual(
             try s.run(s.cliPath, ["unlock", "--passphrase-file", pass]).status, 0, "the bundled CLI may unlock")
         XCTAssertEqual(try s.script(whoAmI, interpreter: app2)["caller"] as? String, "TEAM.app2")
@@ -305,6 +311,10 @@ final class IsolationAttackTests: XCTestCase {
         XCTAssertEqual(try s.run("/bin/sh", ["-c", "printf '%s' \"$0\" > \"$1\"", widened, file]).status, 0)
         s.reload()
         XCTAssertTrue(try s.script(whoAmI, interpreter: app2)["caller"] is NSNull)
+        // Unlocked, a file that was not approved is plainly not a registration.
+        let widenedRead = try s.script(Self.client + "print(json.dumps(read('TEAM.shared')))", interpreter: app2)
+        XCTAssertEqual(widenedRead["status"] as? Int, -34018, "\(widenedRead)")
+        XCTAssertNil(widenedRead["result"])
 
         XCTAssertEqual(
             try s.run(s.adminCLIPath, ["unregister", "TEAM.app2", "--keychain-passphrase-file", pass]).status, 0)
