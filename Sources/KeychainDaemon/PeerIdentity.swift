@@ -45,7 +45,8 @@ public final class PeerProcess: Sendable {
 }
 
 /// The process on the other end of a connection, as far as the daemon could establish it at accept
-/// time: its uid, its executable file, and whether it shares the daemon's mount namespace.
+/// time: its uid, its executable file, and whether it sees the system as the daemon does (the same user,
+/// pid and mount namespaces, the same root directory).
 public struct PeerIdentity: Sendable {
     /// The peer's process id, from the socket's credentials (`SO_PEERCRED`).
     public let pid: Int32
@@ -75,9 +76,20 @@ public struct PeerIdentity: Sendable {
 
     /// This process's mount namespace; a peer in another one sees other files at the same paths.
     static let ownMountNamespace = FileIdentity.of(path: "/proc/self/ns/mnt")
+    /// This process's user namespace. A process of the user may make a new one without privilege,
+    /// and inside it holds every capability over its own processes: it can point its
+    /// `/proc/self/exe` at any file (`PR_SET_MM_MAP`), chroot and run a registered executable under
+    /// an ELF interpreter of its own, or put another of its processes' pids in a frame's
+    /// SCM_CREDENTIALS (in a pid namespace it made). None of that works in the daemon's namespace,
+    /// and no process can return to a parent namespace, so a peer in another one is never an app.
+    static let ownUserNamespace = FileIdentity.of(path: "/proc/self/ns/user")
+    /// This process's pid namespace and root directory: another of either (which takes privilege
+    /// in the daemon's user namespace, or a namespace of one's own) is refused too.
+    static let ownPidNamespace = FileIdentity.of(path: "/proc/self/ns/pid")
+    static let ownRoot = FileIdentity.of(path: "/proc/self/root")
 
     /// Reads SO_PEERCRED and pins the peer with a pidfd (SO_PEERPIDFD), then reads its executable
-    /// (path and file identity) and mount namespace through /proc, and checks that the pidfd still
+    /// (path and file identity), namespaces and root through /proc, and checks that the pidfd still
     /// names a live process with that pid — so a pid recycled in between cannot lend its executable
     /// to an impostor.
     public static func of(socket: Socket) throws(KeychainError) -> PeerIdentity {
@@ -102,7 +114,7 @@ public struct PeerIdentity: Sendable {
     }
 
     /// The same identification for a process already pinned by `handle` (a pidfd, which the identity
-    /// keeps): its executable (path and file identity) and mount namespace read through /proc, then
+    /// keeps): its executable (path and file identity), namespaces and root read through /proc, then
     /// the check that the pidfd still names a live process with that pid. Used for socket peers and
     /// for callers on the session bus (whose pid comes from the bus).
     public static func of(pid: Int32, uid: UInt32, handle: ProcessHandle) -> PeerIdentity {
@@ -113,6 +125,9 @@ public struct PeerIdentity: Sendable {
         let exe = readExecutable(pid: pid)
         let file = FileIdentity.of(path: "/proc/\(pid)/exe")
         let namespace = FileIdentity.of(path: "/proc/\(pid)/ns/mnt")
+        let userNamespace = FileIdentity.of(path: "/proc/\(pid)/ns/user")
+        let pidNamespace = FileIdentity.of(path: "/proc/\(pid)/ns/pid")
+        let root = FileIdentity.of(path: "/proc/\(pid)/root")
         guard process.isPinned else {
             return unidentified("the calling process (pid \(pid)) exited before it could be identified")
         }
@@ -121,6 +136,16 @@ public struct PeerIdentity: Sendable {
         }
         if exe.hasSuffix(" (deleted)") {
             return unidentified("the executable of pid \(pid) was deleted or replaced after it started", process)
+        }
+        guard let userNamespace, userNamespace == ownUserNamespace else {
+            return unidentified(
+                "pid \(pid) runs in another user namespace than keychaind (unshare -U, a sandbox or a container), where a process can claim an executable and credentials that are not its own; run it in keychaind's user namespace",
+                process)
+        }
+        guard let pidNamespace, pidNamespace == ownPidNamespace, let root, root == ownRoot else {
+            return unidentified(
+                "pid \(pid) runs in another pid namespace or under another root directory (chroot) than keychaind; run it as keychaind sees the system",
+                process)
         }
         guard let namespace, namespace == ownMountNamespace else {
             return unidentified(

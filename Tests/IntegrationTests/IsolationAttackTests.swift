@@ -121,7 +121,29 @@ final class IsolationAttackTests: XCTestCase {
         let line = try XCTUnwrap(out.stdout.split(separator: "\n").last)
         let attempt = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
         assertRefused(attempt["shared"] as? [String: Any] ?? [:], "read through a bind mount")
-        XCTAssertTrue((attempt["why"] as? String)?.contains("another mount namespace") ?? false, "\(attempt)")
+        // The user namespace that the bind mount needs is refused first.
+        XCTAssertTrue((attempt["why"] as? String)?.contains("another user namespace") ?? false, "\(attempt)")
+    }
+
+    /// In a user namespace of its own a process holds every capability over itself: it can point
+    /// /proc/self/exe at a registered file without running it (PR_SET_MM_MAP), chroot and run the
+    /// registered file under an ELF interpreter of its own, or forge the pid in a frame's
+    /// SCM_CREDENTIALS within a pid namespace it made. So a process in another user namespace is
+    /// never an app — here the registered app itself, unchanged, in the same mount namespace.
+    func testARegisteredAppInAUserNamespaceOfItsOwnIsNotThatApp() throws {
+        let (s, app1) = try victim()
+        let code =
+            Self.client
+            + "print(json.dumps({'shared': read('TEAM.shared'), 'why': call('status')['result'].get('unidentified')}))"
+        let out = try s.run("/usr/bin/unshare", ["-Ur", app1, "-c", code])
+        XCTAssertEqual(out.status, 0, "unshare -Ur needs unprivileged user namespaces: \(out.stderr)")
+        let line = try XCTUnwrap(out.stdout.split(separator: "\n").last)
+        let attempt = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
+        assertRefused(attempt["shared"] as? [String: Any] ?? [:], "read from another user namespace")
+        XCTAssertTrue((attempt["why"] as? String)?.contains("another user namespace") ?? false, "\(attempt)")
+        // The same app in keychaind's namespaces still reads its secret.
+        let back = try s.script(Self.client + "print(json.dumps(read('TEAM.shared')))", interpreter: app1)
+        XCTAssertEqual(back["result"] as? String, Self.secret)
     }
 
     // MARK: 3. Connect, then exec
