@@ -117,10 +117,27 @@ public struct KeychainAdmin: Sendable {
     }
 
     /// Approves the registration file `file` (a name in the daemon's user apps.d); returns its
-    /// application-identifier.
-    public func approve(file: String, keychainPassphrase: [UInt8]?) throws(KeychainError) -> String {
-        let result = try connection.call(.approve, arguments: presence(["file": .text(file)], keychainPassphrase))
+    /// application-identifier. `expect`: the registration as the caller saw it (`previewApproval`,
+    /// or what it wrote); the daemon refuses (errSecParam) when the file now says anything else, so
+    /// a process that rewrites the file in between gets nothing approved.
+    public func approve(file: String, expect: Value? = nil, keychainPassphrase: [UInt8]?) throws(KeychainError)
+        -> String
+    {
+        var args: [String: Value] = ["file": .text(file)]
+        if let expect { args["expect"] = expect }
+        let result = try connection.call(.approve, arguments: presence(args, keychainPassphrase))
         return result?.map?["approved"]?.text ?? ""
+    }
+
+    /// What approving `file` would approve, as the daemon reads the file now (a map of its
+    /// application-identifier, keychain-access-groups, executables and admin), approving nothing and
+    /// needing no passphrase. Pass it to `approve(file:expect:keychainPassphrase:)`.
+    public func previewApproval(file: String) throws(KeychainError) -> Value {
+        let result = try connection.call(.approve, arguments: ["file": .text(file), "preview": .bool(true)])
+        guard let registration = result?.map?["registration"], registration.map != nil else {
+            throw KeychainError(.decode, "approve preview returned no registration")
+        }
+        return registration
     }
 
     /// Revokes the approval of `applicationIdentifier`.

@@ -436,7 +436,7 @@ public final class RequestHandler: Sendable {
             Log.info("backup restored", [("restored", String(counts.restored)), ("skipped", String(counts.skipped))])
             return .map(["restored": .int(Int64(counts.restored)), "skipped": .int(Int64(counts.skipped))])
         case .approve:
-            try args.expect(["file", Arguments.presenceKey])
+            try args.expect(["file", "expect", "preview", Arguments.presenceKey])
             guard case .text(let name)? = args.values["file"], !name.isEmpty, !name.contains("/"),
                 name.hasSuffix(".json"), !name.hasPrefix(".")
             else {
@@ -458,6 +458,19 @@ public final class RequestHandler: Sendable {
                     }
                 }
             }
+            // What the file says now, shown before the passphrase is asked for (`preview`) and
+            // compared with what the admin saw (`expect`): the file is the user's, so any process of
+            // the user may rewrite it between the admin's look and this read.
+            let registration = Self.registrationValue(entry)
+            if case .bool(true)? = args.values["preview"] {
+                return .map(["file": .text(entry.file), "registration": registration])
+            }
+            if let expected = args.values["expect"], !Self.matches(expected, entry) {
+                throw KeychainError(
+                    .param,
+                    "cannot approve \(name): it changed since it was read for approval (it now says \(Self.describe(entry))); nothing was approved — look at the file and approve it again"
+                )
+            }
             let presence = items.hasPassphrase ? try requiredPresence(args, action) : nil
             var list = try approvals()
             list.removeAll { $0.applicationIdentifier.utf8.elementsEqual(entry.applicationIdentifier.utf8) }
@@ -470,7 +483,9 @@ public final class RequestHandler: Sendable {
                     ("file", entry.file), ("app", entry.applicationIdentifier),
                     ("admin", String(entry.admin)), ("by", caller.applicationIdentifier),
                 ])
-            return .map(["approved": .text(entry.applicationIdentifier), "file": .text(entry.file)])
+            return .map([
+                "approved": .text(entry.applicationIdentifier), "file": .text(entry.file), "registration": registration,
+            ])
         case .revoke:
             try args.expect(["application-identifier", Arguments.presenceKey])
             guard case .text(let id)? = args.values["application-identifier"], !id.isEmpty else {
@@ -584,5 +599,38 @@ public final class RequestHandler: Sendable {
         if let bus { result["secretService"] = .map(bus.fields) }
         if case .failure(let why) = identified { result["unidentified"] = .text(why.message) }
         return .map(result)
+    }
+}
+
+extension RequestHandler {
+    /// A registration as `approve` shows it and compares it: the four keys of an apps.d file.
+    static func registrationValue(_ entry: AppEntry) -> Value {
+        .map([
+            "application-identifier": .text(entry.applicationIdentifier),
+            "keychain-access-groups": .array(entry.accessGroups.map(Value.text)),
+            "executables": .array(entry.executables.map(Value.text)),
+            "admin": .bool(entry.admin),
+        ])
+    }
+
+    /// Whether `expected` is `registrationValue(entry)`, its text compared byte for byte (as
+    /// approvals are): two spellings of one path that Unicode calls equal may be two files.
+    static func matches(_ expected: Value, _ entry: AppEntry) -> Bool {
+        guard case .map(let m) = expected, m.count == 4, case .bool(let admin)? = m["admin"], admin == entry.admin,
+            case .text(let id)? = m["application-identifier"], id.utf8.elementsEqual(entry.applicationIdentifier.utf8)
+        else { return false }
+        func same(_ key: String, _ list: [String]) -> Bool {
+            guard case .array(let values)? = m[key], values.count == list.count else { return false }
+            return zip(values, list).allSatisfy { v, s in
+                if case .text(let t) = v { return t.utf8.elementsEqual(s.utf8) }
+                return false
+            }
+        }
+        return same("keychain-access-groups", entry.accessGroups) && same("executables", entry.executables)
+    }
+
+    /// The same registration in one line, for a refusal's message.
+    static func describe(_ entry: AppEntry) -> String {
+        "application-identifier \(entry.applicationIdentifier), groups \(entry.accessGroups.joined(separator: ", ")), executables \(entry.executables.joined(separator: ", ")), admin \(entry.admin ? "yes" : "no")"
     }
 }

@@ -183,8 +183,10 @@ enum Verb: String, CaseIterable {
         case .approve:
             return """
                 Approves apps.d/NAME(.json) as it is now, so it counts while a passphrase is set. Needs an
-                admin caller and the keychain passphrase. Changing the file afterwards makes it stop counting
-                until it is approved again.
+                admin caller and the keychain passphrase. Prints what the file says (groups, executables,
+                whether it is an admin) before asking for the passphrase, and approves exactly that: a file
+                changed in between is refused, not approved. Changing the file afterwards makes it stop
+                counting until it is approved again.
                 """
         case .unregister:
             return

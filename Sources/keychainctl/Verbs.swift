@@ -405,26 +405,50 @@ struct Command {
         try IO.makeDirectories(directory)
         try IO.writeFilePrivately(directory + "/" + name, Array(text.utf8))
         if !inv.json { out.line("wrote \(directory)/\(name)") }
+        let written = Value.map([
+            "application-identifier": .text(id),
+            "keychain-access-groups": .array((inv.repeated[.group] ?? []).map(Value.text)),
+            "executables": .array((inv.repeated[.executable] ?? []).map(Value.text)),
+            "admin": .bool(inv.has(.admin)),
+        ])
         do throws(KeychainError) {
-            try approve(name)
+            try approve(name, expecting: written)
         } catch  where error.status == .missingEntitlement && !s.passphraseSet {
             // Without a passphrase the file counts as it is; a non-admin just cannot ask for the reload.
             out.line("keychaind reads it on its next start or SIGHUP (pkill -HUP -u \"$(id -u)\" -x keychaind)")
         }
     }
 
-    private mutating func approve(_ file: String) throws(KeychainError) {
+    /// Approves a file of the user's apps.d. What is approved is what was shown before the
+    /// passphrase was asked for (`register`: what it wrote), or nothing: any process of the user may
+    /// rewrite the file meanwhile, and the daemon refuses a file that no longer says that.
+    private mutating func approve(_ file: String, expecting written: Value? = nil) throws(KeychainError) {
         let admin = KeychainAdmin(connection: connection)
         var name = file
         if !name.hasSuffix(".json") { name += ".json" }
+        let registration: Value
+        if let written { registration = written } else { registration = try admin.previewApproval(file: name) }
+        if !inv.json && written == nil { out.line("approving \(name): \(Self.describe(registration))") }
         var p = try presenceArguments(admin)
         defer { if p != nil { IO.wipe(&p!) } }
-        let id = try admin.approve(file: name, keychainPassphrase: p)
+        let id = try admin.approve(file: name, expect: registration, keychainPassphrase: p)
         if inv.json {
-            out.line("{\"approved\":\(JSON.string(id)),\"file\":\(JSON.string(name))}")
+            out.line(
+                "{\"approved\":\(JSON.string(id)),\"file\":\(JSON.string(name)),\"registration\":\(JSON.encode(registration))}"
+            )
         } else {
-            out.line("approved \(id) (\(name))")
+            out.line("approved \(id) (\(name)): \(Self.describe(registration))")
         }
+    }
+
+    /// A registration map in one line: groups, executables, and whether it is an admin.
+    static func describe(_ registration: Value) -> String {
+        let m = registration.map ?? [:]
+        func list(_ key: String) -> String {
+            (m[key]?.array ?? []).compactMap(\.text).joined(separator: ", ")
+        }
+        let admin = m["admin"]?.bool == true ? "ADMIN (every group)" : "not an admin"
+        return "groups \(list("keychain-access-groups")); executables \(list("executables")); \(admin)"
     }
 
     private mutating func unregister() throws(KeychainError) {

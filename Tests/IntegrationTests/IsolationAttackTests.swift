@@ -343,6 +343,52 @@ final class IsolationAttackTests: XCTestCase {
         XCTAssertFalse(FileManager.default.fileExists(atPath: file))
     }
 
+    /// Any process of the user can rewrite a registration between `keychainctl register` writing it
+    /// and the daemon reading it for approval — the passphrase prompt is a window as long as the user
+    /// takes to type. Here the rewrite adds a group of the victim and "admin": true while register
+    /// waits for its passphrase. The daemon approves only what register wrote, so nothing is approved;
+    /// `approve` then shows the admin what the file says before asking for the passphrase.
+    func testARegistrationRewrittenBeforeItsApprovalIsNotApproved() throws {
+        let (s, _) = try victim()
+        let app2 = try s.makeApp("app2")
+        let file = s.appsDirectory + "/TEAM.app2.json"
+        let widened =
+            #"{"application-identifier": "TEAM.app2", "keychain-access-groups": ["TEAM.app2", "TEAM.shared"], "executables": ["\#(app2)"], "admin": true}"#
+        // register waits on a FIFO for its passphrase; the attacker rewrites the file as soon as it
+        // appears (register writes it by rename, whole), then the passphrase arrives.
+        let race = try s.run(
+            "/bin/sh",
+            [
+                "-c",
+                """
+                rm -f pp-fifo; mkfifo pp-fifo
+                "$0" register -i TEAM.app2 -g TEAM.app2 -e "$1" --keychain-passphrase-file pp-fifo >reg.out 2>reg.err &
+                pid=$!
+                while [ ! -e "$2" ] && kill -0 $pid 2>/dev/null; do sleep 0.01; done
+                printf '%s' "$3" > "$2.new" && mv "$2.new" "$2"
+                (printf 'correct horse\n' > pp-fifo) & writer=$!
+                status=0; wait $pid || status=$?
+                kill $writer 2>/dev/null
+                echo "status=$status"; cat reg.err
+                """,
+                s.adminCLIPath, app2, file, widened,
+            ])
+        XCTAssertFalse(race.stdout.contains("status=0"), "register approved a rewritten file: \(race.stdout)")
+        XCTAssertTrue(race.stdout.contains("changed since it was read"), race.stdout + race.stderr)
+        let whoAmI = Self.client + "print(json.dumps({'caller': call('status')['result'].get('caller')}))"
+        XCTAssertTrue(try s.script(whoAmI, interpreter: app2)["caller"] is NSNull)
+        assertRefused(try s.script(Self.client + "print(json.dumps(read('TEAM.shared')))", interpreter: app2), "read")
+
+        // approve shows what it is about to approve before it asks for the passphrase.
+        let pass = try s.privateFile("pass-approve", "correct horse\n")
+        let approved = try s.run(s.adminCLIPath, ["approve", "TEAM.app2", "--keychain-passphrase-file", pass])
+        XCTAssertEqual(approved.status, 0, approved.stderr)
+        let shown = try XCTUnwrap(approved.stdout.split(separator: "\n").first)
+        XCTAssertTrue(shown.hasPrefix("approving TEAM.app2.json: groups TEAM.app2, TEAM.shared;"), approved.stdout)
+        XCTAssertTrue(shown.contains("ADMIN"), approved.stdout)
+        XCTAssertEqual(try s.script(whoAmI, interpreter: app2)["caller"] as? String, "TEAM.app2")
+    }
+
     /// A registered executable the user can modify (here: in the user's home) carries no identity
     /// when the daemon's user is not root; the message names the path.
     func testAnExecutableTheUserCanModifyCarriesNoIdentity() throws {
