@@ -52,8 +52,10 @@ def interpreter_path() -> str:
     return os.path.realpath(sys.executable)
 
 
-def registration_hint(socket_path: str | None = None) -> str:
-    """What to register, and where, so that keychaind knows this interpreter."""
+def registration_hint(socket_path: str | None = None, daemon_reason: str | None = None) -> str:
+    """What to register, and where, so that keychaind knows this interpreter. ``daemon_reason``: why
+    the daemon says it does not know this program (its `status` answer's ``unidentified``), which
+    names the daemon's own apps.d and whether a file there is enough (not while a passphrase is set)."""
     exe = interpreter_path()
     name = os.path.basename(exe) or "python"
     config = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
@@ -63,6 +65,13 @@ def registration_hint(socket_path: str | None = None) -> str:
         "executables": [exe],
     }
     where = f" at {socket_path}" if socket_path else ""
+    if daemon_reason:
+        return (
+            f"keychaind{where} does not know this program: {daemon_reason}. Python programs are "
+            f"identified by their interpreter, {exe} (the real path of sys.executable {sys.executable}); "
+            f"an apps.d entry for it: {json.dumps(entry)}. Every Python program this interpreter runs "
+            f"then shares that app's items."
+        )
     return (
         f"keychaind{where} does not know this program. Python programs are identified by their "
         f"interpreter, {exe} (the real path of sys.executable {sys.executable}). Register it: create "
@@ -110,7 +119,9 @@ def _probe(path: str, group: str | None, *, trust_failures: bool = True) -> _Pro
     else:
         groups = status.get("groups")
         if status.get("caller") is None or not isinstance(groups, list) or not groups:
-            result = _Probe(problem=registration_hint(path), status=C.errSecMissingEntitlement)
+            reason = status.get("unidentified")
+            result = _Probe(problem=registration_hint(path, reason if isinstance(reason, str) else None),
+                            status=C.errSecMissingEntitlement)
         elif group is not None and group not in groups:
             result = _Probe(problem=f"the keyring group {group!r} is not one of this app's access groups "
                                     f"({', '.join(map(str, groups))})", status=C.errSecMissingEntitlement)

@@ -339,6 +339,8 @@ print(json.dumps(out))
     assert out["viable"] is False
     for key in ("priority", "set"):
         assert exe in out[key] and "apps.d" in out[key] and '"executables": ["%s"]' % exe in out[key], out[key]
+        # The folder is the daemon's own (its --config), as the daemon says, not a guess from $HOME.
+        assert str(daemon.apps) in out[key], out[key]
 
 
 def _keyring_cli(daemon, *args, stdin=None, backend_env=True):
