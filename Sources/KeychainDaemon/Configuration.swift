@@ -15,7 +15,7 @@ public struct Settings: Sendable {
     public var configFile: String
     /// The largest request frame accepted, in bytes (1 MiB by default).
     public var maxFrameBytes = 1 << 20
-    /// The most clients served at once.
+    /// The most clients served at once (programs that are not registered apps: a quarter of it).
     public var maxConnections = 4096
     /// Seconds a connection may stay silent before the daemon closes it (0 = never).
     public var idleTimeoutSeconds = 900

@@ -104,6 +104,22 @@ public final class Daemon: Sendable {
             Log.warning("connection refused: other uid", [("uid", String(peer.uid)), ("pid", String(peer.pid))])
             return refuse(socket, refusal)
         }
+        // Programs that are not registered apps may hold only a quarter of the connections, so one
+        // that opens them all (any process of the user can) leaves the rest to the apps.
+        let unregistered = (try? handler.registrar.current.registry.identify(peer).get()) == nil
+        if unregistered {
+            let limit = max(1, settings.maxConnections / 4)
+            let held = handler.unregisteredConnections.load(ordering: .relaxed)
+            if held >= limit {
+                Log.warning("connection refused: unregistered programs' share used", [("limit", String(limit))])
+                return refuse(
+                    socket,
+                    KeychainError(
+                        .allocate,
+                        "too many connections from programs that are not registered apps (\(held)); try again later"))
+            }
+            handler.unregisteredConnections.add(1, ordering: .relaxed)
+        }
         accepted.setTimeouts(receive: Double(settings.idleTimeoutSeconds), send: 30)
         handler.openConnections.add(1, ordering: .relaxed)
         let key = ObjectIdentifier(socket)
@@ -119,6 +135,7 @@ public final class Daemon: Sendable {
             // Forget the socket before closing it, so `drain` never shuts down a closed descriptor.
             self.connections.withLock { _ = $0.removeValue(forKey: key) }
             socket.close()
+            if unregistered { self.handler.unregisteredConnections.subtract(1, ordering: .relaxed) }
             self.handler.openConnections.subtract(1, ordering: .relaxed)
             self.drained.lock()
             self.drained.broadcast()

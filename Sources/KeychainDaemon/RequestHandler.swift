@@ -15,6 +15,9 @@ public final class RequestHandler: Sendable {
     let registrar: Registrar
     private let started = MonotonicClock.now()
     let openConnections = Atomic<Int>(0)
+    /// Of those, the connections of programs that were not registered apps when they connected
+    /// (limited to a quarter of `maxConnections`: Daemon.admit).
+    let unregisteredConnections = Atomic<Int>(0)
     /// Monotonic milliseconds of the last request that counts as activity for auto-lock: an item
     /// request or an unlock from an identified app (never `status`, never an unidentified peer).
     let lastActivity = Atomic<Int64>(MonotonicClock.milliseconds())

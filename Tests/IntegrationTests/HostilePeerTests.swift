@@ -54,6 +54,34 @@ final class HostilePeerTests: XCTestCase {
         XCTAssertEqual(try d.connect().call("status").status, .success, "status still answers it")
     }
 
+    /// Programs that are not registered apps may hold a quarter of `maxConnections`: one that opens
+    /// as many as it can (any process of the user may) is refused past its share, and apps are
+    /// still served.
+    func testUnregisteredProgramsHoldAQuarterOfTheConnections() throws {
+        let d = try DaemonHarness(apps: [], config: #"{"maxConnections": 8}"#)
+        // Once the harness's own start-up connections are gone, this one is the only one.
+        let first = try d.connect()
+        XCTAssertTrue(try d.waitFor { try first.call("status").result?.map?["connections"]?.int == 1 })
+        let held = [first, try d.connect()]
+        XCTAssertEqual(try held[1].call("status").status, .success, "admitted")
+        let third = try d.connect()
+        let refused = try third.receive()
+        XCTAssertEqual(refused.status, .allocate, refused.message ?? "")
+        XCTAssertTrue(refused.message?.contains("not registered apps") ?? false, refused.message ?? "")
+        XCTAssertTrue(third.isClosed())
+        // The bundled keychainctl, an app, is served meanwhile.
+        let cli = try d.run(DaemonHarness.cliPath, ["list"])
+        XCTAssertEqual(cli.status, 0, cli.stderr)
+        // A connection given back frees its slot.
+        held[0].socket.close()
+        XCTAssertTrue(
+            try d.waitFor {
+                let c = try d.connect()
+                try c.send(Request(id: 1, op: "status"))
+                return (try? c.receive())?.status == .success
+            }, "a slot given back is free again")
+    }
+
     /// `@name` is an abstract socket: served with no file in the file system; the uid check still holds.
     func testAnAbstractSocketIsServed() throws {
         let d = try DaemonHarness(start: false)
