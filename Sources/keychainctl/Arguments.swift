@@ -369,7 +369,11 @@ struct Invocation {
             let candidates = Opt.allCases.filter { $0.spellings.contains(name) && verb.options.contains($0) }
             guard let opt = candidates.first else {
                 if Opt.allCases.contains(where: { $0.spellings.contains(name) }) {
-                    throw usageError("\(verb.rawValue) does not take \(name)")
+                    // The keychain passphrase of admin verbs has its own flag: say so.
+                    let hint =
+                        Opt.passphraseFile.spellings.contains(name) && verb.options.contains(.keychainPassphraseFile)
+                        ? "; the keychain passphrase is given with --keychain-passphrase-file" : ""
+                    throw usageError("\(verb.rawValue) does not take \(name)\(hint)")
                 }
                 throw usageError("unknown option \(name)")
             }

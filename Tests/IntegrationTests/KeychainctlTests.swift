@@ -66,6 +66,10 @@ final class KeychainctlTests: XCTestCase {
         assertFailure(try ctl("list", "--all"), errSecParam, "errSecParam")
         assertFailure(try ctl("backup"), errSecParam, "errSecParam")
         assertFailure(try ctl("unlock", "--passphrase", "secret-on-argv"), errSecParam, "errSecParam")
+        // The flag of unlock and passwd, given to an admin verb: the message names the right one.
+        let wrongFlag = try ctl("approve", "x", "--passphrase-file", "/dev/null")
+        assertFailure(wrongFlag, errSecParam, "errSecParam")
+        XCTAssertTrue(wrongFlag.stderr.contains("given with --keychain-passphrase-file"), wrongFlag.stderr)
         let unreachable = try ctl("--socket", daemon.root + "/nope.sock", "status")
         assertFailure(unreachable, errSecNotAvailable, "errSecNotAvailable")
         XCTAssertTrue(unreachable.stderr.contains(daemon.root + "/nope.sock"))
