@@ -126,7 +126,11 @@ final class Connection {
                     }
                 } catch {
                     Log.info("connection closed: oversized frame", [("pid", String(pid))])
-                    Response(id: 0, error: error).appendFrame(to: &output)
+                    let why =
+                        identified
+                        ? "; a request, its secret included, must fit in maxFrameBytes (keychaind.json)"
+                        : "; a program that is not a registered app may send only small requests"
+                    Response(id: 0, error: KeychainError(error.status, error.message + why)).appendFrame(to: &output)
                     close = true
                     break
                 }

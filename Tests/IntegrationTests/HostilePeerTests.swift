@@ -51,6 +51,8 @@ final class HostilePeerTests: XCTestCase {
         let r = try c.receive()
         XCTAssertEqual(r.status, .param)
         XCTAssertTrue(r.message?.contains("exceeds the limit of 16384 bytes") ?? false, r.message ?? "")
+        XCTAssertTrue(
+            r.message?.contains("not a registered app may send only small requests") ?? false, r.message ?? "")
         XCTAssertEqual(try d.connect().call("status").status, .success, "status still answers it")
     }
 
