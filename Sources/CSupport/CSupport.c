@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <unistd.h>
 #include <sys/prctl.h>
@@ -119,6 +120,10 @@ int kc_make_undumpable(void) {
 
 unsigned kc_umask_private(void) {
     return (unsigned)umask(077);
+}
+
+int kc_open_path_flag(void) {
+    return O_PATH;
 }
 
 static volatile int kc_signal_fd = -1;

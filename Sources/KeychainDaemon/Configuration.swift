@@ -3,6 +3,7 @@ import KeychainCore
 public import KeychainCrypto
 public import KeychainItems
 import KeychainStore
+import KeychainSystem
 
 /// Daemon settings: defaults, overridden by `keychaind.json`, overridden by command-line flags.
 /// Read and validated once at start; `apps` again on SIGHUP.
@@ -81,13 +82,30 @@ enum JSONFile {
     /// The top-level object of a JSON file; an empty file counts as `{}`.
     static func object(at path: String) throws(ConfigurationError) -> [String: Any] {
         // Opening and closing the open keychain database (through a link in apps.d, say) would drop
-        // SQLite's lock on it: refused before it is opened.
-        if ItemStore.isOpenDatabase(path) {
+        // SQLite's lock on it: refused before it is opened for reading. The file is pinned first
+        // with a handle that reads nothing (closing it drops no lock) and the check and the read
+        // are made on that very file, so a link swapped in between changes nothing.
+        let handle: FileDescriptor
+        let st: FileStatus
+        do {
+            handle = try FileDescriptor.open(path, .pathOnly)
+            st = try handle.status()
+        } catch {
+            throw ConfigurationError(file: path, reason: "cannot be read (\(error.message))")
+        }
+        if ItemStore.isOpenDatabase(device: st.device, inode: st.inode) {
             throw ConfigurationError(file: path, reason: "is the keychain database, not a JSON file")
         }
+        // A FIFO or a device would block the read, and with it every reload.
+        guard st.kind == .regular else {
+            throw ConfigurationError(file: path, reason: "is not a regular file")
+        }
         let data: Data
-        do { data = try Data(contentsOf: URL(fileURLWithPath: path)) } catch {
-            throw ConfigurationError(file: path, reason: "cannot be read (\(error.localizedDescription))")
+        do {
+            let file = try FileDescriptor.open("/proc/self/fd/\(handle.rawValue)", .noControllingTerminal)
+            data = Data(try file.readToEnd())
+        } catch {
+            throw ConfigurationError(file: path, reason: "cannot be read (\(error.message))")
         }
         if data.allSatisfy({ $0 == 0x20 || $0 == 0x0A || $0 == 0x0D || $0 == 0x09 }) { return [:] }
         let parsed: Any

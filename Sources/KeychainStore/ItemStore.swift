@@ -125,7 +125,12 @@ public final class ItemStore: Sendable {
     /// SQLite users out. Readers of paths that others name (registration files) ask first.
     public static func isOpenDatabase(_ path: String) -> Bool {
         guard let st = try? FileSystem.status(path) else { return false }
-        return openFiles.withLock { $0.contains { $0 == (st.device, st.inode) } }
+        return isOpenDatabase(device: st.device, inode: st.inode)
+    }
+
+    /// True when the file (device, inode) is the database file of a store open in this process.
+    public static func isOpenDatabase(device: UInt64, inode: UInt64) -> Bool {
+        openFiles.withLock { $0.contains { $0 == (device, inode) } }
     }
 
     // MARK: Transactions

@@ -1,3 +1,4 @@
+internal import CSupport
 import Glibc
 import Synchronization
 
@@ -62,6 +63,10 @@ public final class FileDescriptor: Sendable {
         public static let directory = Options(rawValue: O_DIRECTORY)
         /// A terminal that must not become the controlling terminal.
         public static let noControllingTerminal = Options(rawValue: O_NOCTTY)
+        /// A handle on the file that reads and writes nothing (`O_PATH`): enough for `status`, and
+        /// closing it drops none of the process's POSIX locks on the file, which closing any other
+        /// descriptor of it does.
+        public static let pathOnly = Options(rawValue: kc_open_path_flag())
     }
 
     /// Opens `path` (close-on-exec); `permissions` apply when the file is created.

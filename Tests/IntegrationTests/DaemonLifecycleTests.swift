@@ -147,6 +147,19 @@ final class DaemonLifecycleTests: XCTestCase {
         XCTAssertEqual(copy.result, .bytes([1]))
     }
 
+    /// A FIFO in apps.d (any process of the user may put one there) would block the read of the
+    /// registrations, and every reload after it: it is refused unread, and the daemon answers on.
+    func testAFIFOInAppsDIsRefusedUnread() throws {
+        let d = try DaemonHarness()
+        XCTAssertEqual(mkfifo(d.appsDirectory + "/fifo.json", 0o600), 0)
+        d.reloadApps()
+        XCTAssertTrue(d.log.contains("is not a regular file"), d.log)
+        XCTAssertEqual(try d.connect().call("status").status, .success)
+        try FileManager.default.removeItem(atPath: d.appsDirectory + "/fifo.json")
+        d.reloadApps()
+        XCTAssertEqual(d.log.components(separatedBy: "apps reloaded").count, 2, "reloads again once it is gone")
+    }
+
     func testMalformedConfigurationIsReportedWithFileAndReason() throws {
         let d = try DaemonHarness(config: #"{"maxConections": 10}"#, start: false)
         let out = try d.run(DaemonHarness.daemonPath, d.arguments)

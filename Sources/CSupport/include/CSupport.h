@@ -36,6 +36,8 @@ int kc_accept_cloexec(int fd);
 int kc_make_undumpable(void);
 /* The caller's umask set to 077; returns the old one. */
 unsigned kc_umask_private(void);
+/* O_PATH, which glibc declares only with _GNU_SOURCE. */
+int kc_open_path_flag(void);
 
 /* Installs handlers for SIGTERM, SIGINT and SIGHUP that write the signal number as one byte to
  * `write_fd` (a non-blocking pipe): the self-pipe pattern, async-signal-safe in any thread. */
