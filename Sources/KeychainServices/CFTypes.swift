@@ -44,6 +44,17 @@ public typealias CFStringRef = NSString
 /// Apple's `…Ref` spelling of `CFData`, kept so code written against either name compiles.
 public typealias CFDataRef = NSData
 
+/// A CF error, which on Linux is Foundation's `NSError` (toll-free bridged on Apple platforms too), so
+/// an `Unmanaged<CFError>?` out-parameter and `error as Error` compile.
+public typealias CFError = NSError
+/// Core Foundation's allocator, of which Linux has none: the one value is `kCFAllocatorDefault` (`nil`),
+/// so the `allocator` argument Apple's functions take compiles.
+public final class CFAllocator: Sendable {
+    private init() {}
+}
+/// The default allocator: `nil`, as on Apple platforms, where it is a synonym for `NULL`.
+public let kCFAllocatorDefault: CFAllocator! = nil
+
 /// `true` as a CF boolean. Implicitly unwrapped, as Apple declares it, so `kCFBooleanTrue!` compiles.
 public let kCFBooleanTrue: CFBoolean! = NSNumber(value: true)
 /// `false` as a CF boolean.
@@ -73,6 +84,8 @@ public let errSecUserCanceled: OSStatus = -128
 public let errSecBadReq: OSStatus = -909
 /// An internal component failed (-2070).
 public let errSecInternalComponent: OSStatus = -2070
+/// An invalid attempt to change the owner of an item (-25244).
+public let errSecInvalidOwnerEdit: OSStatus = -25244
 /// No keychain is available (-25291).
 public let errSecNotAvailable: OSStatus = -25291
 /// The keychain is read-only (-25292).
@@ -81,6 +94,8 @@ public let errSecReadOnly: OSStatus = -25292
 public let errSecAuthFailed: OSStatus = -25293
 /// The named keychain does not exist (-25294).
 public let errSecNoSuchKeychain: OSStatus = -25294
+/// The keychain is not a valid keychain file (-25295).
+public let errSecInvalidKeychain: OSStatus = -25295
 /// An item with the same primary key already exists (-25299).
 public let errSecDuplicateItem: OSStatus = -25299
 /// No item matches the query (-25300).
@@ -103,6 +118,8 @@ public let errSecDataNotAvailable: OSStatus = -25316
 public let errSecDecode: OSStatus = -26275
 /// The caller lacks the entitlement for the requested access group (-34018).
 public let errSecMissingEntitlement: OSStatus = -34018
+/// The client is restricted and may not perform this operation (-34020).
+public let errSecRestrictedAPI: OSStatus = -34020
 
 // swift-format-ignore: AlwaysUseLowerCamelCase
 /// The text for `status`, as Apple's `SecCopyErrorMessageString` gives it.
@@ -122,12 +139,15 @@ func genericMessage(_ status: OSStatus) -> String {
     case errSecUserCanceled: return "User canceled the operation."
     case errSecBadReq: return "Bad parameter or invalid state for operation."
     case errSecInternalComponent: return "An internal component failed."
+    case errSecInvalidOwnerEdit: return "Invalid attempt to change the owner of this item."
     case errSecNoSuchKeychain: return "The specified keychain could not be found."
+    case errSecInvalidKeychain: return "The specified keychain is not a valid keychain file."
     case errSecDataTooLarge:
         return "This item contains information which is too large or in a format that cannot be displayed."
     case errSecReadOnlyAttr: return "The specified attribute could not be modified."
     case errSecInteractionRequired: return "User interaction is required, but is currently not allowed."
     case errSecDataNotAvailable: return "The contents of this item cannot be retrieved."
+    case errSecRestrictedAPI: return "Client is restricted and is not permitted to perform this operation."
     default: return Status(rawValue: status).defaultMessage
     }
 }

@@ -84,12 +84,34 @@ nonisolated(unsafe) public let kSecAttrSynchronizable: CFString = SecConstant("s
 nonisolated(unsafe) public let kSecAttrCreationDate: CFString = SecConstant("cdat")
 /// When the item was last modified (a date, read-only).
 nonisolated(unsafe) public let kSecAttrModificationDate: CFString = SecConstant("mdat")
+
+// MARK: Attributes keychaind does not store (they compile; each says what a call that names it gets)
+/// Internet-password attribute: compiles, keychaind answers `errSecNoSuchAttr`.
+nonisolated(unsafe) public let kSecAttrSecurityDomain: CFString = SecConstant("sdmn")
 /// Internet-password attribute: compiles, keychaind answers `errSecNoSuchAttr`.
 nonisolated(unsafe) public let kSecAttrServer: CFString = SecConstant("srvr")
 /// Internet-password attribute: compiles, keychaind answers `errSecNoSuchAttr`.
+nonisolated(unsafe) public let kSecAttrProtocol: CFString = SecConstant("ptcl")
+/// Internet-password attribute: compiles, keychaind answers `errSecNoSuchAttr`.
+nonisolated(unsafe) public let kSecAttrAuthenticationType: CFString = SecConstant("atyp")
+/// Internet-password attribute: compiles, keychaind answers `errSecNoSuchAttr`.
 nonisolated(unsafe) public let kSecAttrPort: CFString = SecConstant("port")
 /// Internet-password attribute: compiles, keychaind answers `errSecNoSuchAttr`.
-nonisolated(unsafe) public let kSecAttrProtocol: CFString = SecConstant("ptcl")
+nonisolated(unsafe) public let kSecAttrPath: CFString = SecConstant("path")
+/// Key attribute: compiles, keychaind answers `errSecNoSuchAttr`.
+nonisolated(unsafe) public let kSecAttrApplicationTag: CFString = SecConstant("atag")
+/// Key attribute: compiles, keychaind answers `errSecNoSuchAttr`.
+nonisolated(unsafe) public let kSecAttrIsExtractable: CFString = SecConstant("extr")
+/// Key attribute with the same string as `kSecAttrType` (Apple's too): in a generic-password query it
+/// is `kSecAttrType`, a number.
+nonisolated(unsafe) public let kSecAttrKeyType: CFString = SecConstant("type")
+/// The token (CryptoTokenKit) holding a key: compiles, keychaind answers `errSecNoSuchAttr`.
+nonisolated(unsafe) public let kSecAttrTokenID: CFString = SecConstant("tkid")
+/// Apple's iCloud sync-view hint: compiles, keychaind answers `errSecNoSuchAttr`.
+nonisolated(unsafe) public let kSecAttrSyncViewHint: CFString = SecConstant("vwht")
+/// Apple's persistent reference among the attributes: keychaind returns it as `kSecValuePersistentRef`
+/// (ask with `kSecReturnPersistentRef`); in a query it is `errSecParam`.
+nonisolated(unsafe) public let kSecAttrPersistentReference: CFString = SecConstant("persistref")
 
 // MARK: Values of kSecAttrSynchronizable
 /// In a query: match synchronizable and non-synchronizable items alike.
@@ -111,11 +133,108 @@ nonisolated(unsafe) public let kSecAttrAccessibleAfterFirstUnlockThisDeviceOnly:
 /// Always readable, even while locked; never migrates to another device (deprecated by Apple).
 nonisolated(unsafe) public let kSecAttrAccessibleAlwaysThisDeviceOnly: CFString = SecConstant("dku")
 
+// MARK: Values of kSecAttrProtocol (Apple's full list; internet passwords are not stored here)
+/// FTP.
+nonisolated(unsafe) public let kSecAttrProtocolFTP: CFString = SecConstant("ftp ")
+/// FTP account.
+nonisolated(unsafe) public let kSecAttrProtocolFTPAccount: CFString = SecConstant("ftpa")
+/// HTTP.
+nonisolated(unsafe) public let kSecAttrProtocolHTTP: CFString = SecConstant("http")
+/// IRC.
+nonisolated(unsafe) public let kSecAttrProtocolIRC: CFString = SecConstant("irc ")
+/// NNTP.
+nonisolated(unsafe) public let kSecAttrProtocolNNTP: CFString = SecConstant("nntp")
+/// POP3.
+nonisolated(unsafe) public let kSecAttrProtocolPOP3: CFString = SecConstant("pop3")
+/// SMTP.
+nonisolated(unsafe) public let kSecAttrProtocolSMTP: CFString = SecConstant("smtp")
+/// SOCKS.
+nonisolated(unsafe) public let kSecAttrProtocolSOCKS: CFString = SecConstant("sox ")
+/// IMAP.
+nonisolated(unsafe) public let kSecAttrProtocolIMAP: CFString = SecConstant("imap")
+/// LDAP.
+nonisolated(unsafe) public let kSecAttrProtocolLDAP: CFString = SecConstant("ldap")
+/// AppleTalk.
+nonisolated(unsafe) public let kSecAttrProtocolAppleTalk: CFString = SecConstant("atlk")
+/// AFP over TCP.
+nonisolated(unsafe) public let kSecAttrProtocolAFP: CFString = SecConstant("afp ")
+/// Telnet.
+nonisolated(unsafe) public let kSecAttrProtocolTelnet: CFString = SecConstant("teln")
+/// SSH.
+nonisolated(unsafe) public let kSecAttrProtocolSSH: CFString = SecConstant("ssh ")
+/// FTP over TLS/SSL.
+nonisolated(unsafe) public let kSecAttrProtocolFTPS: CFString = SecConstant("ftps")
+/// HTTP over TLS/SSL.
+nonisolated(unsafe) public let kSecAttrProtocolHTTPS: CFString = SecConstant("htps")
+/// HTTP proxy.
+nonisolated(unsafe) public let kSecAttrProtocolHTTPProxy: CFString = SecConstant("htpx")
+/// HTTPS proxy.
+nonisolated(unsafe) public let kSecAttrProtocolHTTPSProxy: CFString = SecConstant("htsx")
+/// FTP proxy.
+nonisolated(unsafe) public let kSecAttrProtocolFTPProxy: CFString = SecConstant("ftpx")
+/// SMB.
+nonisolated(unsafe) public let kSecAttrProtocolSMB: CFString = SecConstant("smb ")
+/// RTSP.
+nonisolated(unsafe) public let kSecAttrProtocolRTSP: CFString = SecConstant("rtsp")
+/// RTSP proxy.
+nonisolated(unsafe) public let kSecAttrProtocolRTSPProxy: CFString = SecConstant("rtsx")
+/// DAAP.
+nonisolated(unsafe) public let kSecAttrProtocolDAAP: CFString = SecConstant("daap")
+/// Remote Apple Events.
+nonisolated(unsafe) public let kSecAttrProtocolEPPC: CFString = SecConstant("eppc")
+/// IPP.
+nonisolated(unsafe) public let kSecAttrProtocolIPP: CFString = SecConstant("ipp ")
+/// NNTP over TLS/SSL.
+nonisolated(unsafe) public let kSecAttrProtocolNNTPS: CFString = SecConstant("ntps")
+/// LDAP over TLS/SSL.
+nonisolated(unsafe) public let kSecAttrProtocolLDAPS: CFString = SecConstant("ldps")
+/// Telnet over TLS/SSL.
+nonisolated(unsafe) public let kSecAttrProtocolTelnetS: CFString = SecConstant("tels")
+/// IMAP over TLS/SSL.
+nonisolated(unsafe) public let kSecAttrProtocolIMAPS: CFString = SecConstant("imps")
+/// IRC over TLS/SSL.
+nonisolated(unsafe) public let kSecAttrProtocolIRCS: CFString = SecConstant("ircs")
+/// POP3 over TLS/SSL.
+nonisolated(unsafe) public let kSecAttrProtocolPOP3S: CFString = SecConstant("pops")
+
+// MARK: Values of kSecAttrAuthenticationType (internet passwords)
+/// Windows NT LAN Manager authentication.
+nonisolated(unsafe) public let kSecAttrAuthenticationTypeNTLM: CFString = SecConstant("ntlm")
+/// Microsoft Network default authentication.
+nonisolated(unsafe) public let kSecAttrAuthenticationTypeMSN: CFString = SecConstant("msna")
+/// Distributed Password authentication.
+nonisolated(unsafe) public let kSecAttrAuthenticationTypeDPA: CFString = SecConstant("dpaa")
+/// Remote Password authentication.
+nonisolated(unsafe) public let kSecAttrAuthenticationTypeRPA: CFString = SecConstant("rpaa")
+/// HTTP Basic authentication.
+nonisolated(unsafe) public let kSecAttrAuthenticationTypeHTTPBasic: CFString = SecConstant("http")
+/// HTTP Digest Access authentication.
+nonisolated(unsafe) public let kSecAttrAuthenticationTypeHTTPDigest: CFString = SecConstant("httd")
+/// HTML form based authentication.
+nonisolated(unsafe) public let kSecAttrAuthenticationTypeHTMLForm: CFString = SecConstant("form")
+/// The default authentication type.
+nonisolated(unsafe) public let kSecAttrAuthenticationTypeDefault: CFString = SecConstant("dflt")
+
+// MARK: Values of kSecAttrKeyType (keys)
+/// RSA.
+nonisolated(unsafe) public let kSecAttrKeyTypeRSA: CFString = SecConstant("42")
+/// Elliptic curve (Apple's older name for `kSecAttrKeyTypeECSECPrimeRandom`).
+nonisolated(unsafe) public let kSecAttrKeyTypeEC: CFString = SecConstant("73")
+/// Elliptic curve on a NIST prime curve.
+nonisolated(unsafe) public let kSecAttrKeyTypeECSECPrimeRandom: CFString = SecConstant("73")
+
+// MARK: Values of kSecAttrAccessGroup
+/// Apple's group of the items on tokens (smart cards): an ordinary group here, so naming it is
+/// `errSecMissingEntitlement` unless the app is registered for it.
+nonisolated(unsafe) public let kSecAttrAccessGroupToken: CFString = SecConstant("com.apple.token")
+
 // MARK: Values
 /// The secret: `Data` only (a `String` is `errSecParam`, as on Apple platforms).
 nonisolated(unsafe) public let kSecValueData: CFString = SecConstant("v_Data")
 /// The item's persistent reference (`Data`): a handle that finds the same item again later.
 nonisolated(unsafe) public let kSecValuePersistentRef: CFString = SecConstant("v_PersistentRef")
+/// A reference object (`SecKey`, `SecCertificate` …), which generic passwords do not have: `errSecParam`.
+nonisolated(unsafe) public let kSecValueRef: CFString = SecConstant("v_Ref")
 
 // MARK: Search
 /// How many items a copy or search returns: `kSecMatchLimitOne` or `kSecMatchLimitAll`.
@@ -126,6 +245,10 @@ nonisolated(unsafe) public let kSecMatchLimitOne: CFString = SecConstant("m_Limi
 nonisolated(unsafe) public let kSecMatchLimitAll: CFString = SecConstant("m_LimitAll")
 /// Accepted; matching stays byte-exact, as in Apple's data-protection keychain.
 nonisolated(unsafe) public let kSecMatchCaseInsensitive: CFString = SecConstant("m_CaseInsensitive")
+/// Apple's search among given item references: keychaind has none, so it is `errSecParam`.
+nonisolated(unsafe) public let kSecMatchItemList: CFString = SecConstant("m_ItemList")
+/// Apple's search among given keychains (macOS file keychains): keychaind has one, so it is `errSecParam`.
+nonisolated(unsafe) public let kSecMatchSearchList: CFString = SecConstant("m_SearchList")
 
 // MARK: Return types
 /// Return the item's secret as `Data`.
@@ -144,6 +267,9 @@ nonisolated(unsafe) public let kSecUseDataProtectionKeychain: CFString = SecCons
 nonisolated(unsafe) public let kSecUseOperationPrompt: CFString = SecConstant("u_OpPrompt")
 /// Whether Apple may show authentication UI (deprecated); accepted and ignored here.
 nonisolated(unsafe) public let kSecUseAuthenticationUI: CFString = SecConstant("u_AuthUI")
+/// Fail rather than show authentication UI (deprecated by Apple for `kSecUseAuthenticationUI`);
+/// accepted and ignored here.
+nonisolated(unsafe) public let kSecUseNoAuthenticationUI: CFString = SecConstant("u_NoAuthUI")
 /// Allow authentication UI (a value of `kSecUseAuthenticationUI`); accepted and ignored here.
 nonisolated(unsafe) public let kSecUseAuthenticationUIAllow: CFString = SecConstant("u_AuthUIA")
 /// Fail with `errSecInteractionNotAllowed` rather than show UI; accepted and ignored here.

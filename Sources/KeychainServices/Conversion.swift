@@ -9,7 +9,8 @@ import KeychainSystem
 /// `NSNumber`; `v_Data` takes only `Data`; the blob attributes `svce`, `acct`, `labl`, `desc`, `icmt`
 /// and `gena` take a `String` or `Data` and keep which one it was); unknown keys are converted by their
 /// Swift type and left for the daemon to judge. Anything that has no wire form is `errSecParam`,
-/// naming the key.
+/// naming the key, and so are the Apple keys whose values never have one (`kSecValueRef`,
+/// `kSecMatchItemList`, `kSecMatchSearchList`, `kSecAttrPersistentReference`).
 ///
 /// Outbound, results take the types Apple's client hands back: `Data` for bytes (so a blob attribute
 /// written as `Data` reads back as `Data`, one written as a `String` as a `String`), `String` for text,
@@ -25,6 +26,15 @@ enum Conversion {
     private static let integerKeys: Set<String> = ["crtr", "type"]
     private static let dateKeys: Set<String> = ["cdat", "mdat"]
 
+    /// Apple keys that keychaind refuses whatever their value (`errSecParam`, as the daemon answers), and
+    /// why: refused here, because their values (item references, keychain lists) have no wire form.
+    private static let unsupportedKeys: [String: String] = [
+        "v_Ref": "generic passwords have no reference objects; use kSecValuePersistentRef",
+        "m_ItemList": "keychaind has no item references to search among",
+        "m_SearchList": "keychaind has a single keychain",
+        "persistref": "a query names an item with kSecValuePersistentRef",
+    ]
+
     /// A SecItem dictionary as a wire map. `what` names the argument in error messages.
     static func map(_ dictionary: NSDictionary, what: String) throws(KeychainError) -> [String: Value] {
         var out: [String: Value] = [:]
@@ -35,6 +45,7 @@ enum Conversion {
             // Apple's client strips the UI/LocalAuthentication keys; `nleg` is a no-op; generic passwords
             // have no reference type, so kSecReturnRef returns nothing.
             if key.hasPrefix("u_") || key == "nleg" || key == "r_Ref" { continue }
+            if let why = unsupportedKeys[key] { throw .param("\(displayName(key)) is not supported: \(why)") }
             out[key] = try value(v, forKey: key)
         }
         return out
@@ -202,6 +213,8 @@ enum Conversion {
         "v_PersistentRef": "kSecValuePersistentRef", "m_Limit": "kSecMatchLimit",
         "m_CaseInsensitive": "kSecMatchCaseInsensitive", "r_Data": "kSecReturnData",
         "r_Attributes": "kSecReturnAttributes", "r_PersistentRef": "kSecReturnPersistentRef",
+        "v_Ref": "kSecValueRef", "m_ItemList": "kSecMatchItemList", "m_SearchList": "kSecMatchSearchList",
+        "persistref": "kSecAttrPersistentReference",
     ]
 
     /// `kSecValueData ("v_Data")`, or the quoted key when it has no constant.

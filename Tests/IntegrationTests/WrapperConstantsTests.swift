@@ -1,0 +1,234 @@
+import Foundation
+// Only what iOS code imports, as in PortingTests: every name below comes from `import Security`.
+import Security
+import XCTest
+
+/// Internet-password options in the style of the popular wrappers (KeychainAccess's `Options.query()`):
+/// enums mapped to the `kSec…` constants, a `[String: Any]` built from them.
+private struct InternetPasswordOptions {
+    enum ProtocolType { case http, https, ftp, ssh }
+    enum AuthenticationType { case htmlForm, httpBasic, `default` }
+
+    var server = URL(string: "https://example.com:8443/login")!
+    var protocolType = ProtocolType.https
+    var authenticationType = AuthenticationType.htmlForm
+
+    func query() -> [String: Any] {
+        var query: [String: Any] = [kSecClass as String: kSecClassInternetPassword]
+        query[kSecAttrServer as String] = server.host
+        query[kSecAttrPort as String] = server.port
+        query[kSecAttrPath as String] = server.path
+        query[kSecAttrSecurityDomain as String] = "realm"
+        query[kSecAttrProtocol as String] = protocolValue
+        query[kSecAttrAuthenticationType as String] = authenticationValue
+        query[kSecAttrSynchronizable as String] = kSecAttrSynchronizableAny
+        return query
+    }
+
+    private var protocolValue: CFString {
+        switch protocolType {
+        case .http: return kSecAttrProtocolHTTP
+        case .https: return kSecAttrProtocolHTTPS
+        case .ftp: return kSecAttrProtocolFTP
+        case .ssh: return kSecAttrProtocolSSH
+        }
+    }
+
+    private var authenticationValue: String {
+        switch authenticationType {
+        case .htmlForm: return String(kSecAttrAuthenticationTypeHTMLForm)
+        case .httpBasic: return kSecAttrAuthenticationTypeHTTPBasic as String
+        case .default: return kSecAttrAuthenticationTypeDefault as String
+        }
+    }
+}
+
+/// The constants wrappers reference beyond generic passwords: they compile, carry Apple's values, and a
+/// call that names one gets a clear error from the daemon (or from the client, for keys whose values
+/// have no wire form), never a crash.
+final class WrapperConstantsTests: XCTestCase {
+    var daemon: DaemonHarness!
+
+    override func setUpWithError() throws {
+        daemon = try DaemonHarness()
+        KeychainConnection.shared.retarget(socketPath: daemon.socketPath)
+    }
+
+    override func tearDown() {
+        KeychainConnection.shared.retarget(socketPath: nil)
+        daemon = nil
+    }
+
+    func testConstantsCarryApplesValues() {
+        // Apple's SecItemConstants.c.
+        let expected: [(CFString, String)] = [
+            (kSecAttrSecurityDomain, "sdmn"), (kSecAttrServer, "srvr"), (kSecAttrProtocol, "ptcl"),
+            (kSecAttrAuthenticationType, "atyp"), (kSecAttrPort, "port"), (kSecAttrPath, "path"),
+            (kSecAttrApplicationTag, "atag"), (kSecAttrIsExtractable, "extr"), (kSecAttrKeyType, "type"),
+            (kSecAttrTokenID, "tkid"), (kSecAttrSyncViewHint, "vwht"), (kSecAttrPersistentReference, "persistref"),
+            (kSecAttrAccessGroupToken, "com.apple.token"), (kSecValueRef, "v_Ref"), (kSecMatchItemList, "m_ItemList"),
+            (kSecMatchSearchList, "m_SearchList"), (kSecUseNoAuthenticationUI, "u_NoAuthUI"),
+            (kSecAttrProtocolFTP, "ftp "), (kSecAttrProtocolFTPAccount, "ftpa"), (kSecAttrProtocolHTTP, "http"),
+            (kSecAttrProtocolIRC, "irc "), (kSecAttrProtocolNNTP, "nntp"), (kSecAttrProtocolPOP3, "pop3"),
+            (kSecAttrProtocolSMTP, "smtp"), (kSecAttrProtocolSOCKS, "sox "), (kSecAttrProtocolIMAP, "imap"),
+            (kSecAttrProtocolLDAP, "ldap"), (kSecAttrProtocolAppleTalk, "atlk"), (kSecAttrProtocolAFP, "afp "),
+            (kSecAttrProtocolTelnet, "teln"), (kSecAttrProtocolSSH, "ssh "), (kSecAttrProtocolFTPS, "ftps"),
+            (kSecAttrProtocolHTTPS, "htps"), (kSecAttrProtocolHTTPProxy, "htpx"), (kSecAttrProtocolHTTPSProxy, "htsx"),
+            (kSecAttrProtocolFTPProxy, "ftpx"), (kSecAttrProtocolSMB, "smb "), (kSecAttrProtocolRTSP, "rtsp"),
+            (kSecAttrProtocolRTSPProxy, "rtsx"), (kSecAttrProtocolDAAP, "daap"), (kSecAttrProtocolEPPC, "eppc"),
+            (kSecAttrProtocolIPP, "ipp "), (kSecAttrProtocolNNTPS, "ntps"), (kSecAttrProtocolLDAPS, "ldps"),
+            (kSecAttrProtocolTelnetS, "tels"), (kSecAttrProtocolIMAPS, "imps"), (kSecAttrProtocolIRCS, "ircs"),
+            (kSecAttrProtocolPOP3S, "pops"), (kSecAttrAuthenticationTypeNTLM, "ntlm"),
+            (kSecAttrAuthenticationTypeMSN, "msna"), (kSecAttrAuthenticationTypeDPA, "dpaa"),
+            (kSecAttrAuthenticationTypeRPA, "rpaa"), (kSecAttrAuthenticationTypeHTTPBasic, "http"),
+            (kSecAttrAuthenticationTypeHTTPDigest, "httd"), (kSecAttrAuthenticationTypeHTMLForm, "form"),
+            (kSecAttrAuthenticationTypeDefault, "dflt"), (kSecAttrKeyTypeRSA, "42"), (kSecAttrKeyTypeEC, "73"),
+            (kSecAttrKeyTypeECSECPrimeRandom, "73"),
+        ]
+        for (constant, value) in expected {
+            XCTAssertEqual(constant as String, value)
+            XCTAssertEqual(String(constant), value)
+            XCTAssertEqual(AnyHashable(constant), AnyHashable(value), "\(value) hashes as its String")
+        }
+        XCTAssertEqual(kSecAttrKeyType as String, kSecAttrType as String, "one string, as Apple's")
+
+        // Apple's SecBase.h.
+        XCTAssertEqual(errSecInvalidKeychain, -25295)
+        XCTAssertEqual(errSecRestrictedAPI, -34020)
+        XCTAssertEqual(errSecInvalidOwnerEdit, -25244)
+        XCTAssertEqual(
+            SecCopyErrorMessageString(errSecInvalidKeychain, nil) as String?,
+            "The specified keychain is not a valid keychain file.")
+        XCTAssertNotNil(SecCopyErrorMessageString(errSecRestrictedAPI, nil))
+
+        // CFError and CFAllocator as Apple-platform code spells them.
+        XCTAssertNil(kCFAllocatorDefault)
+        let allocator: CFAllocator? = kCFAllocatorDefault
+        XCTAssertNil(allocator)
+        var unmanaged: Unmanaged<CFError>? = Unmanaged.passRetained(
+            NSError(domain: NSOSStatusErrorDomain, code: Int(errSecParam)))
+        let error: CFError? = unmanaged?.takeRetainedValue()
+        unmanaged = nil
+        XCTAssertEqual((error as Error?).map { ($0 as NSError).code }, Int(errSecParam))
+    }
+
+    /// The daemon's one-line message for the last failed call on this thread.
+    private func lastMessage(_ status: OSStatus) -> String {
+        SecCopyErrorMessageString(status, nil) as String? ?? ""
+    }
+
+    private func assertOneLine(_ message: String, contains part: String, line: UInt = #line) {
+        XCTAssertTrue(message.contains(part), "\(message) should name \(part)", line: line)
+        XCTAssertFalse(message.contains("\n"), "one line: \(message)", line: line)
+    }
+
+    func testOtherClassesAndTheirAttributesAreClearErrors() {
+        // An internet-password query: the class decides.
+        var inet: [String: Any] = [
+            kSecClass as String: kSecClassInternetPassword, kSecAttrServer as String: "example.com",
+            kSecAttrProtocol as String: kSecAttrProtocolHTTPS, kSecAttrPort as String: 443,
+            kSecReturnData as String: kCFBooleanTrue!, kSecMatchLimit as String: kSecMatchLimitOne,
+        ]
+        var result: CFTypeRef?
+        XCTAssertEqual(SecItemCopyMatching(inet as CFDictionary, &result), errSecNoSuchClass)
+        XCTAssertNil(result)
+        assertOneLine(lastMessage(errSecNoSuchClass), contains: "kSecClassGenericPassword")
+        inet[kSecValueData as String] = Data("pw".utf8)
+        inet[kSecReturnData as String] = nil
+        inet[kSecMatchLimit as String] = nil
+        XCTAssertEqual(SecItemAdd(inet as CFDictionary, nil), errSecNoSuchClass)
+
+        // The wrapper's full query: the daemon reports faults in key order, so `atyp` (before `class`)
+        // may be the one named; either way the call fails with one line and nothing is stored.
+        let wrapperQuery = InternetPasswordOptions().query()
+        let status = SecItemCopyMatching(wrapperQuery as CFDictionary, &result)
+        XCTAssertTrue([errSecNoSuchClass, errSecNoSuchAttr].contains(status), "\(status)")
+        XCTAssertFalse(lastMessage(status).contains("\n"))
+        for itemClass in [kSecClassCertificate, kSecClassKey, kSecClassIdentity] {
+            let keyQuery: [String: Any] = [
+                kSecClass as String: itemClass, kSecAttrKeyType as String: kSecAttrKeyTypeRSA,
+                kSecAttrTokenID as String: "com.apple.setoken",
+            ]
+            XCTAssertEqual(SecItemCopyMatching(keyQuery as CFDictionary, nil), errSecNoSuchClass)
+        }
+
+        // Attributes of the other classes in a generic-password query: errSecNoSuchAttr naming the key.
+        let genp: [String: Any] = [kSecClass as String: kSecClassGenericPassword, kSecAttrService as String: "s"]
+        let foreign: [(CFString, Any)] = [
+            (kSecAttrServer, "example.com"), (kSecAttrSecurityDomain, "realm"), (kSecAttrPath, "/login"),
+            (kSecAttrPort, 443), (kSecAttrProtocol, kSecAttrProtocolHTTPS),
+            (kSecAttrAuthenticationType, kSecAttrAuthenticationTypeHTMLForm),
+            (kSecAttrApplicationTag, Data("tag".utf8)), (kSecAttrIsExtractable, kCFBooleanTrue!),
+            (kSecAttrTokenID, "com.apple.setoken"), (kSecAttrSyncViewHint, "PCS-MasterKey"),
+        ]
+        for (key, value) in foreign {
+            let q = genp.merging([key as String: value]) { $1 }
+            XCTAssertEqual(SecItemCopyMatching(q as CFDictionary, nil), errSecNoSuchAttr, "\(key)")
+            assertOneLine(lastMessage(errSecNoSuchAttr), contains: key as String)
+            var add = q
+            add[kSecValueData as String] = Data("pw".utf8)
+            XCTAssertEqual(SecItemAdd(add as CFDictionary, nil), errSecNoSuchAttr, "\(key)")
+            XCTAssertEqual(
+                SecItemUpdate(genp as CFDictionary, [key as String: value] as CFDictionary), errSecNoSuchAttr,
+                "\(key)")
+        }
+        XCTAssertEqual(SecItemCopyMatching(genp as CFDictionary, nil), errSecItemNotFound, "nothing was stored")
+    }
+
+    func testKeysWithoutAWireFormAreErrSecParamNamingThem() {
+        XCTAssertEqual(
+            SecItemAdd(
+                [
+                    kSecClass as String: kSecClassGenericPassword, kSecAttrService as String: "com.example.refs",
+                    kSecAttrAccount as String: "a", kSecValueData as String: Data("pw".utf8),
+                ] as CFDictionary, nil), errSecSuccess)
+        let genp: [String: Any] = [
+            kSecClass as String: kSecClassGenericPassword, kSecAttrService as String: "com.example.refs",
+        ]
+        let cases: [(CFString, Any, String)] = [
+            (kSecValueRef, NSObject(), "kSecValueRef"), (kSecValueRef, Data("r".utf8), "kSecValueRef"),
+            (kSecMatchItemList, [Data("r".utf8)], "kSecMatchItemList"),
+            (kSecMatchItemList, [NSObject()] as NSArray, "kSecMatchItemList"),
+            (kSecMatchSearchList, [NSObject()], "kSecMatchSearchList"),
+            (kSecAttrPersistentReference, Data("r".utf8), "kSecAttrPersistentReference"),
+        ]
+        for (key, value, name) in cases {
+            let q = genp.merging([key as String: value]) { $1 }
+            var result: CFTypeRef?
+            XCTAssertEqual(SecItemCopyMatching(q as CFDictionary, &result), errSecParam, name)
+            assertOneLine(lastMessage(errSecParam), contains: name)
+            XCTAssertEqual(SecItemDelete(q as CFDictionary), errSecParam, name)
+        }
+        XCTAssertEqual(SecItemCopyMatching(genp as CFDictionary, nil), errSecSuccess, "the item is still there")
+    }
+
+    func testAcceptedKeysAndValuesBehaveAsOnIOS() throws {
+        let genp: [String: Any] = [
+            kSecClass as String: kSecClassGenericPassword, kSecAttrService as String: "com.example.noui",
+            kSecAttrAccount as String: "a",
+        ]
+        // kSecUseNoAuthenticationUI is accepted and ignored, as kSecUseAuthenticationUI is.
+        var add = genp
+        add[kSecValueData as String] = Data("pw".utf8)
+        add[kSecUseNoAuthenticationUI as String] = kCFBooleanTrue
+        XCTAssertEqual(SecItemAdd(add as CFDictionary, nil), errSecSuccess)
+        var q = genp
+        q[kSecUseNoAuthenticationUI as String] = true
+        q[kSecReturnData as String] = true
+        var result: CFTypeRef?
+        XCTAssertEqual(SecItemCopyMatching(q as CFDictionary, &result), errSecSuccess)
+        XCTAssertEqual(result as? Data, Data("pw".utf8))
+
+        // kSecAttrKeyType is kSecAttrType's string: in a generic-password query "42" is the type 42.
+        q[kSecAttrKeyType as String] = kSecAttrKeyTypeRSA
+        XCTAssertEqual(SecItemCopyMatching(q as CFDictionary, &result), errSecItemNotFound)
+        XCTAssertEqual(
+            SecItemUpdate(genp as CFDictionary, [kSecAttrType as String: 42] as CFDictionary), errSecSuccess)
+        XCTAssertEqual(SecItemCopyMatching(q as CFDictionary, &result), errSecSuccess)
+
+        // The token group is an ordinary group the test app is not registered for.
+        let token = genp.merging([kSecAttrAccessGroup as String: kSecAttrAccessGroupToken]) { $1 }
+        XCTAssertEqual(SecItemCopyMatching(token as CFDictionary, nil), errSecMissingEntitlement)
+        assertOneLine(lastMessage(errSecMissingEntitlement), contains: "agrp")
+    }
+}
