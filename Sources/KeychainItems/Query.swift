@@ -61,6 +61,12 @@ struct ParsedQuery {
     /// Parses `dictionary` under the rules of `operation` (docs/protocol.md §8).
     init(_ dictionary: [String: Value], for operation: Operation) throws(KeychainError) {
         var classGiven = false
+        // Another class first: its attributes (`atyp`, `atag` … sort before `class`) would otherwise be
+        // errSecNoSuchAttr, naming an attribute where the class is what keychaind does not store.
+        if case .text(let name)? = dictionary["class"], name != "genp" {
+            throw KeychainError(
+                .noSuchClass, "class must be genp (kSecClassGenericPassword); other item classes are not supported")
+        }
         // In key order, not the dictionary's (which differs between two decodings of the same bytes),
         // so a query with more than one fault gets the same error every time it is sent.
         for (key, value) in dictionary.sorted(by: { $0.key.utf8.lexicographicallyPrecedes($1.key.utf8) }) {

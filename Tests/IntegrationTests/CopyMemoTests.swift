@@ -105,7 +105,7 @@ final class CopyMemoTests: XCTestCase {
     func testAQueryWithSeveralFaultsGetsOneErrorEveryTime() throws {
         let d = try DaemonHarness()
         let faulty: [String: Value] = [
-            "class": .text("ge.p"), "svce": .text("com.example.app"), "aJ": .int(0), "r_Data": .int(-4),
+            "class": .int(1), "svce": .text("com.example.app"), "aJ": .int(0), "r_Data": .int(-4),
         ]
         var answers: [String] = []
         for _ in 0..<2 {

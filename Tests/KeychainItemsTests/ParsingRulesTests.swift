@@ -22,6 +22,9 @@ import Testing
         try withKeychain { (fx) throws in
             #expect(status { try fx.add("svc", "alice", ["class": .text("inet")]) } == .noSuchClass)
             #expect(status { try fx.copy(["class": .text("keys")]) } == .noSuchClass)
+            // The class decides, though the attributes of that class sort before `class`.
+            #expect(status { try fx.copy(["class": .text("inet"), "atyp": .text("form")]) } == .noSuchClass)
+            #expect(status { try fx.copy(["class": .text("keys"), "atag": .bytes([1])]) } == .noSuchClass)
         }
     }
 
