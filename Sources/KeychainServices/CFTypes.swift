@@ -15,7 +15,8 @@ internal import KeychainCore
 //     kCFBooleanTrue!                an NSNumber holding true
 //
 // What does not carry over: the CF C functions (`CFRelease`, `CFDictionaryGetValue`, `CFGetTypeID`…)
-// do not exist — Swift code on Apple platforms never needs them either.
+// do not exist — Swift code on Apple platforms never needs them either — but for the `CFError…` getters
+// (AccessControl.swift), which wrappers call on the error of an access-control call.
 
 /// Apple's status type: 0 success, negative `errSec…` codes for failures.
 public typealias OSStatus = Int32

@@ -35,6 +35,11 @@ enum Conversion {
         "persistref": "a query names an item with kSecValuePersistentRef",
     ]
 
+    /// Why kSecAttrAccessControl is `errSecUnimplemented` (its value, a `SecAccessControl`, is never sent).
+    private static let accessControlRefused =
+        "kSecAttrAccessControl (\"accc\") is not supported: keychaind cannot require user presence or biometry;"
+        + " protect the item with kSecAttrAccessible instead"
+
     /// A SecItem dictionary as a wire map. `what` names the argument in error messages.
     static func map(_ dictionary: NSDictionary, what: String) throws(KeychainError) -> [String: Value] {
         var out: [String: Value] = [:]
@@ -45,6 +50,7 @@ enum Conversion {
             // Apple's client strips the UI/LocalAuthentication keys; `nleg` is a no-op; generic passwords
             // have no reference type, so kSecReturnRef returns nothing.
             if key.hasPrefix("u_") || key == "nleg" || key == "r_Ref" { continue }
+            if key == "accc" { throw KeychainError(.unimplemented, accessControlRefused) }
             if let why = unsupportedKeys[key] { throw .param("\(displayName(key)) is not supported: \(why)") }
             out[key] = try value(v, forKey: key)
         }

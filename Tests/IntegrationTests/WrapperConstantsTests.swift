@@ -230,4 +230,50 @@ final class WrapperConstantsTests: XCTestCase {
         XCTAssertEqual(SecItemCopyMatching(token as CFDictionary, nil), errSecMissingEntitlement)
         assertOneLine(lastMessage(errSecMissingEntitlement), contains: "agrp")
     }
+
+    /// Access control compiles as the wrappers write it, and no call carrying it stores anything.
+    func testAccessControlCompilesAndEveryCallCarryingItIsErrSecUnimplemented() throws {
+        XCTAssertEqual(kSecAttrAccessControl as String, "accc")
+        XCTAssertEqual(SecAccessControlCreateFlags.userPresence.rawValue, 1 << 0)
+        XCTAssertEqual(SecAccessControlCreateFlags.biometryAny, .touchIDAny)
+        XCTAssertEqual(SecAccessControlCreateFlags.biometryCurrentSet.rawValue, 1 << 3)
+        XCTAssertEqual(SecAccessControlCreateFlags.devicePasscode.rawValue, 1 << 4)
+        XCTAssertEqual(SecAccessControlCreateFlags.or.rawValue, 1 << 14)
+        XCTAssertEqual(SecAccessControlCreateFlags.applicationPassword.rawValue, 1 << 31)
+
+        // KeychainAccess's spelling: an Unmanaged<CFError> out-parameter, then the CFError getters.
+        var error: Unmanaged<CFError>?
+        let flags = SecAccessControlCreateFlags(
+            rawValue: CFOptionFlags(SecAccessControlCreateFlags.userPresence.rawValue))
+        let control = try XCTUnwrap(
+            SecAccessControlCreateWithFlags(
+                kCFAllocatorDefault, kSecAttrAccessibleWhenUnlocked as String as CFTypeRef, flags, &error))
+        XCTAssertNil(error)
+        // Valet's spelling: into a [String: AnyHashable] query, for every operation.
+        var query: [String: AnyHashable] = [
+            kSecClass as String: kSecClassGenericPassword as String, kSecAttrService as String: "com.example.acl",
+            kSecAttrAccount as String: "a",
+        ]
+        query[kSecAttrAccessControl as String] = SecAccessControlCreateWithFlags(
+            nil, kSecAttrAccessibleWhenPasscodeSetThisDeviceOnly, .biometryCurrentSet, nil)
+        XCTAssertNotNil(query[kSecAttrAccessControl as String], "created, so a wrapper cannot drop it silently")
+        var add = query
+        add[kSecValueData as String] = Data("pw".utf8)
+        XCTAssertEqual(SecItemAdd(add as CFDictionary, nil), errSecUnimplemented)
+        assertOneLine(lastMessage(errSecUnimplemented), contains: "kSecAttrAccessControl")
+        XCTAssertEqual(SecItemCopyMatching(query as CFDictionary, nil), errSecUnimplemented)
+        XCTAssertEqual(SecItemDelete(query as CFDictionary), errSecUnimplemented)
+        let attributes: [String: Any] = [kSecAttrAccessControl as String: control]
+        query[kSecAttrAccessControl as String] = nil
+        XCTAssertEqual(SecItemUpdate(query as CFDictionary, attributes as CFDictionary), errSecUnimplemented)
+        XCTAssertEqual(SecItemCopyMatching(query as CFDictionary, nil), errSecItemNotFound, "nothing was stored")
+        XCTAssertTrue((attributes[kSecAttrAccessControl as String] as! SecAccessControl) === control)
+
+        let cfError: CFError = NSError(
+            domain: NSOSStatusErrorDomain, code: Int(errSecParam), userInfo: [NSLocalizedDescriptionKey: "bad"])
+        XCTAssertEqual(CFErrorGetDomain(cfError) as String, NSOSStatusErrorDomain)
+        XCTAssertEqual(CFErrorGetCode(cfError), CFIndex(errSecParam))
+        XCTAssertEqual((CFErrorCopyUserInfo(cfError) as! [String: Any])[NSLocalizedDescriptionKey] as? String, "bad")
+        XCTAssertEqual(CFErrorCopyDescription(cfError) as String, "bad")
+    }
 }
