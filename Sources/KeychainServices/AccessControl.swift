@@ -3,17 +3,19 @@ public import Foundation
 // `kSecAttrAccessControl` and the calls that build its value, so that wrappers which create access
 // control on every platform (KeychainAccess, Valet, keychain-swift do, outside any `#if`) compile.
 //
-// keychaind cannot ask for user presence, a passcode or biometry, so access control never reaches it:
+// keychaind cannot ask for user presence, a passcode or biometry, so such constraints never reach it:
 // creating the object succeeds — a wrapper that sets the key to a nil object would silently store the
-// item without the protection it asked for — and every SecItem call carrying one is
-// `errSecUnimplemented`, naming `kSecAttrAccessControl`. Items are protected by `kSecAttrAccessible`.
+// item without the protection it asked for — and every SecItem call carrying one with constraints is
+// `errSecUnimplemented`, naming `kSecAttrAccessControl`. One without constraints (flags `[]`) only
+// names a protection class, and is sent as that `kSecAttrAccessible`.
 
-/// The item's access control (a `SecAccessControl`): any SecItem call that carries one is
-/// `errSecUnimplemented`, since keychaind cannot require user presence or biometry.
+/// The item's access control (a `SecAccessControl`): any SecItem call that carries one with constraints
+/// is `errSecUnimplemented`, since keychaind cannot require user presence or biometry; one without
+/// constraints is its protection class, as `kSecAttrAccessible`.
 nonisolated(unsafe) public let kSecAttrAccessControl: CFString = SecConstant("accc")
 
-/// Apple's access-control object: what `SecAccessControlCreateWithFlags` was given. Never accepted by
-/// a SecItem call (`errSecUnimplemented`).
+/// Apple's access-control object: what `SecAccessControlCreateWithFlags` was given. A SecItem call
+/// accepts it only without constraints (as its `kSecAttrAccessible`); else `errSecUnimplemented`.
 public final class SecAccessControl: NSObject, @unchecked Sendable {
     /// The protection class asked for, one of the `kSecAttrAccessible…` values.
     let protection: String?
@@ -59,7 +61,7 @@ public struct SecAccessControlCreateFlags: OptionSet, Sendable {
 
 // swift-format-ignore: AlwaysUseLowerCamelCase
 /// Creates an access-control object, with Apple's signature. It always succeeds (`error` is left
-/// alone); a SecItem call that carries the object is `errSecUnimplemented`.
+/// alone); a SecItem call that carries the object with constraints is `errSecUnimplemented`.
 public func SecAccessControlCreateWithFlags(
     _ allocator: CFAllocator?, _ protection: CFTypeRef, _ flags: SecAccessControlCreateFlags,
     _ error: UnsafeMutablePointer<Unmanaged<CFError>?>?

@@ -35,10 +35,10 @@ enum Conversion {
         "persistref": "a query names an item with kSecValuePersistentRef",
     ]
 
-    /// Why kSecAttrAccessControl is `errSecUnimplemented` (its value, a `SecAccessControl`, is never sent).
+    /// Why kSecAttrAccessControl with constraints is `errSecUnimplemented` (it is never sent).
     private static let accessControlRefused =
-        "kSecAttrAccessControl (\"accc\") is not supported: keychaind cannot require user presence or biometry;"
-        + " protect the item with kSecAttrAccessible instead"
+        "kSecAttrAccessControl (\"accc\") with constraints (user presence, biometry, a passcode) is not supported:"
+        + " keychaind cannot ask for them; protect the item with kSecAttrAccessible instead"
 
     /// A SecItem dictionary as a wire map. `what` names the argument in error messages.
     static func map(_ dictionary: NSDictionary, what: String) throws(KeychainError) -> [String: Value] {
@@ -50,7 +50,16 @@ enum Conversion {
             // Apple's client strips the UI/LocalAuthentication keys; `nleg` is a no-op; generic passwords
             // have no reference type, so kSecReturnRef returns nothing.
             if key.hasPrefix("u_") || key == "nleg" || key == "r_Ref" { continue }
-            if key == "accc" { throw KeychainError(.unimplemented, accessControlRefused) }
+            if key == "accc" {
+                // No constraints: only a protection class, which is what kSecAttrAccessible says.
+                guard let control = v as? SecAccessControl, control.flags.isEmpty, let protection = control.protection
+                else { throw KeychainError(.unimplemented, accessControlRefused) }
+                if dictionary.object(forKey: "pdmn") != nil {
+                    throw .param("kSecAttrAccessControl and kSecAttrAccessible cannot both be given")
+                }
+                out["pdmn"] = .text(protection)
+                continue
+            }
             if let why = unsupportedKeys[key] { throw .param("\(displayName(key)) is not supported: \(why)") }
             out[key] = try value(v, forKey: key)
         }

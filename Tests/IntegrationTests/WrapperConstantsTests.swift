@@ -232,7 +232,7 @@ final class WrapperConstantsTests: XCTestCase {
     }
 
     /// Access control compiles as the wrappers write it, and no call carrying it stores anything.
-    func testAccessControlCompilesAndEveryCallCarryingItIsErrSecUnimplemented() throws {
+    func testAccessControlCompilesAndEveryCallCarryingConstraintsIsErrSecUnimplemented() throws {
         XCTAssertEqual(kSecAttrAccessControl as String, "accc")
         XCTAssertEqual(SecAccessControlCreateFlags.userPresence.rawValue, 1 << 0)
         XCTAssertEqual(SecAccessControlCreateFlags.biometryAny, .touchIDAny)
@@ -268,6 +268,26 @@ final class WrapperConstantsTests: XCTestCase {
         XCTAssertEqual(SecItemUpdate(query as CFDictionary, attributes as CFDictionary), errSecUnimplemented)
         XCTAssertEqual(SecItemCopyMatching(query as CFDictionary, nil), errSecItemNotFound, "nothing was stored")
         XCTAssertTrue((attributes[kSecAttrAccessControl as String] as! SecAccessControl) === control)
+
+        // Without constraints an access control only names a protection class: it is that
+        // kSecAttrAccessible (the CFString constant, as wrappers pass it), stored and read back.
+        let plain = try XCTUnwrap(SecAccessControlCreateWithFlags(nil, kSecAttrAccessibleAfterFirstUnlock, [], nil))
+        var plainAdd: [String: Any] = [
+            kSecClass as String: kSecClassGenericPassword, kSecAttrService as String: "com.example.acl",
+            kSecAttrAccount as String: "plain", kSecValueData as String: Data("pw".utf8),
+            kSecAttrAccessControl as String: plain,
+        ]
+        XCTAssertEqual(SecItemAdd(plainAdd as CFDictionary, nil), errSecSuccess, lastMessage(errSecSuccess))
+        let readBack: [String: Any] = [
+            kSecClass as String: kSecClassGenericPassword, kSecAttrService as String: "com.example.acl",
+            kSecAttrAccount as String: "plain", kSecReturnAttributes as String: true,
+        ]
+        var found: CFTypeRef?
+        XCTAssertEqual(SecItemCopyMatching(readBack as CFDictionary, &found), errSecSuccess)
+        XCTAssertEqual((found as? [String: Any])?[kSecAttrAccessible as String] as? String, "ck")
+        plainAdd[kSecAttrAccount as String] = "both"
+        plainAdd[kSecAttrAccessible as String] = kSecAttrAccessibleWhenUnlocked
+        XCTAssertEqual(SecItemAdd(plainAdd as CFDictionary, nil), errSecParam, "both keys at once")
 
         let cfError: CFError = NSError(
             domain: NSOSStatusErrorDomain, code: Int(errSecParam), userInfo: [NSLocalizedDescriptionKey: "bad"])
