@@ -112,7 +112,7 @@ struct ParsedQuery {
                 case "r_Attributes": returns.attributes = b
                 default: returns.persistentRef = b
                 }
-            case "nleg", "u_AuthUI", "u_OpPrompt", "u_AuthCtx", "u_NoAuth":
+            case "nleg", "u_AuthUI", "u_OpPrompt", "u_AuthCtx", "u_NoAuthUI", "u_NoAuth":
                 // kSecUseDataProtectionKeychain and the LocalAuthentication UI keys: no-ops on Linux.
                 break
             case "sync":

@@ -56,6 +56,8 @@ import Testing
         try withKeychain { (fx) throws in
             try fx.add("svc", "alice", ["nleg": .bool(true)])
             #expect(try fx.secret("svc", "alice", ["nleg": .bool(true)]) == "pw")
+            // kSecUseNoAuthenticationUI as Apple spells it on the wire, from clients other than ours.
+            #expect(try fx.secret("svc", "alice", ["u_NoAuthUI": .bool(true)]) == "pw")
         }
     }
 
