@@ -61,6 +61,7 @@ final class BusMessage {
     var interface: String? { Self.string(sd_bus_message_get_interface(raw)) }
     var member: String? { Self.string(sd_bus_message_get_member(raw)) }
     var sender: String? { Self.string(sd_bus_message_get_sender(raw)) }
+    var destination: String? { Self.string(sd_bus_message_get_destination(raw)) }
     /// The complete body signature.
     var signature: String { Self.string(sd_bus_message_get_signature(raw, 1)) ?? "" }
 
@@ -284,6 +285,14 @@ final class BusConnection {
 
     /// Sends a call and waits for its reply (other incoming messages are queued meanwhile). An error
     /// reply becomes a `BusError` with its name.
+    ///
+    /// The reply must come from the call's destination. dbus-daemon (1.14, Debian 12's) delivers a
+    /// method reply from any connection to whoever it names, and sd-bus matches replies by serial
+    /// alone: a process of the user that guesses the next serial could answer keychaind's own
+    /// `GetConnectionCredentials` with another process's pid and be identified as that app. The bus
+    /// sets a reply's sender itself, so a reply from anyone else is refused here. (Every call
+    /// keychaind makes goes to `org.freedesktop.DBus` or a unique name, which is what a reply's
+    /// sender then is; a call to another well-known name would be answered by its owner's unique name.)
     func call(_ message: BusMessage, timeoutMicroseconds: UInt64 = 5_000_000) throws(BusError) -> BusMessage {
         var error = sd_bus_error()
         var reply: OpaquePointer?
@@ -294,7 +303,14 @@ final class BusConnection {
             let text = error.message.map { String(cString: $0) } ?? Self.describe(r)
             throw BusError(name, text)
         }
-        return BusMessage(adopting: reply)
+        let answer = BusMessage(adopting: reply)
+        guard let destination = message.destination, answer.sender == destination else {
+            throw BusError(
+                "org.freedesktop.DBus.Error.AccessDenied",
+                "a reply to keychaind's call to \(message.destination ?? "?") came from \(answer.sender ?? "an unknown sender"); refused"
+            )
+        }
+        return answer
     }
 
     func newReturn(to call: BusMessage) throws(BusError) -> BusMessage {

@@ -494,6 +494,69 @@ os._exit(0)
     assert "has exited" in result["message"]
 
 
+def test_a_forged_reply_to_the_daemons_credentials_call_is_refused(fresh):
+    # dbus-daemon 1.14 delivers a method reply from any connection, and sd-bus matches replies by
+    # serial alone. An unregistered process reads the daemon's last serial, stops the daemon, makes
+    # its first call, and answers the daemon's GetConnectionCredentials calls itself with the pid of
+    # a running registered app. The daemon must refuse replies that do not come from the bus.
+    d = fresh()
+    item = unique("forged")
+    stored = d.python(d.app2_python, f"""
+import json
+from keychaind import Client
+with Client() as c:
+    c.add({{"class": "genp", "svce": "{item}", "acct": "a", "v_Data": b"py2 secret", "agrp": "T.py2"}})
+print(json.dumps({{"ok": True}}))
+""")
+    assert stored["ok"]
+    app = subprocess.Popen([d.app2_python, "-c", "import time; time.sleep(120)"])
+    try:
+        result = d.python(d.stranger_python, f"""
+import json, os, time
+from jeepney import DBusAddress, new_method_call, new_method_return, MessageType
+from jeepney.low_level import Message, Header, HeaderFields as F, Endianness
+from jeepney.io.blocking import open_dbus_connection
+daemon, app = {d.process.pid}, {app.pid}
+forger = open_dbus_connection(bus="SESSION")
+attacker = open_dbus_connection(bus="SESSION")
+driver = DBusAddress("/org/freedesktop/DBus", bus_name="org.freedesktop.DBus", interface="org.freedesktop.DBus")
+owner = forger.send_and_get_reply(new_method_call(driver, "GetNameOwner", "s", ("org.freedesktop.secrets",))).body[0]
+intro = DBusAddress("/org/freedesktop/secrets", bus_name=owner, interface="org.freedesktop.DBus.Introspectable")
+last = forger.send_and_get_reply(new_method_call(intro, "Introspect")).header.serial
+svc = DBusAddress("/org/freedesktop/secrets", bus_name=owner, interface="org.freedesktop.Secret.Service")
+os.kill(daemon, 19)
+try:
+    attacker.send(new_method_call(svc, "OpenSession", "sv", ("plain", ("s", ""))), serial=7)
+    time.sleep(0.2)    # (the daemon is stopped: this only lets the bus queue the call first)
+    for cookie in range(last + 1, last + 5):
+        parent = Message(Header(Endianness.little, MessageType.method_call, 0, 1, 0, cookie, {{F.sender: owner}}), ())
+        forger.send(new_method_return(parent, "a{{sv}}", ({{"UnixUserID": ("u", os.getuid()), "ProcessID": ("u", app)}},)))
+    time.sleep(0.2)
+finally:
+    os.kill(daemon, 18)
+def reply_to(serial):
+    while True:
+        m = attacker.receive(timeout=60)
+        if m.header.fields.get(F.reply_serial) == serial:
+            return m
+opened = reply_to(7)
+out = {{"opened": opened.header.message_type == MessageType.method_return, "secrets": []}}
+if out["opened"]:
+    session = opened.body[1]
+    attacker.send(new_method_call(svc, "SearchItems", "a{{ss}}", ({{"service": "{item}"}},)), serial=8)
+    unlocked = reply_to(8).body[0]
+    if unlocked:
+        attacker.send(new_method_call(svc, "GetSecrets", "aoo", (unlocked, session)), serial=9)
+        out["secrets"] = [bytes(s[2]).decode() for s in reply_to(9).body[0].values()]
+print(json.dumps(out))
+""")
+    finally:
+        app.kill()
+        app.wait()
+    assert "py2 secret" not in result["secrets"], result
+    assert not result["opened"], f"the forged credentials went unnoticed: {result}"
+
+
 def test_the_bus_name_held_by_another_provider(fresh):
     d = fresh()
     d.stop()            # this bus is ours now: another provider takes the name first
