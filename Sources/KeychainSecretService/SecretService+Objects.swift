@@ -236,7 +236,9 @@ extension SecretService {
             try reply.close()
         case "Unlock":
             try m.expect("ao")
-            let objects = try m.readObjectPaths().filter { (try? resolve($0, known)) != nil }
+            // Each path once: a pending prompt keeps its list, and a list of one path repeated a
+            // million times held half a gigabyte per prompt (an attack review's finding).
+            let objects = Self.distinct(try m.readObjectPaths()).filter { (try? resolve($0, known)) != nil }
             reply = try bus.newReturn(to: m)
             if items.secretServiceUnlocked || objects.isEmpty {
                 try reply.append(objectPaths: objects)
@@ -247,7 +249,7 @@ extension SecretService {
             }
         case "Lock":
             try m.expect("ao")
-            let objects = try m.readObjectPaths().filter { (try? resolve($0, known)) != nil }
+            let objects = Self.distinct(try m.readObjectPaths()).filter { (try? resolve($0, known)) != nil }
             try allow(.lock, known, caller)
             reply = try bus.newReturn(to: m)
             var locked: [String] = []
@@ -433,6 +435,12 @@ extension SecretService {
             throw .unknownMethod(Self.itemInterface, member)
         }
         return reply
+    }
+
+    /// `paths` with repeats left out, in their first order (compared as bytes, as object paths are).
+    static func distinct(_ paths: [String]) -> [String] {
+        var seen = Set<[UInt8]>()
+        return paths.filter { seen.insert(Array($0.utf8)).inserted }
     }
 
     // MARK: Prompt

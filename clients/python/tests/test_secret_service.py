@@ -664,6 +664,25 @@ def test_a_prompt_can_be_dismissed(fresh):
         assert completed.body == (True, ("ao", []))
 
 
+def test_a_prompt_keeps_each_object_once(fresh):
+    # A prompt keeps its object list until the keychain is unlocked: one path repeated a hundred
+    # thousand times is kept (and answered) once.
+    d = fresh()
+    pw = set_passphrase(d)
+    assert d.run([d.keychainctl, "lock"]).returncode == 0
+    login = ROOT + "/collection/login"
+    with d.connection() as conn:
+        unlocked, prompt = call(conn, ROOT, SERVICE, "Unlock", "ao", ([login] * 100_000,))
+        assert unlocked == [] and prompt.startswith(ROOT + "/prompt/")
+        rule = MatchRule(type="signal", interface="org.freedesktop.Secret.Prompt", member="Completed", path=prompt)
+        conn.send_and_get_reply(new_method_call(message_bus, "AddMatch", "s", (rule.serialise(),)), timeout=DEADLINE)
+        with conn.filter(rule) as queue:
+            call(conn, prompt, "org.freedesktop.Secret.Prompt", "Prompt", "s", ("",))
+            assert d.run([d.keychainctl, "unlock", "--passphrase-file", str(pw)]).returncode == 0
+            completed = conn.recv_until_filtered(queue, timeout=DEADLINE)
+        assert completed.body == (False, ("ao", [login])), completed.body[:1]
+
+
 def test_locked_items_are_found_through_the_keyed_index(fresh):
     d = fresh()
     service = unique()
