@@ -696,6 +696,19 @@ public final class ItemService: Sendable {
     private static func makeDirectory(_ path: String) throws(KeychainError) {
         if let st = try? FileSystem.status(path) {
             guard st.kind == .directory else { throw KeychainError(.notAvailable, "\(path) is not a directory") }
+            // Someone else's directory, or one others may write to, lets them rename device.key and
+            // the database away: the keychain would start empty, or with files of their choosing.
+            guard st.uid == CurrentProcess.uid else {
+                throw KeychainError(
+                    .notAvailable,
+                    "data directory \(path) belongs to uid \(st.uid), not to this user (uid \(CurrentProcess.uid))")
+            }
+            guard st.permissions & 0o022 == 0 else {
+                throw KeychainError(
+                    .notAvailable,
+                    "data directory \(path) is writable by other users (mode \(String(st.permissions, radix: 8))); make it private: chmod 700 \(path)"
+                )
+            }
             return
         }
         // Parents as needed (0700 for the ones created here).

@@ -102,6 +102,26 @@ final class ReviewRegressionTests: XCTestCase {
         XCTAssertTrue(out.stderr.contains("writable by other users"), out.stderr)
     }
 
+    /// A data directory others may write to, or another user's, lets them rename device.key and the
+    /// database away (the keychain would start empty): refused at start, naming the fix.
+    func testADataDirectoryOthersCanWriteToIsRefused() throws {
+        let d = try DaemonHarness(start: false)
+        let shared = d.root + "/shared-data"
+        try FileManager.default.createDirectory(atPath: shared, withIntermediateDirectories: true)
+        chmod(shared, 0o777)
+        let args = ["--socket", d.socketPath, "--data-dir", shared, "--config", d.configFile]
+        let out = try d.run(DaemonHarness.daemonPath, args)
+        XCTAssertEqual(out.status, 1)
+        XCTAssertTrue(out.stderr.contains("data directory \(shared) is writable by other users"), out.stderr)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: shared + "/device.key"), "nothing was written there")
+        // Another user's directory (here: a throwaway uid's, with the daemon as root) is refused too.
+        chmod(shared, 0o700)
+        chown(shared, 61_999, 61_999)
+        let other = try d.run(DaemonHarness.daemonPath, args)
+        XCTAssertEqual(other.status, 1)
+        XCTAssertTrue(other.stderr.contains("belongs to uid 61999"), other.stderr)
+    }
+
     func testClientsRefuseASocketServedByAnotherUser() throws {
         guard getuid() == 0 else { return XCTFail("needs root to run a fake server as another uid") }
         let d = try DaemonHarness(start: false)
