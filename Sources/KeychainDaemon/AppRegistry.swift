@@ -73,10 +73,14 @@ public struct AppRegistry: Sendable {
     /// How to register `exe`, for the message an unregistered executable gets.
     private let howToRegister: @Sendable (String) -> String
 
-    /// A registry of the given entries, all trusted (tests, and `--check-config`).
+    /// A registry of the given entries, all trusted, on the bus too (tests, and `--check-config`).
     public init(apps: [AppEntry], bundledCLI: String?) {
         self.init(
-            registrations: apps.map { Registration(entry: $0, source: .user) }, bundledCLI: bundledCLI,
+            registrations: apps.map { app in
+                var entry = app
+                entry.onBus = true
+                return Registration(entry: entry, source: .user)
+            }, bundledCLI: bundledCLI,
             howToRegister: { "add an apps.d/*.json entry naming \($0)" })
     }
 
@@ -176,6 +180,11 @@ public struct AppRegistry: Sendable {
                 }
                 owners[key] = registrations[i].entry.file
             }
+        }
+        // Who is identified on the session bus too (AppEntry.onBus).
+        for i in registrations.indices {
+            registrations[i].entry.onBus =
+                !context.passphraseSet || (registrations[i].source == .system && registrations[i].entry.secretService)
         }
         let passphraseSet = context.passphraseSet
         let userDirectory = context.userDirectory

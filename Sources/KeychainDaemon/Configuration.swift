@@ -66,6 +66,15 @@ public struct AppEntry: Sendable, Equatable {
     public var admin: Bool
     /// The registration file the entry was read from, for messages.
     public var file: String
+    /// `"secretService": true` in the file: the app asks to be identified on the session bus too.
+    /// Honoured, while a passphrase is set, only in a root-owned system registration (`onBus`).
+    public var secretService = false
+    /// Whether a bus caller running this app is identified as it (decided when the registry is
+    /// read): always without a passphrase; with one, only for a system registration that asks for it.
+    /// On the bus a caller is whatever its connecting process runs when first asked, and any process
+    /// of the user can open a connection and then exec a registered app, so an app is reachable
+    /// there only when it said so in a file the user's processes cannot write (docs/security.md).
+    public var onBus = false
 
     /// An entry from its fields, as read from a registration file; validates nothing.
     public init(applicationIdentifier: String, accessGroups: [String], executables: [String], admin: Bool, file: String)
@@ -214,7 +223,9 @@ extension Settings {
 
 /// Reading the registration files (`apps.d/*.json`) into `AppEntry` values.
 public enum AppFiles {
-    static let knownKeys = ["application-identifier", "keychain-access-groups", "executables", "admin"]
+    static let knownKeys = [
+        "application-identifier", "keychain-access-groups", "executables", "admin", "secretService",
+    ]
 
     /// Every `*.json` in `directory`, sorted by name; a missing directory means no apps.
     public static func load(directory: String) throws(ConfigurationError) -> [AppEntry] {
@@ -260,7 +271,14 @@ public enum AppFiles {
             }
             admin = b
         }
-        return AppEntry(
+        var entry = AppEntry(
             applicationIdentifier: identifier, accessGroups: groups, executables: exes, admin: admin, file: file)
+        if let b = o["secretService"] {
+            guard JSONFile.isBool(b), let on = b as? Bool else {
+                throw ConfigurationError(file: file, reason: "\"secretService\" must be true or false")
+            }
+            entry.secretService = on
+        }
+        return entry
     }
 }

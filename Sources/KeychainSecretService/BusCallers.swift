@@ -153,10 +153,16 @@ extension SecretService {
     {
         let (result, _) = daemon.identify(identity)
         switch result {
-        case .success(let app):
+        case .success(let app) where app.onBus:
             let caller = Caller(
                 applicationIdentifier: app.applicationIdentifier, accessGroups: app.accessGroups, isAdmin: app.admin)
             return (AccessPolicy.secretServiceCaller(app: caller, unidentified: "", unregistered: mode), true)
+        case .success(let app):
+            // A registered app that did not ask for the bus in a root-owned registration, while a
+            // passphrase is set: on the bus it is a process like any other (AppEntry.onBus).
+            let why =
+                "\(app.applicationIdentifier) is not identified on the session bus while a passphrase is set: only a root-owned registration with \"secretService\": true makes it so (docs/secret-service.md)"
+            return (AccessPolicy.secretServiceCaller(app: nil, unidentified: why, unregistered: mode), false)
         case .failure(let why):
             return (AccessPolicy.secretServiceCaller(app: nil, unidentified: why.message, unregistered: mode), false)
         }

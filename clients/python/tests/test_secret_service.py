@@ -88,6 +88,9 @@ class SecretServiceDaemon:
         self.log_path = root / "keychaind.log"
         self.apps.mkdir(parents=True)
         self.bin.mkdir()
+        # Root-owned registrations (the suite runs as root; /tmp above is a sticky root directory).
+        self.system_apps = root / "system-apps"
+        self.system_apps.mkdir(mode=0o755)
         self.config.write_text(json.dumps(dict({"kdfProfile": "interactive"}, **(config or {}))))
         self.app2_python = self._copy(interpreter(), "app2-python")
         self.stranger_python = self._copy(interpreter(), "stranger-python")
@@ -114,17 +117,19 @@ class SecretServiceDaemon:
         shutil.copy2(source, target)
         return str(target)
 
-    def _app(self, name, identifier, groups, executables, admin=False):
+    def _app(self, name, identifier, groups, executables, admin=False, system=False, secret_service=None):
         entry = {"application-identifier": identifier, "keychain-access-groups": groups, "executables": executables}
         if admin:
             entry["admin"] = True
-        (self.apps / f"{name}.json").write_text(json.dumps(entry))
+        if secret_service is not None:
+            entry["secretService"] = secret_service
+        (self.system_apps if system else self.apps).joinpath(f"{name}.json").write_text(json.dumps(entry))
 
     def start(self):
         self.log = open(self.log_path, "ab")
         self.process = subprocess.Popen(
             [str(daemon_binary()), "--socket", self.socket, "--data-dir", str(self.data), "--config", str(self.config),
-             "--secret-service", "--log-level", "debug"],
+             "--system-apps-dir", str(self.system_apps), "--secret-service", "--log-level", "debug"],
             stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT, env=dict(self.env, SWIFT_BACKTRACE="enable=no"))
 
         def serving():
@@ -494,6 +499,27 @@ os._exit(0)
     assert "has exited" in result["message"]
 
 
+def test_with_a_passphrase_only_root_registered_apps_that_ask_are_apps_on_the_bus(fresh):
+    # On the bus a caller is whatever its connecting process runs when first asked: any process of
+    # the user can connect, then exec a registered app in the connecting process and use the
+    # connection from a child. So while a passphrase is set, only a root-owned registration with
+    # "secretService": true is identified on the bus; every other app is a process like any other
+    # there (the shared collection), and reads nothing of its groups through it.
+    d = fresh()
+    sys_tool = d._copy(SECRET_TOOL, "sys-tool")
+    d._app("systool", "T.systool", ["T.systool"], [sys_tool], system=True, secret_service=True)
+    os.kill(d.process.pid, signal.SIGHUP)
+    wait_for("the reload", lambda: d.log_text().count("apps reloaded") >= 1)
+    mine, theirs = unique("sys"), unique("user")
+    assert d.run([sys_tool, "store", "--label=x", "service", mine], input=b"system app").returncode == 0
+    assert d.run([d.tool1, "store", "--label=x", "service", theirs], input=b"user app").returncode == 0
+    set_passphrase(d)
+    # The root-registered app that asked still is itself; the user-registered one is not.
+    assert d.run([sys_tool, "lookup", "service", mine]).stdout == b"system app"
+    looked = d.run([d.tool1, "lookup", "service", theirs])
+    assert looked.stdout == b"", looked
+
+
 def test_a_forged_reply_to_the_daemons_credentials_call_is_refused(fresh):
     # dbus-daemon 1.14 delivers a method reply from any connection, and sd-bus matches replies by
     # serial alone. An unregistered process reads the daemon's last serial, stops the daemon, makes
@@ -686,6 +712,9 @@ def test_a_prompt_keeps_each_object_once(fresh):
 def test_locked_items_are_found_through_the_keyed_index(fresh):
     d = fresh()
     service = unique()
+    # The passphrase first: this process's bus identity (shared, once a passphrase is set: its
+    # registration is the user's) is then the same when it stores and when it searches.
+    set_passphrase(d)
     with d.bus_environment():
         conn = secretstorage.dbus_init()
         try:
@@ -694,7 +723,6 @@ def test_locked_items_are_found_through_the_keyed_index(fresh):
             collection.create_item("other", {"service": service, "kind": "other"}, b"y")
         finally:
             conn.close()
-    set_passphrase(d)
     assert d.run([d.keychainctl, "lock"]).returncode == 0
     with d.connection() as conn:
         unlocked, locked = call(conn, ROOT, SERVICE, "SearchItems", "a{ss}", ({"service": service, "kind": "token"},))
