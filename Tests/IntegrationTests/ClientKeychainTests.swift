@@ -6,19 +6,7 @@ import KeychainWire
 import XCTest
 
 /// The Swift-native layer (`Keychain`, `DeviceIdentifier`) against the real daemon.
-final class ClientKeychainTests: XCTestCase {
-    var daemon: DaemonHarness!
-
-    override func setUpWithError() throws {
-        daemon = try DaemonHarness()
-        KeychainConnection.shared.retarget(socketPath: daemon.socketPath)
-    }
-
-    override func tearDown() {
-        KeychainConnection.shared.retarget(socketPath: nil)
-        daemon = nil
-    }
-
+final class ClientKeychainTests: SharedConnectionTestCase {
     func testTypedGetSetRemove() throws {
         let keychain = Keychain(service: "com.example.native")
         XCTAssertNil(try keychain.string(forKey: "alice"))

@@ -266,19 +266,7 @@ struct KeychainPasswordItem {
 }
 
 /// The SecItem API against the real daemon.
-final class ClientSecItemTests: XCTestCase {
-    var daemon: DaemonHarness!
-
-    override func setUpWithError() throws {
-        daemon = try DaemonHarness()
-        KeychainConnection.shared.retarget(socketPath: daemon.socketPath)
-    }
-
-    override func tearDown() {
-        KeychainConnection.shared.retarget(socketPath: nil)
-        daemon = nil
-    }
-
+final class ClientSecItemTests: SharedConnectionTestCase {
     func testSeedLZKeychainKeepsOneArchivedUUID() {
         let first = LZKeychain.getDeviceIDInKeychain()
         XCTAssertNotNil(UUID(uuidString: first))

@@ -92,19 +92,7 @@ private final class CountingJob: Operation, @unchecked Sendable {
 }
 
 /// iOS keychain code as written for Apple platforms, against the real daemon.
-final class PortingTests: XCTestCase {
-    var daemon: DaemonHarness!
-
-    override func setUpWithError() throws {
-        daemon = try DaemonHarness()
-        KeychainConnection.shared.retarget(socketPath: daemon.socketPath)
-    }
-
-    override func tearDown() {
-        KeychainConnection.shared.retarget(socketPath: nil)
-        daemon = nil
-    }
-
+final class PortingTests: SharedConnectionTestCase {
     private func add(_ attributes: [String: Any]) -> OSStatus {
         var a = attributes
         a[kSecClass as String] = kSecClassGenericPassword

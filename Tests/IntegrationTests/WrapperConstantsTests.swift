@@ -46,19 +46,7 @@ private struct InternetPasswordOptions {
 /// The constants wrappers reference beyond generic passwords: they compile, carry Apple's values, and a
 /// call that names one gets a clear error from the daemon (or from the client, for keys whose values
 /// have no wire form), never a crash.
-final class WrapperConstantsTests: XCTestCase {
-    var daemon: DaemonHarness!
-
-    override func setUpWithError() throws {
-        daemon = try DaemonHarness()
-        KeychainConnection.shared.retarget(socketPath: daemon.socketPath)
-    }
-
-    override func tearDown() {
-        KeychainConnection.shared.retarget(socketPath: nil)
-        daemon = nil
-    }
-
+final class WrapperConstantsTests: SharedConnectionTestCase {
     func testConstantsCarryApplesValues() {
         // Apple's SecItemConstants.c.
         let expected: [(CFString, String)] = [
