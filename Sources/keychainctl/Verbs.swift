@@ -497,7 +497,17 @@ struct Command {
 
     private func given(_ file: Opt, _ fd: Opt) -> Bool { inv.value(file) != nil || inv.value(fd) != nil }
 
+    /// A passphrase given in a file or on a descriptor, read at once: until it is read it sits in a
+    /// pipe that a process of the user could read through `/proc/<this pid>/fd/N` (pam_keychaind's
+    /// pipe is root's; one the user made is not), so nothing — above all no call to a daemon that
+    /// may be stopped — comes first. nil when it is to be asked for.
+    private func givenPassphrase(file: Opt, fd: Opt) throws(KeychainError) -> [UInt8]? {
+        given(file, fd) ? try passphrase(file: file, fd: fd, prompt: "") : nil
+    }
+
     private mutating func unlock() throws(KeychainError) {
+        var early = try givenPassphrase(file: .passphraseFile, fd: .passphraseFD)
+        defer { if early != nil { IO.wipe(&early!) } }
         let admin = KeychainAdmin(connection: connection)
         if inv.has(.ifLocked), try !admin.status().locked {
             if inv.json {
@@ -507,13 +517,18 @@ struct Command {
             }
             return
         }
-        var p = try passphrase(file: .passphraseFile, fd: .passphraseFD, prompt: "keychain passphrase: ")
+        var p: [UInt8]
+        if let early { p = early } else { p = try Prompt.readSecret("keychain passphrase: ") }
         defer { IO.wipe(&p) }
         try admin.unlock(passphrase: p)
         ok()
     }
 
     private mutating func passwd() throws(KeychainError) {
+        var old = try givenPassphrase(file: .passphraseFile, fd: .passphraseFD)
+        defer { if old != nil { IO.wipe(&old!) } }
+        var early = try givenPassphrase(file: .newPassphraseFile, fd: .newPassphraseFD)
+        defer { if early != nil { IO.wipe(&early!) } }
         let admin = KeychainAdmin(connection: connection)
         if inv.has(.ifSet), try !admin.status().passphraseSet {
             if inv.json {
@@ -523,16 +538,12 @@ struct Command {
             }
             return
         }
-        var old: [UInt8]?
-        if given(.passphraseFile, .passphraseFD) {
-            old = try passphrase(file: .passphraseFile, fd: .passphraseFD, prompt: "")
-        } else if try admin.status().passphraseSet {
+        if old == nil, try admin.status().passphraseSet {
             old = try Prompt.readSecret("current passphrase: ")
         }
-        defer { if old != nil { IO.wipe(&old!) } }
         var new: [UInt8]
-        if given(.newPassphraseFile, .newPassphraseFD) {
-            new = try passphrase(file: .newPassphraseFile, fd: .newPassphraseFD, prompt: "")
+        if let early {
+            new = early
         } else {
             new = try Prompt.readNewSecret("new passphrase: ", "retype new passphrase: ")
         }

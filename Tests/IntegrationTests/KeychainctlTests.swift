@@ -268,6 +268,41 @@ final class KeychainctlTests: XCTestCase {
     /// --passphrase-fd / --new-passphrase-fd (how pam_keychaind hands over the login password, never
     /// on argv), and --if-set / --if-locked, which keep a login password that is not the keychain's
     /// passphrase from setting one or from counting as a failed unlock.
+    /// A passphrase on a descriptor is read before anything else, above all before the daemon is
+    /// asked whether it is locked: a process of the user that stops the daemon could otherwise read
+    /// it from the pipe through /proc/<keychainctl>/fd/N while keychainctl waits (pam_keychaind's
+    /// pipe is root's; a pipe the user made is not). Here the daemon is stopped while keychainctl
+    /// starts, and the pipe must be drained before it is resumed.
+    func testAPassphraseOnADescriptorIsReadBeforeTheDaemonIsAsked() throws {
+        XCTAssertEqual(try ctl("passwd", "--new-passphrase-fd", "0", stdin: "the pass\n").status, 0)
+        XCTAssertEqual(try ctl("lock").status, 0)
+        let daemonPID = try XCTUnwrap(daemon.process?.processIdentifier)
+        let script = """
+            import fcntl, json, os, signal, struct, subprocess, sys, termios, time
+            kc, daemon = sys.argv[1], int(sys.argv[2])
+            r, w = os.pipe()
+            os.write(w, b"the pass\\n"); os.close(w)
+            def waiting():
+                return struct.unpack("i", fcntl.ioctl(r, termios.FIONREAD, b"\\0" * 4))[0]
+            os.kill(daemon, signal.SIGSTOP)
+            try:
+                p = subprocess.Popen([kc, "unlock", "--if-locked", "--passphrase-fd", str(r)], pass_fds=(r,))
+                deadline = time.monotonic() + 60
+                while waiting() > 0 and p.poll() is None and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                drained = waiting() == 0
+            finally:
+                os.kill(daemon, signal.SIGCONT)
+            print(json.dumps({"drained": drained, "status": p.wait(60)}))
+            """
+        let out = try daemon.run("/usr/bin/python3", ["-c", script, DaemonHarness.cliPath, String(daemonPID)])
+        let result = try XCTUnwrap(try json(String(out.stdout.split(separator: "\n").last ?? "")) as? [String: Any])
+        XCTAssertEqual(result["drained"] as? Bool, true, "read only once the daemon answered: \(out.stderr)")
+        XCTAssertEqual(result["status"] as? Int, 0, out.stderr)
+        let status = try XCTUnwrap(try json(try ctl("status", "--json").stdout) as? [String: Any])
+        XCTAssertEqual(status["locked"] as? Bool, false, "unlocked with the passphrase it read")
+    }
+
     func testPassphrasesFromADescriptorAndTheConditionalFlags() throws {
         func status() throws -> [String: Any] {
             try XCTUnwrap(try json(ctl("status", "--json").stdout) as? [String: Any])
