@@ -106,7 +106,9 @@ public final class Daemon: Sendable {
         }
         // Programs that are not registered apps may hold only a quarter of the connections, so one
         // that opens them all (any process of the user can) leaves the rest to the apps.
-        let unregistered = (try? handler.registrar.current.registry.identify(peer).get()) == nil
+        let (registry, generation) = handler.registrar.current
+        let known = (generation: generation, result: registry.identify(peer))
+        let unregistered = (try? known.result.get()) == nil
         if unregistered {
             let limit = max(1, settings.maxConnections / 4)
             let held = handler.unregisteredConnections.load(ordering: .relaxed)
@@ -129,7 +131,7 @@ public final class Daemon: Sendable {
             // Made on the thread that serves it: a connection and what it caches about its peer
             // belong to this one thread, so they need no lock and no Sendable claim.
             let connection = Connection(
-                socket: socket, peer: ConnectionPeer(peer), handler: self.handler,
+                socket: socket, peer: ConnectionPeer(peer, known: known), handler: self.handler,
                 maxFrameBytes: maxFrameBytes, budget: self.handler.budget)
             connection.run()
             // Forget the socket before closing it, so `drain` never shuts down a closed descriptor.

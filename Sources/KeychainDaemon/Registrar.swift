@@ -142,19 +142,28 @@ final class ConnectionPeer {
     /// request reads two words, not a copy of the app's entry.
     @exclusivity(unchecked) private var identified = false
 
-    init(_ identity: PeerIdentity) { self.identity = identity }
+    /// `known`: the answer already looked up at accept (Daemon.admit) and the generation it was
+    /// looked up in, so the connection does not look it up again.
+    init(_ identity: PeerIdentity, known: (generation: Int, result: Result<AppEntry, KeychainIdentityError>)? = nil) {
+        self.identity = identity
+        if let known { remember(known.result, generation: known.generation) }
+    }
 
     func app(in registrar: Registrar) -> Result<AppEntry, KeychainIdentityError> {
         if let cached, cached.generation == registrar.generation { return cached.result }
         let (registry, generation) = registrar.current
         let result = registry.identify(identity)
+        remember(result, generation: generation)
+        return result
+    }
+
+    private func remember(_ result: Result<AppEntry, KeychainIdentityError>, generation: Int) {
         cached = (generation, result)
         self.generation = generation
         switch result {
         case .success: identified = true
         case .failure: identified = false
         }
-        return result
     }
 
     /// Whether the peer is an identified app in the current registry (what `app(in:)` says, without
