@@ -98,7 +98,7 @@ public enum DeviceIdentifierConvention {
     }
 
     private static func parse(_ value: Value?) throws(KeychainError) -> String {
-        guard case .bytes(let b)? = value, let s = canonicalUUID(b) else {
+        guard let b = value?.plainBytes, let s = canonicalUUID(b) else {
             throw KeychainError(
                 .decode, "the device identifier item (\(service)/\(account)) does not hold a UUID string")
         }

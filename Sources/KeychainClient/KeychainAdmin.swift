@@ -99,7 +99,7 @@ public struct KeychainAdmin: Sendable {
     public func backup(passphrase: [UInt8], keychainPassphrase: [UInt8]? = nil) throws(KeychainError) -> [UInt8] {
         guard
             let bytes = try connection.call(
-                .backup, arguments: presence(["passphrase": .bytes(passphrase)], keychainPassphrase))?.bytes
+                .backup, arguments: presence(["passphrase": .bytes(passphrase)], keychainPassphrase))?.plainBytes
         else {
             throw KeychainError(.decode, "backup returned no bytes")
         }

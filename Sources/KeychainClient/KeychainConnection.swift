@@ -241,7 +241,10 @@ public final class KeychainConnection: Sendable {
             guard let body else { break }
             let response: Response
             do throws(KeychainError) {
-                response = try Response(CBOR.decode(body, limits: CBOR.Limits(maxDepth: 16, maxCount: 1 << 20)))
+                // Secrets go from the wiping frame into wiping storage, never into a plain array.
+                response = try Response(
+                    CBOR.decode(
+                        body, limits: CBOR.Limits(maxDepth: 16, maxCount: 1 << 20), secretKeys: secretResponseKeys))
             } catch {
                 reason = KeychainError(
                     .notAvailable, "keychaind at \(link.path) sent an unreadable response (\(error.message))")

@@ -254,8 +254,8 @@ public enum CBOR {
         }
     }
 
-    /// Decodes `bytes`. A byte string that is the value of a map key in `secretKeys` (at any depth)
-    /// becomes `Value.secret`, copied straight into wiping storage.
+    /// Decodes `bytes`. A byte string that is the value of a map key in `secretKeys` (at any depth),
+    /// or an element of an array that is, becomes `Value.secret`, copied straight into wiping storage.
     public static func decode(
         _ bytes: UnsafeRawBufferPointer, limits: Limits = .default,
         secretKeys: Set<String> = []
@@ -392,7 +392,7 @@ public enum CBOR {
                 guard n <= UInt64(bytes.count - offset) else { throw fail("array length exceeds the input") }
                 var a: [Value] = []
                 a.reserveCapacity(Int(n))
-                for _ in 0..<n { a.append(try readValue(depth: depth + 1)) }
+                for _ in 0..<n { a.append(try readValue(depth: depth + 1, secret: secret)) }
                 return .array(a)
             case 5:
                 guard depth < limits.maxDepth else { throw fail("nesting deeper than \(limits.maxDepth)") }

@@ -38,6 +38,16 @@ extension Value {
         if case .bytes(let v) = self { return v }
         return nil
     }
+    /// A byte string that is not a secret but may arrive marked as one (a response's `result` holds
+    /// secrets and persistent references alike): `bytes` as it is, `secret` copied out (a copy nothing
+    /// wipes). Never for a secret.
+    public var plainBytes: [UInt8]? {
+        switch self {
+        case .bytes(let b): return b
+        case .secret(let s): return s.unprotectedArray
+        default: return nil
+        }
+    }
     /// A byte string as wiping storage: `secret` as it is, `bytes` copied into it.
     public var secretBytes: SecretBytes? {
         switch self {

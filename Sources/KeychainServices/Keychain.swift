@@ -168,14 +168,18 @@ public struct Keychain: Sendable, Equatable {
             switch item.map?["acct"] {
             case .text(let s)?: return s
             case .bytes(let b)?: return String(validating: b, as: UTF8.self)
+            case .secret(let s)?: return s.withUnsafeBytes { String(validating: $0, as: UTF8.self) }
             default: return nil
             }
         }.sorted()
     }
 
     private static func data(_ v: Value?) throws(KeychainError) -> Data {
-        guard case .bytes(let b)? = v else { throw KeychainError(.decode, "keychaind returned no data for the item") }
-        return Data(b)
+        switch v {
+        case .secret(let s)?: return s.withUnsafeBytes { Data($0) }
+        case .bytes(let b)?: return Data(b)
+        default: throw KeychainError(.decode, "keychaind returned no data for the item")
+        }
     }
 
     private static func string(_ d: Data?) throws(KeychainError) -> String? {

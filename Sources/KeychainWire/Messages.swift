@@ -5,6 +5,11 @@ public import KeychainSystem
 /// (`Value.secret`) wherever they appear in a request.
 public let secretRequestKeys: Set<String> = ["v_Data", "passphrase", "old", "new", "keychainPassphrase"]
 
+/// The response keys whose byte strings a client decodes into wiping storage (`Value.secret`): a
+/// copy's `result` (the secret alone, or a list of them) and `v_Data` in result maps. A client that
+/// decodes without them leaves a copy of every secret it reads in freed heap.
+public let secretResponseKeys: Set<String> = ["result", "v_Data"]
+
 /// Protocol version carried in every request's `v`.
 public let protocolVersion: Int64 = 1
 

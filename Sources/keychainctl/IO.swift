@@ -15,8 +15,20 @@ struct Output {
         bytes.append(10)
     }
     mutating func raw(_ b: [UInt8]) { bytes.append(contentsOf: b) }
+    /// A byte string as it is (a secret from wiping storage); anything else writes nothing.
+    mutating func raw(_ v: Value) {
+        switch v {
+        case .secret(let s): s.withUnsafeBytes { bytes.append(contentsOf: $0) }
+        case .bytes(let b): bytes.append(contentsOf: b)
+        default: break
+        }
+    }
 
-    func flush(to fd: Int32 = 1) { IO.writeAll(fd, bytes) }
+    /// Writes everything, then zeroes it (it may hold secrets, as `find -w` writes them).
+    func flush(to fd: Int32 = 1) {
+        IO.writeAll(fd, bytes)
+        Zeroing.zeroShared(bytes)
+    }
 }
 
 enum IO {
@@ -109,8 +121,11 @@ enum IO {
         }
     }
 
+    /// Zeroes the bytes where they are, also when a copy still shares them (a request's `.bytes`
+    /// made from the same array): zeroing through `inout` would copy the shared storage first and
+    /// zero only the copy.
     static func wipe(_ b: inout [UInt8]) {
-        Zeroing.zero(&b)
+        Zeroing.zeroShared(b)
     }
 }
 
@@ -125,6 +140,7 @@ enum Prompt {
         IO.writeAll(tty != nil ? fd : 2, Array(prompt.utf8))
         func read() throws(KeychainError) -> [UInt8] {
             var out: [UInt8] = []
+            out.reserveCapacity(4096)  // no reallocation leaving copies behind for typical lengths
             while true {
                 let byte: UInt8?
                 do { byte = try stream.readByte() } catch {
@@ -146,7 +162,10 @@ enum Prompt {
         }
         if echoOff {
             guard let out = try Terminal.withoutEcho(fd, read) else {
-                throw KeychainError(.io, "cannot read the terminal settings")
+                throw KeychainError(
+                    .io,
+                    "cannot turn off the terminal's echo, so nothing secret is read from it: use --stdin, or --passphrase-file for a passphrase"
+                )
             }
             return out
         }

@@ -169,17 +169,13 @@ struct Command {
         let items = Self.items(result)
         if inv.json {
             let shaped = items.map { item -> Value in
-                if case .bytes = item { return .map(["v_Data": item]) }  // r_Data alone
+                if item.map == nil { return .map(["v_Data": item]) }  // r_Data alone
                 return item
             }
             out.line(JSON.encode(inv.has(.all) ? .array(shaped) : (shaped.first ?? .map([:]))))
         } else if printSecret {
             for item in items {
-                if case .bytes(let b) = item {
-                    out.raw(b)
-                } else if case .bytes(let b)? = item.map?["v_Data"] {
-                    out.raw(b)
-                }
+                out.raw(item.map?["v_Data"] ?? item)
                 out.raw([10])
             }
         } else {
@@ -212,7 +208,7 @@ struct Command {
         if inv.has(.all) {
             _ = try withPresence { (p) throws(KeychainError) in try connection.call(.delete, query: q, arguments: p) }
         } else {
-            guard refs.count == 1, case .bytes(let ref) = refs[0] else {
+            guard refs.count == 1, let ref = refs[0].plainBytes else {
                 throw .param(
                     "\(refs.count) items match; narrow the match with -s, -a and -g, or pass --all to delete them all")
             }

@@ -2,11 +2,48 @@ import Foundation
 import KeychainClient
 import KeychainCore
 import KeychainServices
+import KeychainSystem
 import KeychainWire
 import XCTest
 
 /// The Swift-native layer (`Keychain`, `DeviceIdentifier`) against the real daemon.
 final class ClientKeychainTests: SharedConnectionTestCase {
+    /// What the client reads stays in wiping storage from the frame to the caller, whatever shape
+    /// the answer has: decoded into plain arrays, every secret read left a copy in freed heap.
+    func testSecretsReadArriveInWipingStorage() throws {
+        let c = KeychainConnection.shared
+        let item: [String: Value] = ["class": .text("genp"), "svce": .text("com.example.wipe")]
+        for (account, secret) in [("a", "first"), ("b", "second")] {
+            var add = item
+            add["acct"] = .text(account)
+            add["v_Data"] = .bytes(Array(secret.utf8))
+            _ = try c.call(.add, query: add)
+        }
+        func secret(_ v: Value?) -> String? {
+            guard case .secret(let s)? = v else { return nil }
+            return String(decoding: s.unprotectedArray, as: UTF8.self)
+        }
+        var one = item
+        one["acct"] = .text("a")
+        one["r_Data"] = .bool(true)
+        XCTAssertEqual(secret(try c.call(.copy, query: one)), "first")
+
+        var all = item
+        all["m_Limit"] = .text("m_LimitAll")
+        all["r_Data"] = .bool(true)
+        XCTAssertEqual(Set(try XCTUnwrap(try c.call(.copy, query: all)?.array).map(secret)), ["first", "second"])
+
+        all["r_Attributes"] = .bool(true)
+        let maps = try XCTUnwrap(try c.call(.copy, query: all)?.array).compactMap(\.map)
+        XCTAssertEqual(maps.count, 2)
+        for m in maps {
+            XCTAssertEqual(secret(m["v_Data"]), m["acct"] == .text("a") ? "first" : "second")
+            XCTAssertEqual(m["svce"], .text("com.example.wipe"), "attributes stay as they were")
+        }
+        // The typed layer reads them as before.
+        XCTAssertEqual(try Keychain(service: "com.example.wipe").string(forKey: "b"), "second")
+    }
+
     func testTypedGetSetRemove() throws {
         let keychain = Keychain(service: "com.example.native")
         XCTAssertNil(try keychain.string(forKey: "alice"))
