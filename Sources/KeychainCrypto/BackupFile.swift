@@ -130,14 +130,20 @@ public enum BackupFile {
         public var parameters: KDFParameters
     }
 
-    /// One item record of a backup; `secret` is the item's plaintext secret, to be wiped once restored.
-    public struct Item {
+    /// One item record of a backup; `secret` is the item's plaintext secret, in wiping storage from
+    /// the moment it is decrypted (also when a later record turns out damaged and `open` throws).
+    public struct Item: CustomStringConvertible {
         /// The item's persistent reference, as it was in the backed-up keychain.
         public var ref: [UInt8]
         /// The item's attributes (CBOR map), without its secret.
         public var attributes: [String: Value]
         /// The item's secret bytes in plaintext; never logged or shown.
-        public var secret: [UInt8]
+        public var secret: SecretBytes
+
+        /// The record's shape only: never an attribute's value or the secret.
+        public var description: String {
+            "backup item (\(attributes.count) attributes, secret \(secret.count) bytes)"
+        }
     }
 
     /// Parses the header (no key needed): what the file says about itself.
@@ -210,9 +216,10 @@ public enum BackupFile {
                 return plain
             }
 
+            // A record's `secret` goes straight from the zeroed record into wiping storage.
             func map(_ plain: inout [UInt8]) throws(KeychainError) -> [String: Value] {
                 defer { Sodium.zero(&plain) }
-                guard let m = (try? CBOR.decode(plain, limits: .default))?.map else {
+                guard let m = (try? CBOR.decode(plain, limits: .default, secretKeys: ["secret"]))?.map else {
                     throw KeychainError(.decode, "the backup file holds a malformed record")
                 }
                 return m
@@ -235,7 +242,7 @@ public enum BackupFile {
                 }
                 guard tag == crypto_secretstream_xchacha20poly1305_tag_message(),
                     let ref = record["ref"]?.bytes, let attributes = record["attributes"]?.map,
-                    let secret = record["secret"]?.bytes
+                    let secret = record["secret"]?.secretBytes
                 else {
                     throw KeychainError(.decode, "the backup file holds a malformed item record")
                 }

@@ -53,7 +53,6 @@ extension ItemService {
             throw KeychainError(.interactionNotAllowed, "the keychain is locked: unlock it before restoring a backup")
         }
         var contents = try BackupFile.open(data, passphrase: passphrase)
-        defer { for item in contents.items { Sodium.wipeShared(item.secret) } }
         for i in contents.items.indices {
             contents.items[i].attributes = try Self.validatedBackupAttributes(contents.items[i].attributes, index: i)
             guard contents.items[i].ref.count == PersistentRef.idLength else {
@@ -73,7 +72,7 @@ extension ItemService {
                 }
                 if taken { ref = Sodium.randomBytes(PersistentRef.idLength) }
                 let row = try codec.seal(
-                    ref: ref, protection: protection, attributes: item.attributes, secret: SecretBytes(item.secret))
+                    ref: ref, protection: protection, attributes: item.attributes, secret: item.secret)
                 do throws(KeychainError) {
                     try w.insert(row)
                     restored += 1

@@ -22,7 +22,9 @@ import Testing
             let account = String(
                 decoding: item.attributes["acct"]?.bytes ?? Array((item.attributes["acct"]?.text ?? "").utf8),
                 as: UTF8.self)
-            found[account] = (String(decoding: item.secret, as: UTF8.self), item.attributes["pdmn"]?.text)
+            found[account] = (
+                String(decoding: item.secret.unprotectedArray, as: UTF8.self), item.attributes["pdmn"]?.text
+            )
             #expect(item.attributes["agrp"] == .text("GOLDEN.app"))
             #expect(item.ref.count == 16)
         }
@@ -83,7 +85,7 @@ import Testing
             #expect(item.attributes["svce"] == .text(want.service), "\(account)")
             #expect(item.attributes["pdmn"] == .text(want.protection), "\(account)")
             #expect(item.attributes["agrp"] == .text("GOLDEN.app"), "\(account)")
-            #expect(item.secret == Array(want.secret.utf8), "\(account)")
+            #expect(item.secret.unprotectedArray == Array(want.secret.utf8), "\(account)")
             #expect(item.ref.count == 16)
         }
         #expect(seen == Set(expected.keys), "ThisDeviceOnly items (dave, erin, frank, grace) are never backed up")

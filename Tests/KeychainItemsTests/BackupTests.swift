@@ -1,6 +1,7 @@
 import Foundation
 import KeychainCore
 import KeychainStore
+import KeychainSystem
 import Testing
 
 @testable import KeychainCrypto
@@ -39,7 +40,7 @@ import Testing
             #expect(contents.parameters.opsLimit == KDFProfile.interactive.opsLimit)
             for item in contents.items {
                 let code = item.attributes["pdmn"]!.text!
-                #expect(item.secret == Array("secret-\(Self.marker)-\(code)".utf8))
+                #expect(item.secret.unprotectedArray == Array("secret-\(Self.marker)-\(code)".utf8))
                 #expect(item.attributes["crtr"] == .int(42) && item.attributes["gena"] == .bytes([1, 2, 3]))
                 if case .date? = item.attributes["cdat"] {} else { Issue.record("cdat missing") }
             }
