@@ -350,15 +350,14 @@ extension SecretService {
                 try m.exit()
             }
             try m.exit()
-            var (secret, contentType) = try readSecret(m, known)
-            defer { Sodium.zero(&secret) }
+            let (secret, contentType) = try readSecret(m, known)
             let replace = try m.readBool()
             try checkLabel(label)
             try allow(.add, known, caller)
             if replace { try allow(.update, known, caller) }
             let made = try store { () throws(KeychainError) in
                 try items.secretServiceCreate(
-                    group: c.group, label: label, attributes: attributes, secret: SecretBytes(secret),
+                    group: c.group, label: label, attributes: attributes, secret: secret,
                     contentType: contentType, replace: replace, caller: caller)
             }
             reply = try bus.newReturn(to: m)
@@ -406,13 +405,12 @@ extension SecretService {
                 reply, found.secret, contentType: found.contentType, session: session.path, session.session)
         case "SetSecret":
             try m.expect("(oayays)")
-            var (secret, contentType) = try readSecret(m, known)
-            defer { Sodium.zero(&secret) }
+            let (secret, contentType) = try readSecret(m, known)
             try allow(.update, known, caller)
             guard
                 try store({ () throws(KeychainError) in
                     try items.secretServiceSetSecret(
-                        id: id, groups: [c.group], secret: SecretBytes(secret), contentType: contentType, caller: caller
+                        id: id, groups: [c.group], secret: secret, contentType: contentType, caller: caller
                     )
                 })
             else { throw .unknownObject(path) }
@@ -568,24 +566,27 @@ extension SecretService {
         return (path, s)
     }
 
-    /// `(oayays)`: the session must be the caller's; the secret is decrypted with it.
-    private func readSecret(_ m: BusMessage, _ known: BusCaller) throws(BusError) -> ([UInt8], String) {
+    /// `(oayays)`: the session must be the caller's; the secret is decrypted with it, into wiping
+    /// storage. What it was read from (the plaintext itself in a `plain` session) is zeroed on every
+    /// path, refusals included.
+    private func readSecret(_ m: BusMessage, _ known: BusCaller) throws(BusError) -> (SecretBytes, String) {
         _ = try m.enter("r", "oayays")
         let session = try transferSession(try m.readString("o"), known).session
         let parameters = try m.readBytes()
         var value = try m.readBytes()
+        defer { Sodium.zero(&value) }
         let contentType = try m.readString()
         try m.exit()
         guard value.count <= maxSecretBytes + 32 else {
             throw .invalidArgs("the secret is larger than \(maxSecretBytes) bytes")
         }
-        defer { Sodium.zero(&value) }
-        let secret = try session.open(parameters: parameters, value: value)
-        guard secret.count <= maxSecretBytes else {
+        guard contentType.utf8.count <= 256 else { throw .invalidArgs("the content type is longer than 256 bytes") }
+        var opened = try session.open(parameters: parameters, value: value)
+        defer { Sodium.zero(&opened) }
+        guard opened.count <= maxSecretBytes else {
             throw .invalidArgs("the secret is larger than \(maxSecretBytes) bytes")
         }
-        guard contentType.utf8.count <= 256 else { throw .invalidArgs("the content type is longer than 256 bytes") }
-        return (secret, contentType)
+        return (SecretBytes(opened), contentType)
     }
 
     private func appendSecret(
