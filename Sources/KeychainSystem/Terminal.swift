@@ -15,7 +15,9 @@ public enum Terminal {
     public static var isAvailable: Bool { open() != nil }
 
     /// Runs `body` with echo turned off on `fd` (a newline is still echoed), restoring the settings
-    /// afterwards and on SIGINT/SIGTERM (which then end the process as they would have).
+    /// afterwards and on SIGINT/SIGTERM (which then end the process as they would have). Nil, without
+    /// running `body`, when the settings cannot be read or echo does not go off (tcsetattr succeeds
+    /// when any one change took, so the result is read back): a secret is never read while echoed.
     public static func withoutEcho<R, E: Error>(_ fd: Int32, _ body: () throws(E) -> R) throws(E) -> R? {
         var t = termios()
         guard tcgetattr(fd, &t) == 0 else { return nil }
@@ -25,7 +27,14 @@ public enum Terminal {
         signal(SIGTERM, restoreAndDie)
         t.c_lflag &= ~tcflag_t(ECHO | ECHOE | ECHOK)
         t.c_lflag |= tcflag_t(ECHONL)
-        _ = tcsetattr(fd, TCSAFLUSH, &t)
+        var now = termios()
+        guard tcsetattr(fd, TCSAFLUSH, &t) == 0, tcgetattr(fd, &now) == 0, now.c_lflag & tcflag_t(ECHO) == 0 else {
+            _ = tcsetattr(fd, TCSAFLUSH, &saved)
+            savedFD = -1
+            signal(SIGINT, SIG_DFL)
+            signal(SIGTERM, SIG_DFL)
+            return nil
+        }
         defer {
             _ = tcsetattr(fd, TCSAFLUSH, &saved)
             savedFD = -1

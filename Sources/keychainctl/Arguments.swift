@@ -406,7 +406,11 @@ struct Invocation {
             if inv.positional.count > 1 { throw usageError("\(verb.rawValue) takes at most one argument") }
         } else if inv.positional.count < maxPositionals - optional || inv.positional.count > maxPositionals {
             if inv.positional.count > maxPositionals {
-                throw usageError("unexpected argument \"\(inv.positional[maxPositionals])\"")
+                // Not echoed: it is often a secret typed without its -w.
+                let extra = inv.positional.count - maxPositionals
+                throw usageError(
+                    "\(verb.rawValue) takes \(maxPositionals == 0 ? "no" : String(maxPositionals)) argument\(maxPositionals == 1 ? "" : "s") besides options; \(extra) more given (not shown, in case it is a secret: a secret goes after -w, or on --stdin)"
+                )
             }
             throw usageError("\(verb.rawValue) needs \(verb.positionals.joined(separator: " "))")
         }
