@@ -101,14 +101,7 @@ public final class FileDescriptor: Sendable {
     /// Reads until end of file into a new array (`chunk` bytes at a time). The reading buffer is
     /// zeroed before it is freed, for callers that read secrets.
     public func readToEnd(chunk: Int = 64 * 1024) throws(Errno) -> [UInt8] {
-        var out: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: chunk)
-        defer { Zeroing.zero(&buffer) }
-        while true {
-            let n = try withMutableBytes(&buffer) { (b) throws(Errno) in try read(into: b) }
-            if n == 0 { return out }
-            out.append(contentsOf: buffer[0..<n])
-        }
+        try WipingReader.readToEnd(chunk: chunk) { (b) throws(Errno) in try read(into: b) }
     }
 
     /// Writes every byte of `bytes`, retrying short writes.
@@ -212,16 +205,39 @@ public struct StandardStream: Sendable {
 
     /// Reads until end of file.
     public func readToEnd() throws(Errno) -> [UInt8] {
-        var out: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 64 * 1024)
-        defer { Zeroing.zero(&buffer) }
-        while true {
-            let n = try withMutableBytes(&buffer) { (b) throws(Errno) in try read(into: b) }
-            if n == 0 { return out }
-            out.append(contentsOf: buffer[0..<n])
-        }
+        try WipingReader.readToEnd(chunk: 64 * 1024) { (b) throws(Errno) in try read(into: b) }
     }
 
     /// Whether the descriptor is a terminal.
     public var isTerminal: Bool { isatty(fd) == 1 }
+}
+
+/// Reading a descriptor to its end without leaving copies behind: what is read may be a secret (a
+/// passphrase file, `--stdin`), so every buffer it passes through is zeroed when it is given up — the
+/// chunk buffer, the result's storage each time it grows, and the result itself when a read fails.
+enum WipingReader {
+    static func readToEnd(
+        chunk: Int, _ read: (UnsafeMutableRawBufferPointer) throws(Errno) -> Int
+    ) throws(Errno) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(chunk)
+        var buffer = [UInt8](repeating: 0, count: chunk)
+        defer { Zeroing.zero(&buffer) }
+        while true {
+            let n: Int
+            do { n = try withMutableBytes(&buffer) { (b) throws(Errno) in try read(b) } } catch {
+                Zeroing.zero(&out)
+                throw error
+            }
+            if n == 0 { return out }
+            if out.count + n > out.capacity {
+                var grown: [UInt8] = []
+                grown.reserveCapacity(max(out.capacity * 2, out.count + n))
+                grown.append(contentsOf: out)
+                Zeroing.zero(&out)
+                out = grown
+            }
+            out.append(contentsOf: buffer[0..<n])
+        }
+    }
 }
