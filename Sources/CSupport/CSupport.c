@@ -122,6 +122,10 @@ unsigned kc_umask_private(void) {
     return (unsigned)umask(077);
 }
 
+int kc_pipe2(int fds[2], int flags) {
+    return pipe2(fds, flags);
+}
+
 int kc_open_path_flag(void) {
     return O_PATH;
 }

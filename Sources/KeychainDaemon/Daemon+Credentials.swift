@@ -26,7 +26,11 @@ extension Daemon {
         let capacity = PasswordHash.maxPassphraseBytes + 2
         var buffer = [UInt8](repeating: 0, count: capacity)
         defer { Sodium.zero(&buffer) }
-        let length = (try? withMutableBytes(&buffer) { (b) throws(Errno) in try file.readFully(into: b) }) ?? 0
+        let length: Int
+        do { length = try withMutableBytes(&buffer) { (b) throws(Errno) in try file.readFully(into: b) } } catch {
+            Log.warning("credential not readable", [("name", credentialName), ("errno", String(error.code.rawValue))])
+            return
+        }
         file.close()
         // The first line: a file written with `echo … | systemd-creds encrypt` ends in a newline.
         var end = buffer[0..<length].firstIndex(of: 10) ?? length

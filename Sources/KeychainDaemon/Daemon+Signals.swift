@@ -1,4 +1,5 @@
 import Foundation
+public import KeychainCore
 import KeychainSystem
 
 /// SIGTERM, SIGINT and SIGHUP, through the self-pipe.
@@ -22,8 +23,9 @@ extension Daemon {
     nonisolated(unsafe) static var signalPipe: FileDescriptor?
 
     /// Call first thing in main: from here on SIGTERM/SIGINT/SIGHUP only write to the signal pipe
-    /// (read by the signal thread once the daemon runs), whatever thread they land on.
-    public static func installSignalHandlers() {
-        signalPipe = SignalPipe.install()
+    /// (read by the signal thread once the daemon runs), whatever thread they land on. Throws when
+    /// they cannot be installed: SIGTERM would then end the daemon without its orderly stop.
+    public static func installSignalHandlers() throws(KeychainError) {
+        do { signalPipe = try SignalPipe.install() } catch { throw KeychainError(.io, error) }
     }
 }

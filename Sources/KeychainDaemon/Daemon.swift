@@ -97,7 +97,7 @@ public final class Daemon: Sendable {
         }
         let peer: PeerIdentity
         do { peer = try PeerIdentity.of(socket: accepted) } catch {
-            Log.warning("connection refused: peer credentials unavailable")
+            Log.warning("connection refused: peer credentials unavailable", [("error", error.message)])
             return
         }
         if let refusal = AccessPolicy.admit(peerUID: peer.uid, daemonUID: CurrentProcess.uid) {
@@ -122,7 +122,12 @@ public final class Daemon: Sendable {
             }
             handler.unregisteredConnections.add(1, ordering: .relaxed)
         }
-        accepted.setTimeouts(receive: Double(settings.idleTimeoutSeconds), send: 30)
+        // Without its timeouts one idle or unread peer could hold a thread for ever: not served.
+        do throws(Errno) { try accepted.setTimeouts(receive: Double(settings.idleTimeoutSeconds), send: 30) } catch {
+            if unregistered { handler.unregisteredConnections.subtract(1, ordering: .relaxed) }
+            Log.warning("connection refused: socket timeouts not set", [("error", error.message)])
+            return
+        }
         handler.openConnections.add(1, ordering: .relaxed)
         let key = ObjectIdentifier(socket)
         connections.withLock { $0[key] = socket }

@@ -47,7 +47,7 @@ public enum CurrentProcess {
     /// No core dumps and no ptrace by other processes of the same user (`PR_SET_DUMPABLE` 0,
     /// `RLIMIT_CORE` 0).
     public static func makeUndumpable() throws(Errno) {
-        _ = try valueOrErrno("prctl PR_SET_DUMPABLE") { kc_make_undumpable() }
+        _ = try valueOrErrno("setrlimit(RLIMIT_CORE) or prctl(PR_SET_DUMPABLE)") { kc_make_undumpable() }
     }
 
     /// Sets the umask to 077 (files created private by default); returns the old one.
@@ -74,17 +74,23 @@ public enum SignalPipe {
         case hangUp, terminate, interrupt
     }
 
+    /// The pipe's write end, which the signal handler writes to for the life of the process.
+    nonisolated(unsafe) private static var handlerEnd: FileDescriptor?
+
     /// Makes SIGTERM, SIGINT and SIGHUP write their number to a pipe, ignores SIGPIPE, and returns
-    /// the pipe's read end (nil when no pipe could be made). A C handler does the write, so any
-    /// thread may take the signal and nothing runs in signal context but that write.
-    public static func install() -> FileDescriptor? {
+    /// the pipe's read end; throws the errno of `pipe2`, `fcntl` or `sigaction`. A C handler does
+    /// the write, so any thread may take the signal and nothing runs in signal context but that write.
+    public static func install() throws(Errno) -> FileDescriptor {
         var fds: [Int32] = [-1, -1]
-        guard pipe(&fds) == 0 else { return nil }
-        for fd in fds { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
-        _ = fcntl(fds[1], F_SETFL, O_NONBLOCK)
-        _ = kc_install_signal_pipe(fds[1])
+        _ = try valueOrErrno("pipe2") { kc_pipe2(&fds, O_CLOEXEC) }
+        let readEnd = FileDescriptor(adopting: fds[0])
+        let writeEnd = FileDescriptor(adopting: fds[1])
+        _ = try valueOrErrno("fcntl(O_NONBLOCK)") { fcntl(fds[1], F_SETFL, O_NONBLOCK) }
+        _ = try valueOrErrno("sigaction") { kc_install_signal_pipe(fds[1]) }
+        // The handler writes to this descriptor for the life of the process: kept open here.
+        handlerEnd = writeEnd
         signal(SIGPIPE, SIG_IGN)
-        return FileDescriptor(adopting: fds[0])
+        return readEnd
     }
 
     /// Blocks until the next signal arrives on `pipe`; nil when the pipe ends.

@@ -7,16 +7,12 @@ public final class WakePipe: Sendable {
     private let readEnd: FileDescriptor
     private let writeEnd: FileDescriptor
 
-    /// Opens the pipe, both ends close-on-exec and non-blocking; throws the `pipe` errno.
+    /// Opens the pipe, both ends close-on-exec and non-blocking; throws the `pipe2` errno.
     public init() throws(Errno) {
         var fds: [Int32] = [-1, -1]
-        try checkReturned(pipe(&fds), "pipe")
+        _ = try valueOrErrno("pipe2") { kc_pipe2(&fds, O_CLOEXEC | O_NONBLOCK) }
         readEnd = FileDescriptor(adopting: fds[0])
         writeEnd = FileDescriptor(adopting: fds[1])
-        for fd in fds {
-            _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
-            _ = fcntl(fd, F_SETFL, O_NONBLOCK)
-        }
     }
 
     /// Makes the read end readable.

@@ -182,18 +182,23 @@ public final class Socket: Sendable {
         if fd >= 0 { _ = Glibc.shutdown(fd, how) }
     }
 
-    /// Sets the receive and send timeouts (`SO_RCVTIMEO`, `SO_SNDTIMEO`) in seconds (fractions kept).
-    public func setTimeouts(receive: Double?, send: Double?) {
+    /// Sets the receive and send timeouts (`SO_RCVTIMEO`, `SO_SNDTIMEO`) in seconds (fractions kept);
+    /// throws the `setsockopt` errno.
+    public func setTimeouts(receive: Double?, send: Double?) throws(Errno) {
         func timeout(_ seconds: Double) -> timeval {
             let whole = seconds.rounded(.down)
             return timeval(tv_sec: Int(whole), tv_usec: Int((seconds - whole) * 1e6))
         }
         let fd = self.fd
         if var r = receive.map(timeout) {
-            _ = setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &r, socklen_t(MemoryLayout<timeval>.size))
+            _ = try valueOrErrno("setsockopt(SO_RCVTIMEO)") {
+                setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &r, socklen_t(MemoryLayout<timeval>.size))
+            }
         }
         if var s = send.map(timeout) {
-            _ = setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &s, socklen_t(MemoryLayout<timeval>.size))
+            _ = try valueOrErrno("setsockopt(SO_SNDTIMEO)") {
+                setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &s, socklen_t(MemoryLayout<timeval>.size))
+            }
         }
     }
 

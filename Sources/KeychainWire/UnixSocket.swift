@@ -80,7 +80,8 @@ public final class UnixSocket: Sendable {
         while total < 65 << 20 {  // enough for the largest request a client may be sending
             let left = deadline - MonotonicClock.now()
             if left <= 0 { break }
-            socket.setTimeouts(receive: left + 1e-6, send: nil)
+            // Without the timeout the receive below could wait past the deadline: stop draining.
+            guard (try? socket.setTimeouts(receive: left + 1e-6, send: nil)) != nil else { break }
             let n = (try? withMutableBytes(&sink) { (b) throws(Errno) in try socket.receive(into: b) }) ?? 0
             if n <= 0 { break }
             total += n

@@ -13,7 +13,9 @@ if CurrentProcess.environment("SWIFT_BACKTRACE") != "enable=no" {
     // exec failed: carry on; the unit file sets the variable anyway.
 }
 
-Daemon.installSignalHandlers()
+do { try Daemon.installSignalHandlers() } catch {
+    fail("cannot install the signal handlers, so SIGTERM could not stop the daemon in order (\(error))")
+}
 CurrentProcess.makeUmaskPrivate()
 // One descriptor per client: take the hard limit so a thousand clients fit.
 CurrentProcess.raiseOpenFileLimit()
@@ -33,7 +35,7 @@ if staysDumpableForHeapScan() {
     Log.warning("debug build: staying dumpable for a memory-scanning test (KEYCHAIND_TEST_DUMPABLE=1)")
 } else {
     do { try CurrentProcess.makeUndumpable() } catch {
-        Log.warning("could not make the process non-dumpable")
+        Log.warning("could not make the process non-dumpable", [("error", error.message)])
     }
 }
 

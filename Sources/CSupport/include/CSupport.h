@@ -39,6 +39,9 @@ unsigned kc_umask_private(void);
 /* O_PATH, which glibc declares only with _GNU_SOURCE. */
 int kc_open_path_flag(void);
 
+/* pipe2(2) (a GNU extension the Swift Glibc module does not show): 0, or -1 with errno. */
+int kc_pipe2(int fds[2], int flags);
+
 /* Installs handlers for SIGTERM, SIGINT and SIGHUP that write the signal number as one byte to
  * `write_fd` (a non-blocking pipe): the self-pipe pattern, async-signal-safe in any thread. */
 int kc_install_signal_pipe(int write_fd);
