@@ -88,6 +88,11 @@ public struct AppEntry: Sendable, Equatable {
 }
 
 enum JSONFile {
+    /// The largest settings or registration file read (a registration is a few hundred bytes): a
+    /// larger one, which any process of the user can put in apps.d, is refused unread instead of
+    /// being read whole into memory at every start and reload.
+    static let maxBytes = 64 << 10
+
     /// The top-level object of a JSON file; an empty file counts as `{}`.
     static func object(at path: String) throws(ConfigurationError) -> [String: Any] {
         // Opening and closing the open keychain database (through a link in apps.d, say) would drop
@@ -109,13 +114,19 @@ enum JSONFile {
         guard st.kind == .regular else {
             throw ConfigurationError(file: path, reason: "is not a regular file")
         }
-        let data: Data
+        let tooLarge = ConfigurationError(file: path, reason: "is larger than \(maxBytes >> 10) KiB")
+        guard st.size <= maxBytes else { throw tooLarge }
+        // At most one byte more than allowed is read, also when the file grows after the check.
+        var buffer = [UInt8](repeating: 0, count: maxBytes + 1)
+        let count: Int
         do {
             let file = try FileDescriptor.open("/proc/self/fd/\(handle.rawValue)", .noControllingTerminal)
-            data = Data(try file.readToEnd())
+            count = try withMutableBytes(&buffer) { (b) throws(Errno) in try file.readFully(into: b) }
         } catch {
             throw ConfigurationError(file: path, reason: "cannot be read (\(error.message))")
         }
+        guard count <= maxBytes else { throw tooLarge }
+        let data = Data(buffer[0..<count])
         if data.allSatisfy({ $0 == 0x20 || $0 == 0x0A || $0 == 0x0D || $0 == 0x09 }) { return [:] }
         let parsed: Any
         do { parsed = try JSONSerialization.jsonObject(with: data) } catch {

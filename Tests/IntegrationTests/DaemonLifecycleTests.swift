@@ -160,6 +160,31 @@ final class DaemonLifecycleTests: XCTestCase {
         XCTAssertEqual(d.log.components(separatedBy: "apps reloaded").count, 2, "reloads again once it is gone")
     }
 
+    /// A huge file in apps.d (any process of the user may put one there; an attack review's 6 GB file
+    /// made the daemon allocate it whole and die) is refused by its size, unread, and the daemon
+    /// answers on. One byte over the limit is refused too, though it is only blanks (which read as {}).
+    func testAnOversizedFileInAppsDIsRefusedUnread() throws {
+        let d = try DaemonHarness()
+        func refusedForSize(_ name: String) -> Bool {
+            d.log.split(separator: "\n").contains { $0.contains(name) && $0.contains("is larger than 64 KiB") }
+        }
+        // Made beside apps.d and renamed into it, so no reload sees it half made.
+        let staging = d.appsDirectory + "/../huge.staging"
+        XCTAssertTrue(FileManager.default.createFile(atPath: staging, contents: nil))
+        XCTAssertEqual(truncate(staging, 6 << 30), 0)
+        XCTAssertEqual(rename(staging, d.appsDirectory + "/huge.json"), 0)
+        d.reloadApps()
+        XCTAssertTrue(refusedForSize("huge.json"), d.log)
+        XCTAssertEqual(try d.connect().call("status").status, .success)
+        try FileManager.default.removeItem(atPath: d.appsDirectory + "/huge.json")
+
+        let blanks = d.appsDirectory + "/blanks.json"
+        try String(repeating: " ", count: (64 << 10) + 1).write(toFile: blanks, atomically: true, encoding: .utf8)
+        d.reloadApps()
+        XCTAssertTrue(refusedForSize("blanks.json"), d.log)
+        XCTAssertEqual(try d.connect().call("status").status, .success)
+    }
+
     func testMalformedConfigurationIsReportedWithFileAndReason() throws {
         let d = try DaemonHarness(config: #"{"maxConections": 10}"#, start: false)
         let out = try d.run(DaemonHarness.daemonPath, d.arguments)
