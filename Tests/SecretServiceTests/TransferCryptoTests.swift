@@ -102,9 +102,11 @@ import Testing
         #expect(throws: BusError.self) {
             try TransferCrypto.decrypt(iv: sealed.iv, ciphertext: Array(sealed.ciphertext.dropLast()), key: key)
         }
-        #expect(throws: BusError.self) {
-            try TransferCrypto.decrypt(iv: sealed.iv, ciphertext: sealed.ciphertext, key: SecureBytes(random: 16))
-        }
+        // Another key mostly fails the padding check, but one time in about 256 its last byte comes
+        // out as valid padding (0x01): what must never happen is the plaintext coming back.
+        let other = try? TransferCrypto.decrypt(
+            iv: sealed.iv, ciphertext: sealed.ciphertext, key: SecureBytes(random: 16))
+        #expect(other != Array("x".utf8))
     }
 
     @Test func collectionPathElementsAreSafeAndDistinct() {
