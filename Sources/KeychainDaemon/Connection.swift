@@ -4,35 +4,6 @@ import KeychainSystem
 import KeychainWire
 import Synchronization
 
-/// Bytes held in partial frames across all connections, against one limit, so many peers each
-/// sending most of a large frame cannot grow the daemon without bound.
-final class BufferBudget: Sendable {
-    let limit: Int
-    private let used = Atomic<Int>(0)
-
-    init(limit: Int) { self.limit = limit }
-
-    /// Takes `bytes` more (or gives back, when negative); false when that would pass the limit
-    /// (nothing is taken then).
-    func adjust(by bytes: Int) -> Bool {
-        // Most reads end on a frame boundary (nothing held before or after): no atomic write then,
-        // so connections on different CPUs do not pass the counter's cache line back and forth.
-        if bytes == 0 { return true }
-        if bytes < 0 {
-            used.subtract(-bytes, ordering: .relaxed)
-            return true
-        }
-        let now = used.add(bytes, ordering: .relaxed).newValue
-        if now > limit {
-            used.subtract(bytes, ordering: .relaxed)
-            return false
-        }
-        return true
-    }
-
-    var inUse: Int { used.load(ordering: .relaxed) }
-}
-
 /// One client connection, served on its own thread with blocking I/O.
 ///
 /// Reads whatever has arrived, answers every complete frame in order, and writes the answers in one
@@ -68,9 +39,15 @@ final class Connection {
         // Reads land straight in the frame buffer, and each frame is handled where it lies there.
         var frames = FrameBuffer(maxBytes: Self.unidentifiedFrameBytes)
         var output = SecretBytes(capacity: 4 * 1024)
-        var held = 0  // this connection's share of the budget
+        var held = 0  // this connection's share of the budget for partial frames
+        // Its share for answers of many items, from when a copy collects them until they are written.
+        let answers = AnswerLedger(budget: budget)
+        peer.answers = answers
         let memo = CopyMemo()
-        defer { _ = budget.adjust(by: -held) }
+        defer {
+            _ = budget.adjust(by: -held)
+            answers.release()
+        }
         let pid = peer.identity.pid
         // Held in locals for the whole connection, so the closures below borrow them instead of
         // loading (and retaining) them from `self` on every request.
@@ -138,8 +115,7 @@ final class Connection {
                 // Answers to a long pipeline go out as they pile up, so one client cannot make the
                 // daemon buffer a gigabyte of responses to a single read.
                 if output.count >= Self.flushBytes {
-                    let ok = (try? socket.writeAll(output)) != nil
-                    output.removeAll(keepingCapacity: true)
+                    let ok = Self.write(&output, to: socket, answers: answers)
                     if !ok { return }
                 }
                 if closeAfter {
@@ -171,8 +147,7 @@ final class Connection {
                 held = 0
             }
             if !output.isEmpty {
-                let ok = (try? socket.writeAll(output)) != nil
-                output.removeAll(keepingCapacity: true)
+                let ok = Self.write(&output, to: socket, answers: answers)
                 if !ok { return }
             }
             if close {
@@ -180,6 +155,15 @@ final class Connection {
                 return
             }
         }
+    }
+
+    /// Writes `output` and empties it; what answers held of the budget goes back. A buffer grown
+    /// past a few flushes by one large answer is freed rather than kept for the connection's life.
+    private static func write(_ output: inout SecretBytes, to socket: UnixSocket, answers: AnswerLedger) -> Bool {
+        let ok = (try? socket.writeAll(output)) != nil
+        output.removeAll(keepingCapacity: output.capacity <= 4 * flushBytes)
+        answers.release()
+        return ok
     }
 
 }

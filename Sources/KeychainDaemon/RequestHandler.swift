@@ -160,7 +160,7 @@ public final class RequestHandler: Sendable {
         let token = CopyMemo.Token(registryGeneration: peer.generation, passphraseSet: items.hasPassphrase)
         let hash = CopyMemo.hash(query)
         if let compiled = memo.lookup(query, hash: hash, token: token) {
-            served(compiled, id, into: &output)
+            served(compiled, id, peer: peer, into: &output)
             return true
         }
         var serviceRange = 0..<0
@@ -193,17 +193,19 @@ public final class RequestHandler: Sendable {
         } else {
             memo.storeRecompiled(query, token: token, compiled: compiled)
         }
-        served(compiled, id, into: &output)
+        served(compiled, id, peer: peer, into: &output)
         return true
     }
 
     /// A compiled `copy` run for request `id`: activity counted, then the rows read now.
-    private func served(_ compiled: ItemService.CompiledCopy, _ id: Int64, into output: inout SecretBytes) {
+    private func served(
+        _ compiled: ItemService.CompiledCopy, _ id: Int64, peer: ConnectionPeer, into output: inout SecretBytes
+    ) {
         touch()
         if items.lendsData(compiled) {
             answer(id, into: &output) { (place) throws(KeychainError) in try items.withData(of: compiled, into: place) }
         } else {
-            answer(id, into: &output) { () throws(KeychainError) in try items.copy(compiled) }
+            answer(id, into: &output) { () throws(KeychainError) in try items.copy(compiled, answers: peer.answers) }
         }
     }
 
@@ -274,9 +276,9 @@ public final class RequestHandler: Sendable {
         }
         switch action {
         case .copy:
-            guard let slot else { return try item(action, request, caller: caller!) }
+            guard let slot else { return try item(action, request, caller: caller!, answers: peer.answers) }
             let token = CopyMemo.Token(registryGeneration: peer.generation, passphraseSet: passphraseSet)
-            return try item(action, request, caller: caller!) { compiled in
+            return try item(action, request, caller: caller!, answers: peer.answers) { compiled in
                 slot.memo.store(slot.query, token: token, compiled: compiled)
                 if let template = QueryTemplate.scan(slot.query) {
                     slot.memo.store(
@@ -285,7 +287,7 @@ public final class RequestHandler: Sendable {
                 }
             }
         case .add, .update, .delete:
-            return try item(action, request, caller: caller!)
+            return try item(action, request, caller: caller!, answers: peer.answers)
         case .status:
             return try status(app: app, identified: identified)
         case .lock, .unlock, .passwd, .backup, .restore, .approve, .revoke:
@@ -332,7 +334,7 @@ public final class RequestHandler: Sendable {
     // MARK: SecItem calls
 
     private func item(
-        _ action: Operation, _ request: Request, caller: Caller,
+        _ action: Operation, _ request: Request, caller: Caller, answers: AnswerLedger?,
         compiled remember: ((ItemService.CompiledCopy) -> Void)? = nil
     ) throws(KeychainError) -> Value? {
         let op = action.rawValue
@@ -350,7 +352,7 @@ public final class RequestHandler: Sendable {
             guard request.attributes == nil else { throw .param("op \"copy\" takes no \"attributes\"") }
             let compiled = try items.compileCopy(query, caller: caller)
             remember?(compiled)
-            return try items.copy(compiled)
+            return try items.copy(compiled, answers: answers)
         case .delete:
             guard request.attributes == nil else { throw .param("op \"delete\" takes no \"attributes\"") }
             try items.delete(query, caller: caller)

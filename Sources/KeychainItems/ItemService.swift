@@ -292,9 +292,11 @@ public final class ItemService: Sendable {
     }
 
     /// Runs a compiled `copy`: reads and opens the matching rows now (the store, the lookup cache and
-    /// the class keys decide, as for any copy) and shapes the result.
-    public func copy(_ compiled: CompiledCopy) throws(KeychainError) -> Value? {
-        try run(compiled, uniqueIndexes: nil)
+    /// the class keys decide, as for any copy) and shapes the result. With `answers`, the items of an
+    /// answer that is a list are counted against the daemon's buffer budget as they are collected
+    /// (errSecAllocate past it); the caller gives them back once the answer is written.
+    public func copy(_ compiled: CompiledCopy, answers: AnswerLedger? = nil) throws(KeychainError) -> Value? {
+        try run(compiled, uniqueIndexes: nil, answers: answers)
     }
 
     /// Whether `copy(_:service:account:)` runs `base` for the other queries of its template: a
@@ -420,6 +422,21 @@ public final class ItemService: Sendable {
         }
     }
 
+    /// About what one item of an answer takes in memory once encoded: its secret, its attributes'
+    /// keys and values, and something for each value's head and the map around them.
+    static func approximateBytes(of item: OpenedItem) -> Int {
+        var bytes = 64 + (item.secret?.count ?? 0) + item.row.ref.count
+        for (key, value) in item.attributes {
+            bytes += key.utf8.count + 9
+            switch value {
+            case .bytes(let b): bytes += b.count
+            case .text(let t): bytes += t.utf8.count
+            default: break
+            }
+        }
+        return bytes
+    }
+
     /// `runKeyOnly` for one item's data alone: the first match's secret opened where `place` says.
     private func openData(
         _ compiled: CompiledCopy, uniqueIndexes digests: Digests?, _ place: DataPlacement
@@ -437,7 +454,9 @@ public final class ItemService: Sendable {
     }
 
     /// `copy`, with `digests` (when given) in place of the filter's uniqueness digests.
-    private func run(_ compiled: CompiledCopy, uniqueIndexes digests: Digests?) throws(KeychainError) -> Value? {
+    private func run(_ compiled: CompiledCopy, uniqueIndexes digests: Digests?, answers: AnswerLedger? = nil)
+        throws(KeychainError) -> Value?
+    {
         if compiled.keyOnly {
             // Its own digests laid end to end too (a compiled query the memo kept), unless the
             // lookup cache is on (it is asked with the filter's own).
@@ -452,6 +471,9 @@ public final class ItemService: Sendable {
         let scope = compiled.scope
         let keyOnly = compiled.keyOnly
         let maximum = compiled.limit.maximum
+        // One item is bounded by the frame it was added in; a list is not (an app with 300 items of
+        // 1 MB asking for them all on six connections it never read grew the daemon past 8 GB).
+        let ledger = compiled.limit.returnsArray && returns.any ? answers : nil
         // The first match apart from the others: most copies find one item, and an array for it
         // would be an allocation and a free on every request.
         var first: OpenedItem?
@@ -465,6 +487,7 @@ public final class ItemService: Sendable {
                 case .attributes(let parsed): matched = Self.matches(item, parsed, scope)
                 }
                 if matched {
+                    try ledger?.take(Self.approximateBytes(of: item))
                     if first == nil { first = item } else { others.append(item) }
                 }
                 return (first == nil ? 0 : 1) + others.count < maximum

@@ -43,6 +43,50 @@ final class HostilePeerTests: XCTestCase {
         XCTAssertTrue(try d.waitFor { try self.buffered(d) == 0 }, "its share is given back")
     }
 
+    /// Answers of many items count against the same budget while they are built and until they are
+    /// written: an answer larger than all of it is refused (errSecAllocate), and one that a peer does
+    /// not read holds its share, so a second large answer meanwhile is refused too, and served once
+    /// the first is given back. (An attack review stored 300 items of 1 MB and asked for them all
+    /// on six connections it never read: the daemon passed 8 GB, or died under a 4 GB limit.)
+    func testAnswersOfManyItemsShareTheBudget() throws {
+        // Answers of megabytes, far above any socket's send buffer, so an unread one keeps the
+        // daemon's write waiting on every machine.
+        let d = try DaemonHarness(config: #"{"maxBufferedBytes": 8388608, "maxFrameBytes": 4194304}"#)
+        let c = try d.connect()
+        for i in 0..<6 {
+            let add = try c.call(
+                "add",
+                query: [
+                    "class": .text("genp"), "svce": .text("bulk"), "acct": .text("item \(i)"),
+                    "v_Data": .bytes([UInt8](repeating: UInt8(i), count: 2 << 20)),
+                ])
+            XCTAssertEqual(add.status, .success, add.message ?? "")
+        }
+        func copy(limit: Value) -> [String: Value] {
+            ["class": .text("genp"), "svce": .text("bulk"), "m_Limit": limit, "r_Data": .bool(true)]
+        }
+        let all = try c.call("copy", query: copy(limit: .text("m_LimitAll")))
+        XCTAssertEqual(all.status, .allocate, all.message ?? "")
+        XCTAssertTrue(all.message?.contains("kSecMatchLimit") ?? false, all.message ?? "")
+        XCTAssertEqual(
+            try c.call("copy", query: copy(limit: .int(3))).result?.array?.count, 3, "smaller answers are served")
+
+        // 6 MiB that its peer does not read: the daemon's write waits, holding its share.
+        let idle = try d.connect()
+        try idle.send(Request(id: 1, op: "copy", query: copy(limit: .int(3))))
+        XCTAssertTrue(try d.waitFor { try self.buffered(d) >= 6 << 20 }, "the unread answer is held")
+        let refused = try c.call("copy", query: copy(limit: .int(3)))
+        XCTAssertEqual(refused.status, .allocate, refused.message ?? "")
+        // Read, it is given back, and the same request is served.
+        let unread = try idle.receive()
+        XCTAssertEqual(unread.result?.array?.count, 3)
+        XCTAssertTrue(try d.waitFor { try self.buffered(d) == 0 }, "its share is given back")
+        XCTAssertEqual(try c.call("copy", query: copy(limit: .int(3))).result?.array?.count, 3)
+        XCTAssertEqual(
+            try c.call("copy", query: ["class": .text("genp"), "svce": .text("bulk"), "m_Limit": .text("m_LimitAll")])
+                .status, .success, "every item is still there")
+    }
+
     /// A peer that is not a registered app may send 16 KiB frames at most, whatever maxFrameBytes says.
     func testAnUnregisteredPeerGetsSmallFrames() throws {
         let d = try DaemonHarness(apps: [], config: #"{"maxFrameBytes": 4194304}"#)

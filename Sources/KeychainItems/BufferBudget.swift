@@ -1,0 +1,67 @@
+import KeychainCore
+import Synchronization
+
+/// Bytes the daemon holds for its peers, across all connections, against one limit
+/// (`maxBufferedBytes`): partial request frames, and answers of many items while they are built and
+/// written. Many peers each sending most of a large frame, or each asking for a large answer and
+/// never reading it, cannot grow the daemon without bound.
+public final class BufferBudget: Sendable {
+    /// The most bytes held at once (`maxBufferedBytes`).
+    public let limit: Int
+    private let used = Atomic<Int>(0)
+
+    /// An empty budget of `limit` bytes.
+    public init(limit: Int) { self.limit = limit }
+
+    /// Takes `bytes` more (or gives back, when negative); false when that would pass the limit
+    /// (nothing is taken then).
+    public func adjust(by bytes: Int) -> Bool {
+        // Most reads end on a frame boundary (nothing held before or after): no atomic write then,
+        // so connections on different CPUs do not pass the counter's cache line back and forth.
+        if bytes == 0 { return true }
+        if bytes < 0 {
+            used.subtract(-bytes, ordering: .relaxed)
+            return true
+        }
+        let now = used.add(bytes, ordering: .relaxed).newValue
+        if now > limit {
+            used.subtract(bytes, ordering: .relaxed)
+            return false
+        }
+        return true
+    }
+
+    /// The bytes held now (`status` reports them as `bufferedBytes`).
+    public var inUse: Int { used.load(ordering: .relaxed) }
+}
+
+/// One connection's share of the budget taken for answers of many items: taken while a `copy`
+/// collects its matches, given back once the connection has written the answer (or closes).
+/// Used by the one thread that serves the connection.
+public final class AnswerLedger {
+    let budget: BufferBudget
+    private(set) var held = 0
+
+    /// A ledger holding nothing yet of `budget`.
+    public init(budget: BufferBudget) { self.budget = budget }
+
+    /// Takes `bytes` for an answer being built; errSecAllocate when the daemon holds too much.
+    func take(_ bytes: Int) throws(KeychainError) {
+        guard budget.adjust(by: bytes) else {
+            throw KeychainError(
+                .allocate,
+                "the answer is too large for keychaind to hold now (\(budget.limit >> 20) MiB for all answers and partial requests, maxBufferedBytes): ask for fewer items (kSecMatchLimit) or for their attributes without their data"
+            )
+        }
+        held += bytes
+    }
+
+    /// Gives back everything taken: the answers are written (or will never be).
+    public func release() {
+        if held == 0 { return }
+        _ = budget.adjust(by: -held)
+        held = 0
+    }
+
+    deinit { release() }
+}
