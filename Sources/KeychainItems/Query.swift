@@ -94,6 +94,10 @@ struct ParsedQuery {
                 }
                 persistentRef = id
             case "m_Limit":
+                // A delete removes every match, which is what kSecMatchLimitAll says: macOS accepts
+                // it there, and wrappers add it outside iOS (KeychainAccess's `removeAll`). Any
+                // other limit would promise a delete of fewer items: errSecParam, as on iOS.
+                if operation == .delete, case .text("m_LimitAll") = value { break }
                 try rejectMatchKey(key, operation)
                 limit = try Self.parseLimit(value)
             case "m_CaseInsensitive":

@@ -107,6 +107,28 @@ final class PortingTests: SharedConnectionTestCase {
         return (status, result)
     }
 
+    /// KeychainAccess's `removeAll()`: on every platform but iOS (Linux included) it adds
+    /// kSecMatchLimitAll to the delete, which macOS accepts; it failed with errSecParam here.
+    func testARemoveAllThatAddsMatchLimitAllWorksUnchanged() {
+        for account in ["a", "b"] {
+            let add: [String: Any] = [
+                kSecClass as String: kSecClassGenericPassword, kSecAttrService as String: "com.example.removeall",
+                kSecAttrAccount as String: account, kSecValueData as String: Data("x".utf8),
+            ]
+            XCTAssertEqual(SecItemAdd(add as CFDictionary, nil), errSecSuccess)
+        }
+        var query: [String: Any] = [
+            kSecClass as String: kSecClassGenericPassword, kSecAttrService as String: "com.example.removeall",
+        ]
+        #if !os(iOS) && !os(watchOS) && !os(tvOS)
+            query[kSecMatchLimit as String] = kSecMatchLimitAll
+        #endif
+        XCTAssertEqual(SecItemDelete(query as CFDictionary), errSecSuccess)
+        XCTAssertEqual(copy([kSecAttrService as String: "com.example.removeall"]).0, errSecItemNotFound)
+        query[kSecMatchLimit as String] = kSecMatchLimitOne
+        XCTAssertEqual(SecItemDelete(query as CFDictionary), errSecParam, "other limits stay as on iOS")
+    }
+
     func testAWrapperThatKeysItemsByDataAccountsWorksUnchanged() {
         let wrapper = DataKeyedWrapper(service: "com.example.wrapper")
         XCTAssertNil(wrapper.string(forKey: "token"))

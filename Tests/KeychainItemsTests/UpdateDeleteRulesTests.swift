@@ -146,15 +146,21 @@ import Testing
         }
     }
 
-    @Test func matchLimitInDeleteIsParam() throws {
+    @Test func aMatchLimitInDeleteIsParamUnlessItIsAll() throws {
         try withKeychain { (fx) throws in
-            try fx.add("svc", "a")
-            for limit: Value in [.text("m_LimitAll"), .text("m_LimitOne"), .int(1)] {
+            for a in ["a", "b"] { try fx.add("svc", a) }
+            try fx.add("other", "a")
+            for limit: Value in [.text("m_LimitOne"), .int(1), .int(5)] {
                 #expect(
                     status { try fx.service.delete(query("svc", "a", ["m_Limit": limit]), caller: Fixture.app) }
                         == .param)
             }
+            #expect(try fx.count() == 3)
+            // kSecMatchLimitAll says what a delete does anyway (macOS accepts it; KeychainAccess adds it).
+            try fx.service.delete(
+                ["class": .text("genp"), "svce": .text("svc"), "m_Limit": .text("m_LimitAll")], caller: Fixture.app)
             #expect(try fx.count() == 1)
+            #expect(try fx.secret("other", "a") == "pw")
         }
     }
 
