@@ -37,7 +37,11 @@ enum Isolation {
         }
         if let scope = ptraceScope(), scope == 0 {
             notes.append(
-                "kernel.yama.ptrace_scope is 0: any process of this user can attach to a running app and read what it reads; set it to 1 (sysctl kernel.yama.ptrace_scope=1)"
+                "kernel.yama.ptrace_scope is 0: any process of this user can attach to a running app and read what it reads; set it to 2 (sysctl kernel.yama.ptrace_scope=2)"
+            )
+        } else if let scope = ptraceScope(), scope == 1 {
+            notes.append(
+                "kernel.yama.ptrace_scope is 1: a process of this user can start a registered app itself and, as its parent, attach to it and make it ask for the app's items; set it to 2 (sysctl kernel.yama.ptrace_scope=2: only root may attach)"
             )
         } else if ptraceScope() == nil {
             notes.append(
