@@ -58,7 +58,7 @@ let package = Package(
             name: "KeychainSecretService",
             dependencies: [
                 "KeychainSystem", "KeychainCore", "KeychainCrypto", "KeychainItems",
-                "KeychainDaemon", "CSystemd", "CGcrypt", "CSodium",
+                "KeychainDaemon", "CSystemd",
             ]),
         // The client core without Foundation (so keychainctl starts fast): the shared pipelined
         // connection, value-level calls, admin calls, the device-identifier convention.
@@ -66,7 +66,7 @@ let package = Package(
         // The client library: Apple's SecItem API, a Swift-native API, DeviceIdentifier.
         .target(
             name: "KeychainServices",
-            dependencies: ["KeychainSystem", "KeychainCore", "KeychainWire", "KeychainClient"]),
+            dependencies: ["KeychainSystem", "KeychainCore", "KeychainClient"]),
         // `import Security` on Linux: a thin re-export of KeychainServices.
         .target(name: "Security", dependencies: ["KeychainServices"]),
 
@@ -77,7 +77,7 @@ let package = Package(
                 "KeychainSecretService",
             ]),
         .executableTarget(
-            name: "keychainctl", dependencies: ["KeychainSystem", "KeychainCore", "KeychainWire", "KeychainClient"]),
+            name: "keychainctl", dependencies: ["KeychainSystem", "KeychainCore", "KeychainClient"]),
         // Release-built benchmark: daemon figures beside a bare socket-echo floor (scripts/bench), and
         // the cost of a passphrase change on an in-process keychain (--rotation).
         .executableTarget(
@@ -100,7 +100,7 @@ let package = Package(
         .testTarget(name: "KeychainCoreTests", dependencies: ["KeychainSystem", "KeychainCore", "KeychainWire"]),
         .testTarget(
             name: "KeychainCryptoTests",
-            dependencies: ["KeychainSystem", "KeychainCore", "KeychainCrypto", "KeychainTestSupport"]),
+            dependencies: ["KeychainSystem", "KeychainCore", "KeychainCrypto", "KeychainTestSupport", "CGcrypt"]),
         .testTarget(
             name: "KeychainStoreTests",
             dependencies: ["KeychainSystem", "KeychainCore", "KeychainCrypto", "KeychainStore", "KeychainTestSupport"]),
@@ -121,7 +121,7 @@ let package = Package(
         .testTarget(
             name: "SecretServiceTests",
             dependencies: [
-                "KeychainSystem", "KeychainSecretService", "KeychainItems", "KeychainCrypto", "KeychainCore", "CGcrypt",
+                "KeychainSecretService"
             ]),
         .testTarget(
             name: "IntegrationTests",

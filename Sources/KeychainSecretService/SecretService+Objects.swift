@@ -184,7 +184,11 @@ extension SecretService {
                 _ = try m.enter("v", "ay")
                 let client = try m.readBytes()
                 try m.exit()
-                let (ours, key) = try TransferCrypto.respond(clientPublic: client)
+                let ours: [UInt8]
+                let key: SecureBytes
+                do { (ours, key) = try TransferCrypto.respond(clientPublic: client) } catch {
+                    throw Self.busError(error)
+                }
                 session = TransferSession(owner: known.name, key: key)
                 try reply.open("v", "ay")
                 try reply.append(bytes: ours)

@@ -249,8 +249,10 @@ final class TransferSession {
     /// (parameters, value) for a secret sent to the client.
     func seal(_ secret: [UInt8]) throws(BusError) -> (parameters: [UInt8], value: [UInt8]) {
         guard let key else { return ([], secret) }
-        let (iv, ciphertext) = try TransferCrypto.encrypt(secret, key: key)
-        return (iv, ciphertext)
+        do {
+            let (iv, ciphertext) = try TransferCrypto.encrypt(secret, key: key)
+            return (iv, ciphertext)
+        } catch { throw SecretService.busError(error) }
     }
 
     /// The secret a client sent.
@@ -259,7 +261,9 @@ final class TransferSession {
             guard parameters.isEmpty else { throw .invalidArgs("a plain session's secrets carry no parameters") }
             return value
         }
-        return try TransferCrypto.decrypt(iv: parameters, ciphertext: value, key: key)
+        do { return try TransferCrypto.decrypt(iv: parameters, ciphertext: value, key: key) } catch {
+            throw SecretService.busError(error)
+        }
     }
 }
 

@@ -1,5 +1,4 @@
 public import KeychainCore
-import KeychainCrypto
 
 /// The Secret Service attribute index (`item_attributes`, schema version 2): one row per keyed digest
 /// of an item's (name, value) attribute pairs, plus a mark on every item that has its own attributes.

@@ -1,5 +1,4 @@
 public import KeychainCore
-import KeychainCrypto
 
 /// Store calls of the protection work (passphrase, unlock counter): kept apart from the item write
 /// path in ItemStore.swift. All of them run inside `ItemStore.write`, so they commit (or roll back)

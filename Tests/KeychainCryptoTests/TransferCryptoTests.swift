@@ -1,8 +1,9 @@
 import CGcrypt
-import KeychainCrypto
+import KeychainCore
+import KeychainSystem
 import Testing
 
-@testable import KeychainSecretService
+@testable import KeychainCrypto
 
 /// The transfer sessions' cryptography (TransferCrypto.swift): the DH exchange agrees with a client
 /// that computes its side independently, HKDF matches RFC 5869, AES-128-CBC round-trips, and bad
@@ -84,7 +85,7 @@ import Testing
         var pMinus1 = TransferCrypto.prime
         pMinus1[127] -= 1
         for bad in [[], [0], [1], pMinus1, TransferCrypto.prime, [UInt8](repeating: 0xFF, count: 129)] {
-            #expect(throws: BusError.self) { try TransferCrypto.respond(clientPublic: bad) }
+            #expect(throws: KeychainError.self) { try TransferCrypto.respond(clientPublic: bad) }
         }
     }
 
@@ -97,9 +98,11 @@ import Testing
             #expect(try TransferCrypto.decrypt(iv: sealed.iv, ciphertext: sealed.ciphertext, key: key) == plain)
         }
         let sealed = try TransferCrypto.encrypt(Array("x".utf8), key: key)
-        #expect(throws: BusError.self) { try TransferCrypto.decrypt(iv: [], ciphertext: sealed.ciphertext, key: key) }
-        #expect(throws: BusError.self) { try TransferCrypto.decrypt(iv: sealed.iv, ciphertext: [], key: key) }
-        #expect(throws: BusError.self) {
+        #expect(throws: KeychainError.self) {
+            try TransferCrypto.decrypt(iv: [], ciphertext: sealed.ciphertext, key: key)
+        }
+        #expect(throws: KeychainError.self) { try TransferCrypto.decrypt(iv: sealed.iv, ciphertext: [], key: key) }
+        #expect(throws: KeychainError.self) {
             try TransferCrypto.decrypt(iv: sealed.iv, ciphertext: Array(sealed.ciphertext.dropLast()), key: key)
         }
         // Another key mostly fails the padding check, but one time in about 256 its last byte comes
@@ -107,17 +110,5 @@ import Testing
         let other = try? TransferCrypto.decrypt(
             iv: sealed.iv, ciphertext: sealed.ciphertext, key: SecureBytes(random: 16))
         #expect(other != Array("x".utf8))
-    }
-
-    @Test func collectionPathElementsAreSafeAndDistinct() {
-        #expect(Collection.element(for: "ABCDE12345.com.example.app", first: true) == "login")
-        #expect(
-            Collection.element(for: "ABCDE12345.com.example.app", first: false) == "ABCDE12345_2ecom_2eexample_2eapp")
-        #expect(Collection.element(for: "login", first: false) == "_6cogin")
-        #expect(Collection.element(for: "a_b", first: false) == "a_5fb")
-        #expect(Collection.element(for: "é", first: false) == "_c3_a9")
-        #expect(SecretService.itemID(String(repeating: "0a", count: 16)) == [UInt8](repeating: 10, count: 16))
-        #expect(SecretService.itemID(String(repeating: "0A", count: 16)) == nil)
-        #expect(SecretService.itemID("00") == nil)
     }
 }
