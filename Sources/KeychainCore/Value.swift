@@ -168,3 +168,9 @@ extension Value: CustomStringConvertible, CustomDebugStringConvertible {
     /// The same shape-only text as `description`: byte strings and text are never shown.
     public var debugDescription: String { description }
 }
+
+extension Value: CustomReflectable {
+    /// No children: `dump`, debuggers and test frameworks print the shape-only `description`, never
+    /// the bytes or text inside (a default mirror would show every element of `.bytes`).
+    public var customMirror: Mirror { Mirror(self, children: [:]) }
+}

@@ -132,7 +132,7 @@ public enum BackupFile {
 
     /// One item record of a backup; `secret` is the item's plaintext secret, in wiping storage from
     /// the moment it is decrypted (also when a later record turns out damaged and `open` throws).
-    public struct Item: CustomStringConvertible {
+    public struct Item: CustomStringConvertible, CustomReflectable {
         /// The item's persistent reference, as it was in the backed-up keychain.
         public var ref: [UInt8]
         /// The item's attributes (CBOR map), without its secret.
@@ -144,6 +144,8 @@ public enum BackupFile {
         public var description: String {
             "backup item (\(attributes.count) attributes, secret \(secret.count) bytes)"
         }
+        /// No children for `dump` and debuggers: the shape only, as `description`.
+        public var customMirror: Mirror { Mirror(self, children: [:]) }
     }
 
     /// Parses the header (no key needed): what the file says about itself.

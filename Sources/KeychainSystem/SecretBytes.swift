@@ -7,7 +7,9 @@ import Glibc
 /// The shape of swift-crypto's `SecureBytes`: a value type over a class that owns the memory. Copies
 /// share the buffer until one of them is changed. `description` shows only the length; equality is
 /// compared in constant time and hashing uses the length alone, so neither leaks the content.
-public struct SecretBytes: @unchecked Sendable, Hashable, CustomStringConvertible, CustomDebugStringConvertible {
+public struct SecretBytes: @unchecked Sendable, Hashable, CustomStringConvertible, CustomDebugStringConvertible,
+    CustomReflectable
+{
     // Safety: `storage` is written only through the mutating members below, which first make it
     // unique (isKnownUniquelyReferenced) — the copy-on-write discipline of Array's buffer — so a
     // storage shared between threads is only ever read.
@@ -190,6 +192,8 @@ public struct SecretBytes: @unchecked Sendable, Hashable, CustomStringConvertibl
 
     /// The length only, never the bytes.
     public var description: String { "<\(count) secret bytes>" }
+    /// No children for `dump` and debuggers: the length only, as `description`.
+    public var customMirror: Mirror { Mirror(self, children: [:]) }
     /// The length only, never the bytes.
     public var debugDescription: String { description }
 

@@ -1,4 +1,5 @@
 import KeychainCore
+import KeychainSystem
 import Testing
 
 @Suite("CBOR codec")
@@ -120,6 +121,15 @@ struct CBORTests {
         let secret = "hunter2-secret"
         #expect(!Value.text(secret).description.contains(secret))
         #expect(!Value.bytes(Array(secret.utf8)).description.contains("104"))
+        // Nor do reflection's printers (`dump`, a debugger's, a test framework's): no children.
+        for value: Value in [
+            .text(secret), .bytes(Array(secret.utf8)), .secret(SecretBytes(Array(secret.utf8))),
+            .map(["v_Data": .bytes(Array(secret.utf8))]), .array([.text(secret)]),
+        ] {
+            var dumped = ""
+            dump(value, to: &dumped)
+            #expect(!dumped.contains(secret) && !dumped.contains("104"), "\(dumped)")
+        }
         var bytes = CBOR.encode(.map(["k": .text(secret)]))
         bytes.append(0)
         do {
