@@ -7,8 +7,6 @@
  * are needed here; the C these headers declare is compiled elsewhere, fortified. */
 #undef _FORTIFY_SOURCE
 #include <systemd/sd-bus.h>
-/* glibc's pidfd calls (2.36): signalling the provider that holds the bus name, for --replace. */
-#include <sys/pidfd.h>
 
 /* sd_bus_error for a reply: name and message stay owned by the caller (no free). */
 static inline sd_bus_error kc_bus_error(const char *name, const char *message) {

@@ -55,7 +55,7 @@ public enum DeviceKeyFile {
     /// Creates a new random key file at `path`. If another process created one meanwhile, that one is
     /// loaded instead (never overwritten).
     public static func create(path: String) throws(KeychainError) -> SecureBytes {
-        let directory = parentDirectory(of: path)
+        let directory = FileSystem.parentDirectory(of: path)
         var suffix = Sodium.randomBytes(8)
         let tmp = path + ".tmp-" + suffix.map { String($0, radix: 16) }.joined()
         Sodium.zero(&suffix)
@@ -88,12 +88,6 @@ public enum DeviceKeyFile {
         ok = true
         try syncDirectory(directory)
         return key
-    }
-
-    static func parentDirectory(of path: String) -> String {
-        guard let slash = path.lastIndex(of: "/") else { return "." }
-        let dir = String(path[..<slash])
-        return dir.isEmpty ? "/" : dir
     }
 
     /// fsync of a directory, so a new name in it survives a crash.

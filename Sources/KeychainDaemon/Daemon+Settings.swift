@@ -36,7 +36,7 @@ extension Daemon {
     /// registration that counts names it (docs/security.md §2).
     public static func bundledCLIPath() -> String? {
         guard let exe = TrustedPaths.realPath("/proc/self/exe") else { return nil }
-        let cli = Listener.parentDirectory(of: exe) + "/keychainctl"
+        let cli = FileSystem.parentDirectory(of: exe) + "/keychainctl"
         return FileSystem.isExecutable(cli) ? (TrustedPaths.realPath(cli) ?? cli) : nil
     }
 }

@@ -63,7 +63,7 @@ public final class Listener: Sendable {
         let address = try UnixSocket.address(path)
         let abstract = path.hasPrefix("@")
         if !abstract {
-            try makeDirectory(parentDirectory(of: path))
+            try makeDirectory(FileSystem.parentDirectory(of: path))
         }
         if !abstract, let st = try? FileSystem.status(path, followLinks: false) {
             guard st.kind == .socket else {
@@ -94,10 +94,6 @@ public final class Listener: Sendable {
         return Listener(socket: socket, boundPath: abstract ? nil : path, activated: false)
     }
 
-    static func parentDirectory(of path: String) -> String {
-        FileSystem.parentDirectory(of: path)
-    }
-
     /// `mkdir -p` with 0700 for every directory it creates.
     static func makeDirectory(_ path: String) throws(KeychainError) {
         if let st = try? FileSystem.status(path) {
@@ -113,7 +109,7 @@ public final class Listener: Sendable {
             }
             return
         }
-        let parent = parentDirectory(of: path)
+        let parent = FileSystem.parentDirectory(of: path)
         if parent != path && parent != "." { try makeDirectory(parent) }
         do { try FileSystem.makeDirectory(path, permissions: 0o700) } catch {
             if error.code != .exists { throw UnixSocket.error(error) }

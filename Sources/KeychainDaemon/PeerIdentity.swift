@@ -155,7 +155,8 @@ public struct PeerIdentity: Sendable {
         return PeerIdentity(pid: pid, uid: uid, executable: exe, executableFile: file, problem: nil, process: process)
     }
 
-    static func readExecutable(pid: Int32) -> String? {
+    /// The path of `pid`'s executable as `/proc/<pid>/exe` shows it; nil when unreadable.
+    public static func readExecutable(pid: Int32) -> String? {
         FileSystem.readLink("/proc/\(pid)/exe")
     }
 }

@@ -96,7 +96,7 @@ final class BusMessage {
         var p: UnsafePointer<CChar>?
         try check(sd_bus_message_read_basic(raw, Self.code(type), &p), "a string")
         guard let p else { throw .invalidArgs("missing string") }
-        return SystemCalls.bytes(ofCString: p)
+        return SystemLayer.bytes(ofCString: p)
     }
 
     func readString(_ type: Character = "s") throws(BusError) -> String {
@@ -262,7 +262,7 @@ final class BusConnection {
         sd_bus_unref(raw)
     }
 
-    static func describe(_ r: Int32) -> String { SystemCalls.describe(errno: -r) }
+    static func describe(_ r: Int32) -> String { SystemLayer.describe(errno: -r) }
 
     var uniqueName: String {
         var p: UnsafePointer<CChar>?
@@ -369,7 +369,7 @@ final class BusConnection {
     var timeoutMilliseconds: Int32 {
         var usec: UInt64 = 0
         guard sd_bus_get_timeout(raw, &usec) >= 0, usec != UInt64.max else { return -1 }
-        let nowUsec = SystemCalls.monotonicMicroseconds()
+        let nowUsec = SystemLayer.monotonicMicroseconds()
         return usec <= nowUsec ? 0 : Int32(min((usec - nowUsec + 999) / 1000, 60_000))
     }
 }

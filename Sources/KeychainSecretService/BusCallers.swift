@@ -111,7 +111,7 @@ extension SecretService {
         do throws(BusError) { first = try credentials(sender) } catch {
             throw .accessDenied("the bus has no credentials for \(BusPath.printable(sender)): \(error.message)")
         }
-        if let refusal = AccessPolicy.admit(peerUID: first.uid, daemonUID: SystemCalls.uid) {
+        if let refusal = AccessPolicy.admit(peerUID: first.uid, daemonUID: SystemLayer.uid) {
             throw .accessDenied(refusal.message)
         }
         let handle: ProcessHandle

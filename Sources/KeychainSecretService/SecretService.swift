@@ -65,7 +65,7 @@ public final class SecretService: @unchecked Sendable {
         }
         if var errno = bus.requestName(Self.busName, replace: replace) {
             // --replace, and the holder does not let the name go (GNOME Keyring keeps it): stop it.
-            if replace && errno == SystemCalls.alreadyExists && stopHolder() {
+            if replace && errno == SystemLayer.alreadyExists && stopHolder() {
                 errno = bus.requestName(Self.busName, replace: true) ?? 0
             }
             if errno != 0 {
@@ -117,27 +117,27 @@ public final class SecretService: @unchecked Sendable {
     /// that it is still the holder and runs as this user, sends it SIGTERM through the pidfd, and
     /// waits (up to 15 s) for the name to be free. Returns whether it is.
     private func stopHolder() -> Bool {
-        guard let pid = holder(), SystemCalls.uid(of: pid) == SystemCalls.uid else { return false }
+        guard let pid = holder(), SystemLayer.uid(of: pid) == SystemLayer.uid else { return false }
         guard let process = try? ProcessHandle.open(pid: pid) else { return false }
         guard holder() == pid, process.terminate() else { return false }
         Log.write(
             .notice, "secret service: --replace: asked the provider holding the name to stop",
-            [("pid", String(pid)), ("executable", SystemCalls.executable(of: pid) ?? "?")])
+            [("pid", String(pid)), ("executable", SystemLayer.executable(of: pid) ?? "?")])
         for _ in 0..<150 {
             if holder() == nil { return true }
-            SystemCalls.sleep(milliseconds: 100)
+            SystemLayer.sleep(milliseconds: 100)
         }
         return false
     }
 
     /// The message for a name someone else holds: who holds it, and what to do.
     private func nameTaken(errno: Int32, replace: Bool) -> String {
-        guard errno == SystemCalls.alreadyExists else {
-            return "cannot take the bus name \(Self.busName): \(SystemCalls.describe(errno: errno))"
+        guard errno == SystemLayer.alreadyExists else {
+            return "cannot take the bus name \(Self.busName): \(SystemLayer.describe(errno: errno))"
         }
         var holder = "another process"
         if let pid = self.holder() {
-            holder = "pid \(pid)" + (SystemCalls.executable(of: pid).map { " (\($0))" } ?? "")
+            holder = "pid \(pid)" + (SystemLayer.executable(of: pid).map { " (\($0))" } ?? "")
         }
         if replace {
             return

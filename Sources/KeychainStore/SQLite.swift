@@ -308,5 +308,4 @@ package final class SQLiteStatement {
         return String(cString: p)
     }
 
-    package func isNull(_ column: Int32) -> Bool { sqlite3_column_type(statement, column) == SQLITE_NULL }
 }

@@ -1,9 +1,10 @@
+import KeychainDaemon
 import KeychainSystem
 
-/// What the Secret Service needs from the system, on the system layer (KeychainSystem): the few
-/// process facts and the clock that are not already a type of their own there (`WakePipe`, `Poll`,
-/// `ProcessHandle`).
-enum SystemCalls {
+/// What the Secret Service takes from the system layer (KeychainSystem) beyond the types it uses
+/// as they are (`WakePipe`, `Poll`, `ProcessHandle`): a few process facts, errno texts and the clock,
+/// in the forms sd-bus and the bus code want them. It makes no system call of its own.
+enum SystemLayer {
     /// The uid a process runs as (from /proc), or nil when it is gone.
     static func uid(of pid: Int32) -> UInt32? {
         (try? FileSystem.status("/proc/\(pid)"))?.uid
@@ -16,9 +17,7 @@ enum SystemCalls {
     static let alreadyExists = Errno.Code.exists.rawValue
 
     /// The path of a process's executable as /proc shows it, for messages (nil when unreadable).
-    static func executable(of pid: Int32) -> String? {
-        FileSystem.readLink("/proc/\(pid)/exe")
-    }
+    static func executable(of pid: Int32) -> String? { PeerIdentity.readExecutable(pid: pid) }
 
     static var uid: UInt32 { CurrentProcess.uid }
     static func describe(errno e: Int32) -> String { Errno(e, call: "").message }
