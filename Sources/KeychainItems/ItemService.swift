@@ -422,10 +422,12 @@ public final class ItemService: Sendable {
         }
     }
 
-    /// About what one item of an answer takes in memory once encoded: its secret, its attributes'
-    /// keys and values, and something for each value's head and the map around them.
+    /// About what one item of an answer holds while it is collected: the sealed row it was read
+    /// from, its opened secret, its attributes' keys and values, and something for each value's head
+    /// and the map around them.
     static func approximateBytes(of item: OpenedItem) -> Int {
-        var bytes = 64 + (item.secret?.count ?? 0) + item.row.ref.count
+        let sealed = item.row.withSealedColumns { $0.secret.count + $0.attributes.count + $0.ref.count }
+        var bytes = 64 + sealed + (item.secret?.count ?? 0)
         for (key, value) in item.attributes {
             bytes += key.utf8.count + 9
             switch value {
