@@ -58,7 +58,7 @@ final class HostilePeerTests: XCTestCase {
                 "add",
                 query: [
                     "class": .text("genp"), "svce": .text("bulk"), "acct": .text("item \(i)"),
-                    "v_Data": .bytes([UInt8](repeating: UInt8(i), count: 2 << 20)),
+                    "v_Data": .bytes([UInt8](repeating: UInt8(i), count: 1 << 20)),
                 ])
             XCTAssertEqual(add.status, .success, add.message ?? "")
         }
@@ -71,7 +71,8 @@ final class HostilePeerTests: XCTestCase {
         XCTAssertEqual(
             try c.call("copy", query: copy(limit: .int(3))).result?.array?.count, 3, "smaller answers are served")
 
-        // 6 MiB that its peer does not read: the daemon's write waits, holding its share.
+        // Three items (each counted twice, as the sealed row and the opened secret it holds) that
+        // its peer does not read: the daemon's write waits, holding its share.
         let idle = try d.connect()
         try idle.send(Request(id: 1, op: "copy", query: copy(limit: .int(3))))
         XCTAssertTrue(try d.waitFor { try self.buffered(d) >= 6 << 20 }, "the unread answer is held")
