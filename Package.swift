@@ -2,15 +2,16 @@
 // keychaind — Apple's Keychain Services for Linux.
 // Layering (bottom to top): C shims → KeychainSystem → KeychainCore → KeychainCrypto / KeychainWire
 // → KeychainStore → KeychainItems → KeychainDaemon → KeychainSecretService → executables.
-// KeychainServices (client) sits on KeychainClient → KeychainWire. Only KeychainSystem (and the C
-// shims) call libc for files, sockets, clocks, processes and locks.
+// The client: KeychainClient (on KeychainWire) → Security (Apple's API) → KeychainServices (the
+// Swift-native API). Only KeychainSystem (and the C shims) call libc for files, sockets, clocks,
+// processes and locks.
 import PackageDescription
 
 let package = Package(
     name: "keychaind",
     products: [
-        // One product, two modules: `import KeychainServices`, or `import Security` so that code written
-        // for Apple platforms compiles unchanged.
+        // One product, two modules: `import Security` (Apple's API alone) so that code written for
+        // Apple platforms compiles unchanged, or `import KeychainServices` (that and the native API).
         .library(name: "KeychainServices", targets: ["KeychainServices", "Security"]),
         .executable(name: "keychaind", targets: ["keychaind"]),
         .executable(name: "keychainctl", targets: ["keychainctl"]),
@@ -66,9 +67,9 @@ let package = Package(
         // The client library: Apple's SecItem API, a Swift-native API, DeviceIdentifier.
         .target(
             name: "KeychainServices",
-            dependencies: ["KeychainSystem", "KeychainCore", "KeychainClient"]),
-        // `import Security` on Linux: a thin re-export of KeychainServices.
-        .target(name: "Security", dependencies: ["KeychainServices"]),
+            dependencies: ["Security", "KeychainSystem", "KeychainCore", "KeychainClient"]),
+        // `import Security` on Linux: Apple's SecItem API, its constants and CF type names, alone.
+        .target(name: "Security", dependencies: ["KeychainSystem", "KeychainCore", "KeychainClient"]),
 
         .executableTarget(
             name: "keychaind",
@@ -106,7 +107,7 @@ let package = Package(
             dependencies: ["KeychainSystem", "KeychainCore", "KeychainCrypto", "KeychainStore", "KeychainTestSupport"]),
         .testTarget(
             name: "KeychainClientTests",
-            dependencies: ["KeychainServices", "KeychainClient", "KeychainCore", "KeychainWire"]),
+            dependencies: ["KeychainServices", "Security", "KeychainClient", "KeychainCore", "KeychainWire"]),
         .testTarget(
             name: "KeychainItemsTests",
             dependencies: [

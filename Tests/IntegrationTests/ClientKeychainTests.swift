@@ -44,6 +44,17 @@ final class ClientKeychainTests: SharedConnectionTestCase {
         XCTAssertEqual(try Keychain(service: "com.example.wipe").string(forKey: "b"), "second")
     }
 
+    /// The Swift-native layer lists accounts that SecItem code wrote as Data (as some wrappers do)
+    /// by their text.
+    func testAccountsWrittenAsDataAreListedByTheirText() throws {
+        let add: [String: Any] = [
+            kSecClass as String: kSecClassGenericPassword, kSecAttrService as String: "com.example.wrapper",
+            kSecAttrAccount as String: Data("k".utf8), kSecValueData as String: Data("again".utf8),
+        ]
+        XCTAssertEqual(SecItemAdd(add as CFDictionary, nil), errSecSuccess)
+        XCTAssertEqual(try Keychain(service: "com.example.wrapper").allKeys(), ["k"])
+    }
+
     func testTypedGetSetRemove() throws {
         let keychain = Keychain(service: "com.example.native")
         XCTAssertNil(try keychain.string(forKey: "alice"))

@@ -30,7 +30,7 @@ final class ModuleSurfaceTests: XCTestCase {
         // C target the system layer is built on.
         let cSupport = DaemonHarness.productsDirectory + "/CSupport.build/module.modulemap"
         p.arguments = [
-            "swiftc", "-typecheck", "-swift-version", "6", "-I", modules,
+            "swiftc", "-typecheck", "-swift-version", "6", "-I", modules, "-I", scratch,
             "-Xcc", "-fmodule-map-file=\(cSupport)", file,
         ]
         let out = Pipe()
@@ -63,6 +63,20 @@ final class ModuleSurfaceTests: XCTestCase {
                 (item as? [AnyHashable: Any])?[kSecAttrAccount] as? Data
             }
 
+            func message() -> CFString? { SecCopyErrorMessageString(errSecItemNotFound, nil) }
+            """
+        for module in ["Security", "KeychainServices"] {
+            let r = try typecheck(
+                source.replacingOccurrences(of: "import Security", with: "import \(module)"), name: "ok-\(module)")
+            XCTAssertEqual(r.status, 0, "with import \(module):\n\(r.output)")
+        }
+    }
+
+    func testTheSwiftNativeAPIComesWithImportKeychainServices() throws {
+        let r = try typecheck(
+            """
+            import KeychainServices
+
             func swiftNative() throws {
                 let keychain = Keychain(service: "com.example.app", connection: KeychainConnection(socketPath: "/tmp/s"))
                 do throws(KeychainError) {
@@ -72,12 +86,42 @@ final class ModuleSurfaceTests: XCTestCase {
                 _ = try DeviceIdentifier.current()
                 _ = SecCopyErrorMessageString(errSecItemNotFound, nil)
             }
+            """, name: "native")
+        XCTAssertEqual(r.status, 0, r.output)
+    }
+
+    /// A wrapper module declaring its own `Keychain`, `KeychainError` and `Status` (KeychainAccess,
+    /// Valet) is used beside `import Security` as on Apple platforms: those names are the wrapper's,
+    /// unqualified. (`import Security` brought this package's own too, and made them ambiguous or
+    /// silently ours.)
+    func testAWrappersOwnKeychainAndStatusDoNotClashWithImportSecurity() throws {
+        let wrapper = scratch + "/Wrapper.swift"
+        try """
+        public final class Keychain { public init(service: String) {} }
+        public struct KeychainError: Error { public init() {} }
+        public struct Status: Error { public let code: Int; public init(code: Int) { self.code = code } }
+        """.write(toFile: wrapper, atomically: true, encoding: .utf8)
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        p.arguments = [
+            "swiftc", "-emit-module", "-module-name", "Wrapper", "-emit-module-path",
+            scratch + "/Wrapper.swiftmodule", wrapper,
+        ]
+        try p.run()
+        p.waitUntilExit()
+        XCTAssertEqual(p.terminationStatus, 0, "the stand-in wrapper module builds")
+        let r = try typecheck(
             """
-        for module in ["Security", "KeychainServices"] {
-            let r = try typecheck(
-                source.replacingOccurrences(of: "import Security", with: "import \(module)"), name: "ok-\(module)")
-            XCTAssertEqual(r.status, 0, "with import \(module):\n\(r.output)")
-        }
+            import Foundation
+            import Security
+            import Wrapper
+
+            let keychain: Keychain = Keychain(service: "com.example.app")
+            func fail() throws { throw KeychainError() }
+            func code(_ e: Error) -> Int? { (e as? Status)?.code }
+            let status: OSStatus = SecItemDelete([kSecClass as String: kSecClassGenericPassword] as CFDictionary)
+            """, name: "beside-a-wrapper")
+        XCTAssertEqual(r.status, 0, r.output)
     }
 
     func testNothingBelowTheClientAPILeaksIntoTheApp() throws {
@@ -88,21 +132,28 @@ final class ModuleSurfaceTests: XCTestCase {
             "Response", "CBOR", "SocketLocation", "SocketAddress", "KeychainAdmin",
             "DeviceIdentifierConvention", "SecConstant", "Conversion",
         ]
+        // `import Security` brings Apple's names alone: none of this package's Swift-native API.
+        let native = ["Keychain", "KeychainError", "Status", "DeviceIdentifier", "KeychainConnection"]
         for module in ["Security", "KeychainServices"] {
+            let names = module == "Security" ? hidden + native : hidden
             var source = "import \(module)\n"
-            for (i, name) in hidden.enumerated() { source += "let v\(i): \(name).Type? = nil\n" }
-            // The connection's request API is the package's own.
-            source += "func f(_ c: KeychainConnection) { _ = try? c.call(.copy) }\n"
+            for (i, name) in names.enumerated() { source += "let v\(i): \(name).Type? = nil\n" }
+            if module == "KeychainServices" {
+                // The connection's request API is the package's own.
+                source += "func f(_ c: KeychainConnection) { _ = try? c.call(.copy) }\n"
+            }
             let r = try typecheck(source, name: "hidden-\(module)")
             XCTAssertNotEqual(r.status, 0, "expected errors with import \(module)")
-            for name in hidden {
+            for name in names {
                 XCTAssertTrue(
                     r.output.contains("cannot find type '\(name)' in scope"),
                     "\(name) is visible after import \(module):\n\(r.output)")
             }
-            XCTAssertTrue(
-                r.output.contains("no member 'call'") || r.output.contains("'call' is inaccessible"),
-                "KeychainConnection.call is visible after import \(module):\n\(r.output)")
+            if module == "KeychainServices" {
+                XCTAssertTrue(
+                    r.output.contains("no member 'call'") || r.output.contains("'call' is inaccessible"),
+                    "KeychainConnection.call is visible after import \(module):\n\(r.output)")
+            }
         }
     }
 }

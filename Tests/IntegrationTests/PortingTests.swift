@@ -147,9 +147,6 @@ final class PortingTests: SharedConnectionTestCase {
         XCTAssertEqual(shared.allKeys(), ["token"])
         XCTAssertTrue(wrapper.removeAllKeys())
         XCTAssertEqual(wrapper.allKeys(), [], "without a group, removeAll spans the app's groups")
-        // The Swift-native layer lists accounts written as Data by their text.
-        XCTAssertTrue(wrapper.set("again", forKey: "k"))
-        XCTAssertEqual(try Keychain(service: "com.example.wrapper").allKeys(), ["k"])
     }
 
     func testBlobAttributesReadBackWithTheTypeTheyWereWrittenWith() throws {

@@ -5,6 +5,7 @@ import KeychainWire
 import XCTest
 
 @testable import KeychainServices
+@testable import Security
 
 /// KeychainServices without a daemon: constants, the CF stand-ins, conversions both ways, errors.
 final class ClientUnitTests: XCTestCase {
