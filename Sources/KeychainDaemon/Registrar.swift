@@ -136,7 +136,7 @@ final class ConnectionPeer {
     let identity: PeerIdentity
     /// What answers of many items on this connection hold of the daemon's buffer budget until the
     /// connection has written them (nil: not counted, as for requests not served by a connection).
-    var answers: AnswerLedger?
+    @exclusivity(unchecked) var answers: AnswerLedger?
     // Used by its connection's thread only: no runtime exclusivity checks (asked on every request).
     @exclusivity(unchecked) private var cached: (generation: Int, result: Result<AppEntry, KeychainIdentityError>)?
     /// The registry generation of the last `app(in:)` answer (0 before the first).

@@ -40,7 +40,8 @@ public final class BufferBudget: Sendable {
 /// Used by the one thread that serves the connection.
 public final class AnswerLedger {
     let budget: BufferBudget
-    private(set) var held = 0
+    // Used by its connection's thread only: no runtime exclusivity checks (read after every write).
+    @exclusivity(unchecked) private(set) var held = 0
 
     /// A ledger holding nothing yet of `budget`.
     public init(budget: BufferBudget) { self.budget = budget }
