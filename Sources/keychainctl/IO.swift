@@ -24,10 +24,11 @@ struct Output {
         }
     }
 
-    /// Writes everything, then zeroes it (it may hold secrets, as `find -w` writes them).
-    func flush(to fd: Int32 = 1) {
+    /// Writes everything, then zeroes it (it may hold secrets, as `find -w` writes them) and empties it.
+    mutating func flush(to fd: Int32 = 1) {
         IO.writeAll(fd, bytes)
         Zeroing.zeroShared(bytes)
+        bytes.removeAll()
     }
 }
 
