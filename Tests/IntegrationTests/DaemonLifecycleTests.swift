@@ -97,7 +97,7 @@ final class DaemonLifecycleTests: XCTestCase {
         try d.start()
         XCTAssertEqual(try d.connect().call("status").status, .success)
         d.stop()
-        try "not a socket".write(toFile: d.socketPath, atomically: true, encoding: .utf8)
+        try "not a socket".writeReplacing(d.socketPath)
         XCTAssertThrowsError(try d.start())
         XCTAssertTrue(d.log.contains("is not a socket"), d.log)
     }
@@ -170,7 +170,7 @@ final class DaemonLifecycleTests: XCTestCase {
         }
         // Made beside apps.d and renamed into it, so no reload sees it half made.
         let staging = d.appsDirectory + "/../huge.staging"
-        XCTAssertTrue(FileManager.default.createFile(atPath: staging, contents: nil))
+        try "".write(toFile: staging, atomically: false, encoding: .utf8)
         XCTAssertEqual(truncate(staging, 6 << 30), 0)
         XCTAssertEqual(rename(staging, d.appsDirectory + "/huge.json"), 0)
         d.reloadApps()
@@ -179,7 +179,7 @@ final class DaemonLifecycleTests: XCTestCase {
         try FileManager.default.removeItem(atPath: d.appsDirectory + "/huge.json")
 
         let blanks = d.appsDirectory + "/blanks.json"
-        try String(repeating: " ", count: (64 << 10) + 1).write(toFile: blanks, atomically: true, encoding: .utf8)
+        try String(repeating: " ", count: (64 << 10) + 1).writeReplacing(blanks)
         d.reloadApps()
         XCTAssertTrue(refusedForSize("blanks.json"), d.log)
         XCTAssertEqual(try d.connect().call("status").status, .success)
@@ -192,15 +192,15 @@ final class DaemonLifecycleTests: XCTestCase {
         XCTAssertTrue(
             out.stderr.contains(d.configFile) && out.stderr.contains("unknown key \"maxConections\""), out.stderr)
 
-        try "{ not json".write(toFile: d.configFile, atomically: true, encoding: .utf8)
+        try "{ not json".writeReplacing(d.configFile)
         let bad = try d.run(DaemonHarness.daemonPath, d.arguments)
         XCTAssertEqual(bad.status, 1)
         XCTAssertTrue(bad.stderr.contains("is not valid JSON"), bad.stderr)
 
-        try "".write(toFile: d.configFile, atomically: true, encoding: .utf8)
+        try "".writeReplacing(d.configFile)
         try
             #"{"application-identifier": "A.x", "keychain-access-groups": ["A.x"], "executables": ["/bin/x"], "colour": 1}"#
-            .write(toFile: d.appsDirectory + "/bad.json", atomically: true, encoding: .utf8)
+            .writeReplacing(d.appsDirectory + "/bad.json")
         let app = try d.run(DaemonHarness.daemonPath, d.arguments)
         XCTAssertEqual(app.status, 1)
         XCTAssertTrue(app.stderr.contains("bad.json") && app.stderr.contains("colour"), app.stderr)

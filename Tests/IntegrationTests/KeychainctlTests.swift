@@ -223,8 +223,8 @@ final class KeychainctlTests: XCTestCase {
         let pass = daemon.root + "/pass"
         let newPass = daemon.root + "/newpass"
         let backupFile = daemon.root + "/backup.kcb"
-        try "first passphrase\n".write(toFile: pass, atomically: true, encoding: .utf8)
-        try "second passphrase\n".write(toFile: newPass, atomically: true, encoding: .utf8)
+        try "first passphrase\n".writeReplacing(pass)
+        try "second passphrase\n".writeReplacing(newPass)
         let set = try ctl("passwd", "--new-passphrase-file", pass)
         XCTAssertEqual(set.status, 0, set.stderr)
         XCTAssertEqual(try ctl("add", "-s", "com.example.locked", "-a", "a", "-w", "secret").status, 0)

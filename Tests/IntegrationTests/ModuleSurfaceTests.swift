@@ -19,7 +19,7 @@ final class ModuleSurfaceTests: XCTestCase {
     /// Runs `swiftc -typecheck` on `source` against the package's built modules.
     private func typecheck(_ source: String, name: String) throws -> (status: Int32, output: String) {
         let file = scratch + "/\(name).swift"
-        try source.write(toFile: file, atomically: true, encoding: .utf8)
+        try source.writeReplacing(file)
         let modules = DaemonHarness.productsDirectory + "/Modules"
         XCTAssertTrue(
             FileManager.default.fileExists(atPath: modules + "/Security.swiftmodule"),
@@ -100,7 +100,7 @@ final class ModuleSurfaceTests: XCTestCase {
         public final class Keychain { public init(service: String) {} }
         public struct KeychainError: Error { public init() {} }
         public struct Status: Error { public let code: Int; public init(code: Int) { self.code = code } }
-        """.write(toFile: wrapper, atomically: true, encoding: .utf8)
+        """.writeReplacing(wrapper)
         let p = Process()
         p.executableURL = URL(fileURLWithPath: "/usr/bin/env")
         p.arguments = [

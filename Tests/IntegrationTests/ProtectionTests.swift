@@ -401,7 +401,7 @@ final class ProtectionTests: XCTestCase {
         let credentials = d.root + "/credentials"
         try FileManager.default.createDirectory(atPath: credentials, withIntermediateDirectories: true)
         let file = credentials + "/keychaind.passphrase"
-        try "headless passphrase\n".write(toFile: file, atomically: true, encoding: .utf8)
+        try "headless passphrase\n".writeReplacing(file)
         try FileManager.default.setAttributes([.posixPermissions: 0o400], ofItemAtPath: file)
         try d.start(extraEnvironment: ["CREDENTIALS_DIRECTORY": credentials])
         c = try d.connect()
@@ -412,7 +412,7 @@ final class ProtectionTests: XCTestCase {
 
         // A wrong credential leaves it locked, counts as a failure, and says so in the log.
         try FileManager.default.removeItem(atPath: file)
-        try "not it\n".write(toFile: file, atomically: true, encoding: .utf8)
+        try "not it\n".writeReplacing(file)
         try d.start(extraEnvironment: ["CREDENTIALS_DIRECTORY": credentials])
         c = try d.connect()
         let s = try status(c)

@@ -173,7 +173,7 @@ final class ReviewRegressionTests: XCTestCase {
                 ).status, .success)
         }
         let pass = d.root + "/backup-pass"
-        try "backup passphrase\n".write(toFile: pass, atomically: true, encoding: .utf8)
+        try "backup passphrase\n".writeReplacing(pass)
         let out = try d.run(DaemonHarness.cliPath, ["backup", d.root + "/kc.backup", "--passphrase-file", pass])
         XCTAssertNotEqual(out.status, 0)
         XCTAssertTrue(out.stderr.contains("maxFrameBytes"), out.stderr)

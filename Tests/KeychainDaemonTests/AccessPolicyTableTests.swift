@@ -150,9 +150,9 @@ struct AccessPolicyTableTests {
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let exe = dir + "/app"
-        #expect(FileManager.default.createFile(atPath: exe, contents: Data("#!".utf8)))
+        try Data("#!".utf8).write(to: URL(fileURLWithPath: exe))
         let other = dir + "/other"
-        #expect(FileManager.default.createFile(atPath: other, contents: Data("#!".utf8)))
+        try Data("#!".utf8).write(to: URL(fileURLWithPath: other))
         let entry = AppEntry(
             applicationIdentifier: "T.app", accessGroups: ["T.app"], executables: [exe], admin: false, file: "t")
         let registry = AppRegistry(apps: [entry], bundledCLI: nil)

@@ -30,7 +30,7 @@ import Testing
             let shm = fx.databasePath + "-shm"
             #expect(!FileManager.default.fileExists(atPath: shm))
             fx.service.close()
-            #expect(FileManager.default.createFile(atPath: shm, contents: Data(repeating: 0xA5, count: 32768)))
+            try Data(repeating: 0xA5, count: 32768).write(to: URL(fileURLWithPath: shm))
             try fx.reopen()
             #expect(!FileManager.default.fileExists(atPath: shm))
             #expect(try fx.secret("svc", "a") == "1")

@@ -54,7 +54,7 @@ final class DaemonHarness: @unchecked Sendable {
         logFile = root + "/daemon.log"
         try FileManager.default.createDirectory(atPath: appsDirectory, withIntermediateDirectories: true)
         try FileManager.default.createDirectory(atPath: systemAppsDirectory, withIntermediateDirectories: true)
-        try config.write(toFile: configFile, atomically: true, encoding: .utf8)
+        try config.writeReplacing(configFile)
         for (i, app) in apps.enumerated() { try register(app, name: "app\(i)") }
         if start { try self.start() }
     }
@@ -95,7 +95,8 @@ final class DaemonHarness: @unchecked Sendable {
         var env = ProcessInfo.processInfo.environment
         for (k, v) in extraEnvironment { env[k] = v }
         p.environment = env
-        _ = FileManager.default.createFile(atPath: logFile, contents: nil)
+        // Not FileManager.createFile: on Linux it writes atomically, leaving a folder in /tmp behind.
+        try "".write(toFile: logFile, atomically: false, encoding: .utf8)
         let log = FileHandle(forWritingAtPath: logFile)!
         log.seekToEndOfFile()
         p.standardError = log
@@ -226,5 +227,20 @@ final class RawClient {
         let r = try receive()
         XCTAssertEqual(r.id, id)
         return r
+    }
+}
+
+extension String {
+    /// Writes the text to `path` all at once, as `write(toFile:atomically: true)` means to (a
+    /// temporary file beside it, then a rename, so a daemon reloading meanwhile never reads half of
+    /// it), without that call's leftovers: on Linux it leaves a `/tmp/TemporaryDirectory.*` folder
+    /// behind on every call, hundreds per test run.
+    func writeReplacing(_ path: String) throws {
+        let temporary = path + ".writing-" + UUID().uuidString.prefix(8)
+        try write(toFile: temporary, atomically: false, encoding: .utf8)
+        guard rename(temporary, path) == 0 else {
+            try? FileManager.default.removeItem(atPath: temporary)
+            throw HarnessError("cannot rename \(temporary) to \(path)")
+        }
     }
 }

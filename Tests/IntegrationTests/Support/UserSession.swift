@@ -62,13 +62,13 @@ final class UserSession: @unchecked Sendable {
                 "scripts/campaign/kcwire.py"
             ).path
         try fm.copyItem(atPath: kcwire, toPath: bin + "/kcwire.py")
-        try config.write(toFile: configFile, atomically: true, encoding: .utf8)
+        try config.writeReplacing(configFile)
         // The home and everything in it belong to the throwaway user.
         for path in [home, home + "/run", home + "/data", home + "/config", appsDirectory, configFile] {
             chown(path, uid, uid)
             chmod(path, path == configFile ? 0o600 : 0o700)
         }
-        _ = fm.createFile(atPath: logFile, contents: nil)
+        try "".write(toFile: logFile, atomically: false, encoding: .utf8)
     }
 
     deinit {
@@ -173,7 +173,7 @@ final class UserSession: @unchecked Sendable {
     /// A file only `uid` can read (a passphrase file for keychainctl).
     func privateFile(_ name: String, _ contents: String) throws -> String {
         let path = home + "/" + name
-        try contents.write(toFile: path, atomically: true, encoding: .utf8)
+        try contents.writeReplacing(path)
         chown(path, uid, uid)
         chmod(path, 0o600)
         return path
