@@ -95,7 +95,8 @@ public struct AppRegistry: Sendable {
             for exe in r.entry.executables {
                 let real = TrustedPaths.realPath(exe) ?? exe
                 if let reason = r.refusedExecutables[exe] {
-                    refused[Array(real.utf8)] = KeychainIdentityError(reason)
+                    // Refused here because an earlier registration owns it: the owner keeps it.
+                    if map[Array(real.utf8)] == nil { refused[Array(real.utf8)] = KeychainIdentityError(reason) }
                     continue
                 }
                 if map[Array(real.utf8)] != nil { continue }
@@ -191,7 +192,7 @@ public struct AppRegistry: Sendable {
         let how: @Sendable (String) -> String = { exe in
             passphraseSet
                 ? "register it root-owned in /etc/keychaind/apps.d/, or with `keychainctl register` (an admin, with the keychain passphrase)"
-                : "add an apps.d/*.json entry in \(userDirectory) with \"application-identifier\", \"keychain-access-groups\" and \"executables\": [\"\(exe)\"], then send SIGHUP to keychaind"
+                : "add an apps.d/*.json entry in \(userDirectory) with \"application-identifier\", \"keychain-access-groups\" and \"executables\": [\"\(exe)\"] (keychaind reads it as soon as it is written)"
         }
         return AppRegistry(registrations: registrations, bundledCLI: context.bundledCLI, howToRegister: how)
     }
