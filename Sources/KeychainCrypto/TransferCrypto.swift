@@ -1,7 +1,7 @@
 import CGcrypt
 import CSodium
 public import KeychainCore
-public import KeychainSystem
+import KeychainSystem
 
 /// How secrets travel between a client and the Secret Service (the spec's "transfer sessions"):
 /// `plain`, or `dh-ietf1024-sha256-aes128-cbc-pkcs7` — a Diffie-Hellman exchange in the 1024-bit

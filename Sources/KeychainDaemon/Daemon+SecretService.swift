@@ -17,8 +17,10 @@ extension Daemon {
     public var registryGeneration: Int { registrar.current.generation }
 
     /// The registration `peer` runs, or why it is not a registered app — the very lookup socket
-    /// connections use (AppRegistry.identify) — with the registry generation it was made under.
+    /// connections use (AppRegistry.identify) — with the registry generation it was made under. As
+    /// for a socket connection, a change to apps.d made before the call is taken first.
     public func identify(_ peer: PeerIdentity) -> (result: Result<AppEntry, KeychainIdentityError>, generation: Int) {
+        appsWatcher?.catchUp()
         let (registry, generation) = registrar.current
         return (registry.identify(peer), generation)
     }

@@ -8,7 +8,8 @@ import KeychainWire
 import Synchronization
 
 /// The daemon's lifecycle: configuration, the item service, the listener, one thread per
-/// connection, signals (SIGTERM/SIGINT graceful stop, SIGHUP reload of apps.d), sd_notify.
+/// connection, signals (SIGTERM/SIGINT graceful stop, SIGHUP reload of apps.d), apps.d watched for
+/// changes, sd_notify.
 public final class Daemon: Sendable {
     let settings: Settings
     let bundledCLI: String?
@@ -16,6 +17,8 @@ public final class Daemon: Sendable {
     let items: ItemService
     let listener: Listener
     let registrar: Registrar
+    /// Reloads the registrations when an apps.d changes; nil when inotify is not available.
+    let appsWatcher: AppsWatcher?
     private let connections = Locked<[ObjectIdentifier: UnixSocket]>([:])
     let stopping = Atomic<Bool>(false)
     private let drained = NSCondition()
@@ -52,6 +55,13 @@ public final class Daemon: Sendable {
             items.close()
             throw error
         }
+        do {
+            appsWatcher = try AppsWatcher(
+                directories: settings.systemAppsDirectories + [settings.appsDirectory], registrar: registrar)
+        } catch {
+            Log.warning("apps.d not watched: registrations are read again on SIGHUP only", [("error", error.message)])
+            appsWatcher = nil
+        }
         handler = RequestHandler(
             items: items, registrar: registrar, maxFrameBytes: settings.maxFrameBytes,
             maxBufferedBytes: settings.maxBufferedBytes)
@@ -71,6 +81,10 @@ public final class Daemon: Sendable {
     /// Accepts until stopped, then drains in-flight requests. Returns the exit status.
     public func run() -> Int32 {
         startSignalThread()
+        if let appsWatcher {
+            appsWatcher.start()
+            shutdownHooks.withLock { $0.append { appsWatcher.stop() } }
+        }
         startAutoLockThread()
         ServiceNotifier.send("READY=1\nSTATUS=serving\nMAINPID=\(CurrentProcess.pid)")
         while let accepted = listener.accept() {
@@ -106,6 +120,10 @@ public final class Daemon: Sendable {
         }
         // Programs that are not registered apps may hold only a quarter of the connections, so one
         // that opens them all (any process of the user can) leaves the rest to the apps.
+        // A connection made after a change to apps.d sees it (an app started right after its
+        // registration was written, or after it was removed), even before the watching thread has
+        // read it: the change is taken here (one read of the inotify queue when there is none).
+        appsWatcher?.catchUp()
         let (registry, generation) = handler.registrar.current
         let known = (generation: generation, result: registry.identify(peer))
         let unregistered = (try? known.result.get()) == nil

@@ -177,8 +177,10 @@ enum Verb: String, CaseIterable {
                 Writes NAME.json (default: the APPLICATION-ID) into your apps.d with the given access groups
                 (the first is where adds without a group go) and executables (absolute paths of files you
                 cannot modify: install them root-owned, e.g. under /usr/local/bin), then approves it, which
-                needs an admin caller and, while a passphrase is set, the keychain passphrase. --admin makes
-                the app an administrator (every group; secrets of other groups need the passphrase).
+                needs an admin caller and, while a passphrase is set, the keychain passphrase. Without a
+                passphrase no approval is needed: keychaind reads the file as soon as it is written, and
+                this says whether it counts. --admin makes the app an administrator (every group; secrets
+                of other groups need the passphrase).
                 """
         case .approve:
             return """

@@ -410,9 +410,43 @@ struct Command {
         do throws(KeychainError) {
             try approve(name, expecting: written)
         } catch  where error.status == .missingEntitlement && !s.passphraseSet {
-            // Without a passphrase the file counts as it is; a non-admin just cannot ask for the reload.
-            out.line("keychaind reads it on its next start or SIGHUP (pkill -HUP -u \"$(id -u)\" -x keychaind)")
+            // Without a passphrase the file counts as it is once keychaind has read it, which it does
+            // as soon as apps.d changes (a non-admin cannot ask for the reload): say whether it counts.
+            let path = directory + "/" + name
+            let seen = try awaitRegistration(path, id: id)
+            let why = seen.map { $0["reason"]?.text ?? Self.refusals($0) } ?? nil
+            if inv.json {
+                out.line(
+                    "{\"file\":\(JSON.string(name)),\"counts\":\(seen != nil && why == nil),\"registration\":\(JSON.encode(written))}"
+                )
+            } else if seen == nil {
+                out.line(
+                    "keychaind has not read it (it could not watch apps.d); it does on its next start or SIGHUP (pkill -HUP -u \"$(id -u)\" -x keychaind)"
+                )
+            } else if let why {
+                out.line("keychaind read it, but it does not count: \(why)")
+            } else {
+                out.line("keychaind counts it: \(Self.describe(written))")
+            }
         }
+    }
+
+    /// What keychaind lists for the registration file `path` of `id`, asked on a new connection:
+    /// keychaind takes every change to apps.d before it identifies a new connection's peer, so the
+    /// file just written is read by then. Nil when it is not listed (keychaind could not watch
+    /// apps.d, so it reads it on its next start or SIGHUP).
+    private func awaitRegistration(_ path: String, id: String) throws(KeychainError) -> [String: Value]? {
+        let fresh = KeychainAdmin(connection: KeychainConnection(socketPath: connection.socketPath))
+        let registrations = try fresh.status().raw["isolation"]?.map?["registrations"]?.array ?? []
+        return registrations.compactMap(\.map).first {
+            $0["file"]?.text == path && $0["application-identifier"]?.text == id
+        }
+    }
+
+    /// The executables of a listed registration that cannot carry its identity, and why; nil when none.
+    private static func refusals(_ entry: [String: Value]) -> String? {
+        let refused = (entry["refused"]?.map ?? [:]).sorted { $0.key < $1.key }.compactMap { $0.value.text }
+        return refused.isEmpty ? nil : refused.joined(separator: "; ")
     }
 
     /// Approves a file of the user's apps.d. What is approved is what was shown before the

@@ -157,7 +157,8 @@ final class DaemonLifecycleTests: XCTestCase {
         XCTAssertEqual(try d.connect().call("status").status, .success)
         try FileManager.default.removeItem(atPath: d.appsDirectory + "/fifo.json")
         d.reloadApps()
-        XCTAssertEqual(d.log.components(separatedBy: "apps reloaded").count, 2, "reloads again once it is gone")
+        XCTAssertEqual(
+            d.log.components(separatedBy: "apps reloaded why=SIGHUP").count, 2, "reloads again once it is gone")
     }
 
     /// A huge file in apps.d (any process of the user may put one there; an attack review's 6 GB file
@@ -231,6 +232,79 @@ final class DaemonLifecycleTests: XCTestCase {
         XCTAssertEqual(
             try c.call("copy", query: ["class": .text("genp")]).status, .itemNotFound,
             "the same connection now acts as the registered app")
+    }
+
+    /// keychaind watches apps.d: a registration written there counts without a signal, also in an
+    /// apps.d made after keychaind started, a change to it counts as changed, and a removed one stops
+    /// counting — on a connection already open, as after SIGHUP.
+    func testARegistrationWrittenIntoAppsDCountsWithoutASignal() throws {
+        let d = try DaemonHarness(apps: [])
+        let c = try d.connect()
+        func copyStatus(_ group: String) throws -> Status {
+            try c.call("copy", query: ["class": .text("genp"), "agrp": .text(group)]).status
+        }
+        XCTAssertEqual(try copyStatus("TEAM.tests"), .missingEntitlement)
+        try FileManager.default.removeItem(atPath: d.appsDirectory)
+
+        try FileManager.default.createDirectory(atPath: d.appsDirectory, withIntermediateDirectories: false)
+        var app = DaemonHarness.defaultApps[0]
+        try d.register(app, name: "late", user: true)
+        XCTAssertTrue(try d.waitFor { try copyStatus("TEAM.tests") == .itemNotFound }, "never counted:\n\(d.log)")
+        XCTAssertEqual(try copyStatus("TEAM.other"), .missingEntitlement)
+
+        app.groups.append("TEAM.other")
+        try d.register(app, name: "late", user: true)
+        XCTAssertTrue(try d.waitFor { try copyStatus("TEAM.other") == .itemNotFound }, "the change never counted")
+
+        try FileManager.default.removeItem(atPath: d.appsDirectory + "/late.json")
+        XCTAssertTrue(
+            try d.waitFor { try copyStatus("TEAM.tests") == .missingEntitlement }, "still counts once removed")
+        XCTAssertFalse(d.log.contains("why=SIGHUP"), "no signal was needed")
+        XCTAssertTrue(d.log.contains("apps reloaded why=apps.d changed"), d.log)
+    }
+
+    /// An app started right after its registration was written is identified on its first request,
+    /// without waiting for anything: a connection from a program that is not registered makes the
+    /// daemon take any change to apps.d first (the kernel queued it before the write returned).
+    func testAnAppStartedRightAfterItsRegistrationWasWrittenIsIdentified() throws {
+        let d = try DaemonHarness(apps: [])
+        for round in 0..<20 {
+            let app = DaemonHarness.App(
+                id: "TEAM.round\(round)", groups: ["TEAM.round\(round)"], executables: [DaemonHarness.runnerExecutable])
+            try d.register(app, name: "app", user: true)
+            let status = try d.connect().call("status")
+            XCTAssertEqual(status.result?.map?["caller"]?.text, "TEAM.round\(round)", "round \(round): \(status)")
+        }
+    }
+
+    /// One executable, one app: a later registration naming an app's executable is refused, saying
+    /// which registration owns it, and the app keeps its identity (it once lost it to the refusal).
+    func testASecondRegistrationOfAnAppsExecutableLeavesTheAppItsIdentity() throws {
+        let d = try DaemonHarness()
+        let other = DaemonHarness.App(
+            id: "TEAM.other", groups: ["TEAM.other"], executables: [DaemonHarness.runnerExecutable])
+        try d.register(other, name: "other", user: true)
+        let status = try d.connect().call("status")
+        XCTAssertEqual(status.result?.map?["caller"]?.text, "TEAM.tests", "\(status)")
+        let registrations = status.result?.map?["isolation"]?.map?["registrations"]?.array ?? []
+        let refusal = registrations.compactMap(\.map).first { $0["application-identifier"]?.text == "TEAM.other" }
+        let reason = refusal?["refused"]?.map?.values.first?.text ?? ""
+        XCTAssertTrue(reason.contains("is already registered by") && reason.contains("app0.json"), "\(status)")
+        XCTAssertEqual(
+            try d.connect().call("copy", query: ["class": .text("genp"), "agrp": .text("TEAM.other")]).status,
+            .missingEntitlement)
+    }
+
+    /// A registration file that is not valid JSON yet (a writer part-way through, or a mistake) is
+    /// refused when apps.d changes as on SIGHUP: the registrations before it stay.
+    func testAMalformedFileWrittenIntoAppsDKeepsThePreviousRegistrations() throws {
+        let d = try DaemonHarness()
+        let c = try d.connect()
+        XCTAssertEqual(try c.call("copy", query: ["class": .text("genp")]).status, .itemNotFound)
+        try #"{"application-identifier": "TEAM.x""#.writeReplacing(d.appsDirectory + "/broken.json")
+        XCTAssertTrue(
+            d.waitFor { d.log.contains("apps not reloaded; keeping the previous ones why=apps.d changed") }, d.log)
+        XCTAssertEqual(try c.call("copy", query: ["class": .text("genp")]).status, .itemNotFound)
     }
 
     func testAnotherUIDIsRefused() throws {

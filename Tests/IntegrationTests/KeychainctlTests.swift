@@ -1,5 +1,6 @@
 import Foundation
 import KeychainServices
+import KeychainWire
 import XCTest
 
 /// `keychainctl`, the real binary against the real daemon: every verb, exit codes, --json, --help.
@@ -263,6 +264,36 @@ final class KeychainctlTests: XCTestCase {
             try ctl("restore", backupFile, "--passphrase-file", newPass, "--keychain-passphrase-file", newPass).status,
             0,
             "wrong backup passphrase")
+    }
+
+    /// Without a passphrase the bundled keychainctl (a plain app, not an admin) registers an app in
+    /// the user's apps.d: no approval is needed, keychaind reads the file at once (no signal), and
+    /// register says whether it counts — the app's first connection is identified under it.
+    func testRegisterWithoutAPassphraseSaysWhetherTheFileCounts() throws {
+        let d = try DaemonHarness()
+        let counted = try d.run(
+            DaemonHarness.cliPath, ["register", "-i", "TEAM.env", "-g", "TEAM.env", "-e", "/usr/bin/env"])
+        XCTAssertEqual(counted.status, 0, counted.stderr)
+        XCTAssertTrue(counted.stdout.contains("keychaind counts it: groups TEAM.env"), counted.stdout)
+        let apps = try d.run(DaemonHarness.cliPath, ["apps"])
+        XCTAssertTrue(
+            apps.stdout.split(separator: "\n").contains { $0.hasPrefix("TEAM.env") && $0.contains(" yes ") },
+            apps.stdout)
+
+        // The test runner is TEAM.tests already: a second registration of it is read, and refused.
+        let taken = try d.run(
+            DaemonHarness.cliPath,
+            ["--json", "register", "-i", "TEAM.again", "-g", "TEAM.again", "-e", DaemonHarness.runnerExecutable])
+        XCTAssertEqual(taken.status, 0, taken.stderr)
+        let answer = try XCTUnwrap(try json(taken.stdout) as? [String: Any])
+        XCTAssertEqual(answer["counts"] as? Bool, false, taken.stdout)
+        let plain = try d.run(
+            DaemonHarness.cliPath,
+            ["register", "-i", "TEAM.again", "-g", "TEAM.again", "-e", DaemonHarness.runnerExecutable])
+        XCTAssertTrue(
+            plain.stdout.contains("does not count") && plain.stdout.contains("already registered"), plain.stdout)
+        XCTAssertEqual(try d.connect().call("status").result?.map?["caller"]?.text, "TEAM.tests")
+        XCTAssertFalse(d.log.contains("why=SIGHUP"))
     }
 
     /// --passphrase-fd / --new-passphrase-fd (how pam_keychaind hands over the login password, never

@@ -156,10 +156,11 @@ final class UserSession: @unchecked Sendable {
 
     /// SIGHUP, then waits until the daemon has re-read its registrations.
     func reload() {
-        let before = log.components(separatedBy: "apps reloaded").count
+        // Counted by the SIGHUP's own log line: keychaind also reloads when apps.d changes.
+        let before = log.components(separatedBy: "why=SIGHUP").count
         if let p = process { kill(p.processIdentifier, SIGHUP) }
         let deadline = Date().addingTimeInterval(DaemonHarness.eventTimeout)
-        while log.components(separatedBy: "apps reloaded").count == before && Date() < deadline { usleep(10_000) }
+        while log.components(separatedBy: "why=SIGHUP").count == before && Date() < deadline { usleep(10_000) }
     }
 
     /// Runs `executable` as `uid` to completion.

@@ -1,0 +1,105 @@
+import Glibc
+import KeychainSystem
+import KeychainTestSupport
+import Testing
+
+/// `DirectoryWatch` is what makes keychaind read an `apps.d` again when a registration appears,
+/// changes or goes: every such change must be seen, including in a directory made after the watch
+/// began, and nothing else should wake it. The kernel queues a change before the call that made it
+/// returns, so each look (`hasChanged`) is exact: no waiting, no timing.
+@Suite struct DirectoryWatchTests {
+    private func write(_ path: String, _ text: String) throws {
+        let file = try FileDescriptor.open(path, [.writeOnly, .create, .truncate])
+        try file.writeAll(Array(text.utf8))
+        file.close()
+    }
+
+    @Test func writingRenamingAndRemovingARegistrationAreChanges() throws {
+        let temporary = try TemporaryDirectory(prefix: "kc-watch")
+        let apps = temporary.appending("apps.d")
+        try FileSystem.makeDirectory(apps)
+        let watch = try DirectoryWatch(directories: [apps]) { $0.hasSuffix(".json") }
+        #expect(!watch.hasChanged(), "nothing happened yet")
+
+        try write(apps + "/a.json", "{}")
+        #expect(watch.hasChanged(), "a file written and closed")
+        #expect(!watch.hasChanged(), "each change is reported once")
+
+        try write(apps + "/notes.txt", "not a registration")
+        try write(apps + "/b.json.tmp-1", "{}")
+        #expect(!watch.hasChanged(), "files that do not matter")
+        try FileSystem.rename(apps + "/b.json.tmp-1", to: apps + "/b.json")
+        #expect(watch.hasChanged(), "renamed into place (keychainctl register writes that way)")
+
+        try FileSystem.setPermissions(apps + "/b.json", 0o644)
+        #expect(watch.hasChanged(), "its mode changed (which decides whether a system file counts)")
+        try FileSystem.setPermissions(apps, 0o755)
+        #expect(watch.hasChanged(), "the directory's own mode changed (the same for a system directory)")
+        try FileSystem.unlink(apps + "/a.json")
+        #expect(watch.hasChanged(), "removed")
+        try FileSystem.rename(apps + "/b.json", to: temporary.appending("b.json"))
+        #expect(watch.hasChanged(), "renamed away")
+    }
+
+    @Test func aFileCreatedEmptyIsAChangeOnlyOnceItsWriterClosesIt() throws {
+        let temporary = try TemporaryDirectory(prefix: "kc-watch")
+        let apps = temporary.appending("apps.d")
+        try FileSystem.makeDirectory(apps)
+        let watch = try DirectoryWatch(directories: [apps]) { $0.hasSuffix(".json") }
+        let file = try FileDescriptor.open(apps + "/half.json", [.writeOnly, .create, .exclusive])
+        #expect(!watch.hasChanged(), "created empty: a reader would find nothing to read yet")
+        try file.writeAll(Array("{".utf8))
+        #expect(!watch.hasChanged(), "still being written")
+        file.close()
+        #expect(watch.hasChanged(), "closed")
+
+        // A link made in place is whole at once.
+        #expect(symlink(apps + "/half.json", apps + "/link.json") == 0)
+        #expect(watch.hasChanged(), "a symbolic link")
+        try FileSystem.link(apps + "/half.json", to: apps + "/hard.json")
+        #expect(watch.hasChanged(), "a hard link")
+    }
+
+    @Test func aDirectoryThatDoesNotExistYetIsWatchedOnceItIsMade() throws {
+        let temporary = try TemporaryDirectory(prefix: "kc-watch")
+        let config = temporary.appending("config")
+        let apps = config + "/keychaind/apps.d"
+        let watch = try DirectoryWatch(directories: [apps]) { $0.hasSuffix(".json") }
+
+        try FileSystem.makeDirectory(config)
+        #expect(!watch.hasChanged(), "a directory above it appeared, not it")
+        try FileSystem.makeDirectory(config + "/other")
+        #expect(!watch.hasChanged(), "a directory beside the path")
+        try FileSystem.makeDirectory(config + "/keychaind")
+        #expect(!watch.hasChanged())
+        try FileSystem.makeDirectory(apps)
+        #expect(watch.hasChanged(), "apps.d appeared (a reader lists it now)")
+        try write(apps + "/late.json", "{}")
+        #expect(watch.hasChanged(), "a file in the directory made after the watch began")
+
+        // Gone, and made again: followed both ways.
+        try FileSystem.unlink(apps + "/late.json")
+        #expect(watch.hasChanged())
+        #expect(rmdir(apps) == 0)
+        #expect(watch.hasChanged(), "apps.d went")
+        try write(config + "/keychaind/stray.json", "{}")
+        #expect(!watch.hasChanged(), "a registration-like file above apps.d is not in it")
+        try FileSystem.makeDirectory(apps)
+        #expect(watch.hasChanged())
+        try write(apps + "/again.json", "{}")
+        #expect(watch.hasChanged(), "watched again once made again")
+    }
+
+    @Test func aWaitEndsWithEventsOrWithStop() throws {
+        let temporary = try TemporaryDirectory(prefix: "kc-watch")
+        let apps = temporary.appending("apps.d")
+        try FileSystem.makeDirectory(apps)
+        let watch = try DirectoryWatch(directories: [apps]) { $0.hasSuffix(".json") }
+        try write(apps + "/a.json", "{}")
+        #expect(watch.waitForEvents(), "events already queued end the wait at once")
+        #expect(watch.waitForEvents(), "and are still there: waiting takes none")
+        #expect(watch.hasChanged())
+        watch.stop()
+        #expect(!watch.waitForEvents(), "stopped: the watching thread's loop ends")
+    }
+}
