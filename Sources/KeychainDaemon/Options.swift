@@ -35,8 +35,9 @@ public struct Options: Sendable {
           --data-dir DIR     database and key files (default $XDG_DATA_HOME/keychaind, i.e.
                              ~/.local/share/keychaind; directory 0700, files 0600)
           --config FILE      settings (default $XDG_CONFIG_HOME/keychaind/keychaind.json); registered apps are
-                             read from apps.d/*.json beside it. An empty file, or no file at the default
-                             path, means defaults; a file named with --config must exist.
+                             read from apps.d/*.json beside it, again whenever a file there changes, and
+                             on SIGHUP. An empty file, or no file at the default path, means defaults; a
+                             file named with --config must exist.
           --log-level LEVEL  error, warning, notice, info (default) or debug; logs go to stderr with
                              journald priority prefixes and never contain secrets or attribute values
           --system-apps-dir DIR
