@@ -25,7 +25,13 @@ final class AppsWatcher: Sendable {
     @discardableResult
     func catchUp() -> Bool {
         reloading.withLock {
-            guard watch.hasChanged() else { return false }
+            do throws(Errno) {
+                guard try watch.hasChanged() else { return false }
+            } catch {
+                Log.warning(
+                    "apps.d watch could not follow a directory; SIGHUP reloads if a change is missed",
+                    [("error", error.message)])
+            }
             if registrar.reload("apps.d changed") { ServiceNotifier.send("STATUS=serving (apps reloaded)") }
             return true
         }
@@ -34,7 +40,11 @@ final class AppsWatcher: Sendable {
     /// Starts the thread that reloads on every change, until `stop`.
     func start() {
         let thread = Thread { [self] in
-            while watch.waitForEvents() { catchUp() }
+            do throws(Errno) {
+                while try watch.waitForEvents() { catchUp() }
+            } catch {
+                Log.error("apps.d no longer watched: SIGHUP reloads the registrations", [("error", error.message)])
+            }
         }
         thread.stackSize = 256 * 1024
         thread.start()

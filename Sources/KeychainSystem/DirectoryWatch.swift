@@ -53,17 +53,14 @@ public final class DirectoryWatch: Sendable {
     /// Blocks until the kernel has queued events (true), or until `stop` (false). It takes none of
     /// them: `hasChanged` does, so that whoever acts on a change can take it and act under one lock,
     /// and a thread that looks meanwhile waits for that action instead of missing the change.
-    public func waitForEvents() -> Bool {
+    /// Throws the `poll` errno.
+    public func waitForEvents() throws(Errno) -> Bool {
         while !stopped.load(ordering: .acquiring) {
             var fds = [
                 pollfd(fd: inotify.rawValue, events: Int16(POLLIN), revents: 0),
                 pollfd(fd: wake.readDescriptor, events: Int16(POLLIN), revents: 0),
             ]
-            let n = poll(&fds, 2, -1)
-            if n < 0 {
-                if errno == EINTR { continue }
-                return false
-            }
+            _ = try valueOrErrno("poll inotify") { poll(&fds, 2, -1) }
             if fds[1].revents != 0 || stopped.load(ordering: .acquiring) { return false }
             if fds[0].revents != 0 { return true }
         }
@@ -74,16 +71,14 @@ public final class DirectoryWatch: Sendable {
     /// watched directory appeared or went), without waiting. The kernel queues a change before the
     /// call that made it returns, so this sees every change made before it; the watches are moved
     /// before it returns, so a file made in a directory that has just appeared is seen by whoever
-    /// reads the directory after it.
-    public func hasChanged() -> Bool { settle() }
-
-    /// Takes the queued events and moves the watches they call for: whether a file that matters
-    /// changed, or a target directory appeared or went.
-    private func settle() -> Bool {
+    /// reads the directory after it. Throws the `inotify_add_watch` errno when a watch could not
+    /// follow a directory (ENOSPC: the user's watch limit reached): then something may have changed,
+    /// and a directory may go unwatched until the next change that moves the watches.
+    public func hasChanged() throws(Errno) -> Bool {
         let (changed, moved) = takeEvents()
         guard moved else { return changed }
         let before = existingTargets
-        try? rearm()
+        try rearm()
         return changed || existingTargets != before
     }
 
