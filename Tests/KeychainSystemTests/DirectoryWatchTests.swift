@@ -14,11 +14,16 @@ import Testing
         file.close()
     }
 
-    @Test func writingRenamingAndRemovingARegistrationAreChanges() throws {
+    /// A temporary apps.d, watched for `*.json` files (the temporary directory removes itself).
+    private func watchedAppsDirectory() throws -> (TemporaryDirectory, String, DirectoryWatch) {
         let temporary = try TemporaryDirectory(prefix: "kc-watch")
         let apps = temporary.appending("apps.d")
         try FileSystem.makeDirectory(apps)
-        let watch = try DirectoryWatch(directories: [apps]) { $0.hasSuffix(".json") }
+        return (temporary, apps, try DirectoryWatch(directories: [apps]) { $0.hasSuffix(".json") })
+    }
+
+    @Test func writingRenamingAndRemovingARegistrationAreChanges() throws {
+        let (temporary, apps, watch) = try watchedAppsDirectory()
         #expect(try !watch.hasChanged(), "nothing happened yet")
 
         try write(apps + "/a.json", "{}")
@@ -42,10 +47,8 @@ import Testing
     }
 
     @Test func aFileCreatedEmptyIsAChangeOnlyOnceItsWriterClosesIt() throws {
-        let temporary = try TemporaryDirectory(prefix: "kc-watch")
-        let apps = temporary.appending("apps.d")
-        try FileSystem.makeDirectory(apps)
-        let watch = try DirectoryWatch(directories: [apps]) { $0.hasSuffix(".json") }
+        let (temporary, apps, watch) = try watchedAppsDirectory()
+        defer { withExtendedLifetime(temporary) {} }  // the directory lives until the test ends
         let file = try FileDescriptor.open(apps + "/half.json", [.writeOnly, .create, .exclusive])
         #expect(try !watch.hasChanged(), "created empty: a reader would find nothing to read yet")
         try file.writeAll(Array("{".utf8))
@@ -91,10 +94,8 @@ import Testing
     }
 
     @Test func aWaitEndsWithEventsOrWithStop() throws {
-        let temporary = try TemporaryDirectory(prefix: "kc-watch")
-        let apps = temporary.appending("apps.d")
-        try FileSystem.makeDirectory(apps)
-        let watch = try DirectoryWatch(directories: [apps]) { $0.hasSuffix(".json") }
+        let (temporary, apps, watch) = try watchedAppsDirectory()
+        defer { withExtendedLifetime(temporary) {} }  // the directory lives until the test ends
         try write(apps + "/a.json", "{}")
         #expect(try watch.waitForEvents(), "events already queued end the wait at once")
         #expect(try watch.waitForEvents(), "and are still there: waiting takes none")
