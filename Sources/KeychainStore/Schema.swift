@@ -75,8 +75,9 @@ enum Schema {
         // app's queries always name its groups, so by group, group and service, or all three they
         // search this index; by account alone they scan their groups' part of it (digests only, no
         // row is opened); an administrator's query by service or account alone, naming no group,
-        // scans the table; a listing of a whole group is sorted into rowid order afterwards. Indexes
-        // only: no row changes, the row-state record stays valid.
+        // scans the whole index. The index gives the rowids of a search, and the rows are then read
+        // in rowid order (RowFilter: no sort of whole rows). Indexes only: no row changes, the
+        // row-state record stays valid.
         [
             "DROP INDEX IF EXISTS items_by_service_account",
             "DROP INDEX IF EXISTS items_by_account",

@@ -88,6 +88,47 @@ final class HostilePeerTests: XCTestCase {
                 .status, .success, "every item is still there")
     }
 
+    /// A copy over many large items holds one row at a time, whatever it asks for: SQLite once
+    /// sorted every matching row, sealed secret and all, into rowid order before the first came
+    /// back, so `m_Limit 1` over an app's 300 items of 1 MB took 180 MB (an allocator review found
+    /// it), and a copy of them all took that much before the answer budget could count a byte.
+    /// Measured as the daemon's peak resident memory (VmHWM, reset before each copy), not as time.
+    func testACopyOverManyLargeItemsHoldsOneRowAtATime() throws {
+        let d = try DaemonHarness(config: #"{"maxBufferedBytes": 16777216}"#)
+        let c = try d.connect()
+        for i in 0..<100 {
+            let add = try c.call(
+                "add",
+                query: [
+                    "class": .text("genp"), "svce": .text("bulk"), "acct": .text("item \(i)"),
+                    "v_Data": .bytes([UInt8](repeating: UInt8(i), count: 900 << 10)),
+                ])
+            XCTAssertEqual(add.status, .success, add.message ?? "")
+        }
+        let pid = try XCTUnwrap(d.process?.processIdentifier)
+        func status(_ key: String) throws -> Int {
+            let text = try String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)
+            let line = try XCTUnwrap(text.split(separator: "\n").first { $0.hasPrefix(key + ":") })
+            return Int(line.split(separator: " ", omittingEmptySubsequences: true)[1])! << 10
+        }
+        func peakGrowth(_ query: [String: Value]) throws -> (Status, Int) {
+            let refs = try XCTUnwrap(FileHandle(forWritingAtPath: "/proc/\(pid)/clear_refs"))
+            try refs.write(contentsOf: Data("5".utf8))  // 5: the peak (VmHWM) starts again from now
+            try refs.close()
+            let before = try status("VmRSS")
+            let answer = try c.call("copy", query: query)
+            return (answer.status, try status("VmHWM") - before)
+        }
+        let one = try peakGrowth(["class": .text("genp"), "svce": .text("bulk"), "r_Data": .bool(true)])
+        XCTAssertEqual(one.0, .success)
+        XCTAssertLessThan(one.1, 24 << 20, "a copy of one item out of 90 MB held \(one.1 >> 20) MB at its peak")
+        let all = try peakGrowth([
+            "class": .text("genp"), "svce": .text("bulk"), "r_Data": .bool(true), "m_Limit": .text("m_LimitAll"),
+        ])
+        XCTAssertEqual(all.0, .allocate, "90 MB of answers against a 16 MiB budget")
+        XCTAssertLessThan(all.1, 48 << 20, "refused at the budget, it held \(all.1 >> 20) MB at its peak")
+    }
+
     /// A peer that is not a registered app may send 16 KiB frames at most, whatever maxFrameBytes says.
     func testAnUnregisteredPeerGetsSmallFrames() throws {
         let d = try DaemonHarness(apps: [], config: #"{"maxFrameBytes": 4194304}"#)
