@@ -47,6 +47,8 @@ public final class Daemon: Sendable {
         } else {
             Log.write(.notice, "no passphrase set: keys are protected by the device key file alone")
         }
+        // Watched before the registrations are first read, so that a change in between is seen.
+        let watch = AppsWatcher.watch(settings.systemAppsDirectories + [settings.appsDirectory])
         do {
             registrar = try Registrar(
                 systemDirectories: settings.systemAppsDirectories, userDirectory: settings.appsDirectory,
@@ -55,13 +57,8 @@ public final class Daemon: Sendable {
             items.close()
             throw error
         }
-        do {
-            appsWatcher = try AppsWatcher(
-                directories: settings.systemAppsDirectories + [settings.appsDirectory], registrar: registrar)
-        } catch {
-            Log.warning("apps.d not watched: registrations are read again on SIGHUP only", [("error", error.message)])
-            appsWatcher = nil
-        }
+        let registrar = self.registrar
+        appsWatcher = watch.map { AppsWatcher(watch: $0, registrar: registrar) }
         handler = RequestHandler(
             items: items, registrar: registrar, maxFrameBytes: settings.maxFrameBytes,
             maxBufferedBytes: settings.maxBufferedBytes)
@@ -201,6 +198,7 @@ public final class Daemon: Sendable {
     }
 
     func reloadApps() {
+        appsWatcher?.rewatch()
         if registrar.reload("SIGHUP") { ServiceNotifier.send("STATUS=serving (apps reloaded)") }
     }
 

@@ -15,6 +15,8 @@ final class Registrar: Sendable {
     private let state: Locked<(registry: AppRegistry, generation: Int)>
     /// The generation of `state`, readable without the lock (stored after the registry it counts).
     private let latestGeneration = Atomic<Int>(Registrar.initialGeneration)
+    /// Held from the read of the files to the publication of what was read.
+    private let reloading = Lock()
     /// The generation of the registry read at start-up; every reload adds one.
     private static let initialGeneration = 1
 
@@ -52,9 +54,15 @@ final class Registrar: Sendable {
     var userAppsDirectory: String { userDirectory }
 
     /// Reads the registrations again; on a malformed file keeps the previous registry and says why.
+    /// One reload at a time, so a read made before a change (an approval revoked, the first
+    /// passphrase set) is never published after a read made since.
     @discardableResult
     func reload(_ why: String) -> Bool {
         guard !userDirectory.isEmpty else { return true }
+        return reloading.withLock { readAndPublish(why) }
+    }
+
+    private func readAndPublish(_ why: String) -> Bool {
         do {
             let registry = try Self.load(
                 systemDirectories: systemDirectories, userDirectory: userDirectory,

@@ -19,6 +19,8 @@ public struct FileStatus: Sendable, Equatable {
     public let device: UInt64
     /// The inode number on that device.
     public let inode: UInt64
+    /// The number of hard links to the file.
+    public let linkCount: UInt64
 
     init(_ st: stat) {
         switch st.st_mode & S_IFMT {
@@ -34,6 +36,7 @@ public struct FileStatus: Sendable, Equatable {
         size = Int64(st.st_size)
         device = UInt64(st.st_dev)
         inode = UInt64(st.st_ino)
+        linkCount = UInt64(st.st_nlink)
     }
 
     /// The sticky bit (in a directory: only a file's owner may remove or rename it).

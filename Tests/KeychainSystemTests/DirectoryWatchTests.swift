@@ -1,3 +1,4 @@
+import Foundation
 import Glibc
 import KeychainSystem
 import KeychainTestSupport
@@ -100,7 +101,61 @@ import Testing
         #expect(try watch.waitForEvents(), "events already queued end the wait at once")
         #expect(try watch.waitForEvents(), "and are still there: waiting takes none")
         #expect(try watch.hasChanged())
+
+        // A thread blocked in the wait (nothing is queued) is woken by stop, and its loop ends.
+        let ended = Locked<Bool?>(nil)
+        let done = Condition()
+        let lock = Lock()
+        let waiter = Thread {
+            let result = (try? watch.waitForEvents()) ?? true
+            lock.withLock {
+                ended.withLock { $0 = result }
+                done.broadcast()
+            }
+        }
+        waiter.start()
         watch.stop()
-        #expect(try !watch.waitForEvents(), "stopped: the watching thread's loop ends")
+        lock.withLock {
+            while ended.withLock({ $0 }) == nil { lock.wait(done) }
+        }
+        #expect(ended.withLock { $0 } == false, "stopped: the watching thread's loop ends")
+        #expect(try !watch.waitForEvents(), "and any later wait returns at once")
+    }
+
+    @Test func aDirectoryRenamedIntoPlaceIsWatchedAndItsFilesAreAChange() throws {
+        let temporary = try TemporaryDirectory(prefix: "kc-watch")
+        let apps = temporary.appending("apps.d")
+        let watch = try DirectoryWatch(directories: [apps]) { $0.hasSuffix(".json") }
+        try FileSystem.makeDirectory(temporary.appending("staging"))
+        try write(temporary.appending("staging/a.json"), "{}")
+        #expect(try !watch.hasChanged(), "made beside it")
+        try FileSystem.rename(temporary.appending("staging"), to: apps)
+        #expect(try watch.hasChanged(), "renamed into place, with its registration")
+        try write(apps + "/b.json", "{}")
+        #expect(try watch.hasChanged(), "watched from then on")
+        try FileSystem.rename(apps, to: temporary.appending("gone"))
+        #expect(try watch.hasChanged(), "renamed away")
+        try write(temporary.appending("gone/c.json"), "{}")
+        #expect(try !watch.hasChanged(), "the renamed directory is no longer it")
+    }
+
+    @Test func targetsSharingADirectoryOrReachedThroughALinkKeepEveryRole() throws {
+        let temporary = try TemporaryDirectory(prefix: "kc-watch")
+        let config = temporary.appending("config")
+        try FileSystem.makeDirectory(config)
+        #expect(symlink(config, temporary.appending("link")) == 0)
+        // One target is the other's parent, a third reaches the parent through a symbolic link, and
+        // a fourth does not exist yet below it: one directory, every role.
+        let watch = try DirectoryWatch(
+            directories: [config, temporary.appending("link"), config + "/apps.d"]
+        ) { $0.hasSuffix(".json") }
+        try write(config + "/top.json", "{}")
+        #expect(try watch.hasChanged(), "a file in the parent target")
+        try FileSystem.makeDirectory(config + "/apps.d")
+        #expect(try watch.hasChanged(), "the child target appeared")
+        try write(config + "/apps.d/a.json", "{}")
+        #expect(try watch.hasChanged(), "a file in the child target")
+        try write(config + "/again.json", "{}")
+        #expect(try watch.hasChanged(), "the parent is still watched as a target")
     }
 }
