@@ -14,14 +14,16 @@ extension Daemon {
         var s = Settings(
             socketPath: SocketLocation.resolve(environment: env.filter { $0.key == "XDG_RUNTIME_DIR" }),
             dataDirectory: dataHome + "/keychaind",
-            configFile: options.configFile ?? configHome + "/keychaind/keychaind.json")
+            configFile: options.configFile.map(Self.absolute) ?? configHome + "/keychaind/keychaind.json")
         if options.configFile != nil && !FileManager.default.fileExists(atPath: s.configFile) {
             throw ConfigurationError(file: s.configFile, reason: "does not exist (given with --config)")
         }
         try s.apply(configFile: s.configFile)
         if let p = options.socketPath { s.socketPath = p }
         if let d = options.dataDirectory { s.dataDirectory = d }
-        if !options.systemAppsDirectories.isEmpty { s.systemAppsDirectories = options.systemAppsDirectories }
+        if !options.systemAppsDirectories.isEmpty {
+            s.systemAppsDirectories = options.systemAppsDirectories.map(Self.absolute)
+        }
         if options.secretService { s.secretService = true }
         if let l = options.logLevel {
             guard let level = Log.Level(name: l) else {
@@ -38,5 +40,11 @@ extension Daemon {
         guard let exe = TrustedPaths.realPath("/proc/self/exe") else { return nil }
         let cli = FileSystem.parentDirectory(of: exe) + "/keychainctl"
         return FileSystem.isExecutable(cli) ? (TrustedPaths.realPath(cli) ?? cli) : nil
+    }
+
+    /// `path` resolved against the working directory when relative: `--config keychaind.json` once
+    /// put apps.d at `/apps.d`, and a relative directory cannot be watched.
+    static func absolute(_ path: String) -> String {
+        path.hasPrefix("/") ? path : FileManager.default.currentDirectoryPath + "/" + path
     }
 }

@@ -32,12 +32,31 @@ public enum Log {
     nonisolated(unsafe) public static var threshold: Level = .info
 
     /// Writes one line, `<priority>message key=value…`, to stderr when `level` passes the threshold.
+    /// Control characters in a detail (a file name may hold a newline) are written as `\n`, `\u{1b}`
+    /// and so on, so a value can never start a line of its own, with a priority of its choosing.
     public static func write(_ level: Level, _ message: StaticString, _ details: [(String, String)] = []) {
         guard level <= threshold else { return }
         var line = "<\(level.rawValue)>\(message)"
-        for (k, v) in details { line += " \(k)=\(v)" }
+        for (k, v) in details { line += " \(k)=\(escaped(v))" }
         line += "\n"
         FileDescriptor.standard(2).writeAll(Array(line.utf8))
+    }
+
+    /// `value` with its control characters (C0, DEL, C1) escaped; the common case, none, is not copied.
+    static func escaped(_ value: String) -> String {
+        func isControl(_ u: Unicode.Scalar) -> Bool { u.value < 0x20 || (0x7F...0x9F).contains(u.value) }
+        guard value.unicodeScalars.contains(where: isControl) else { return value }
+        var out = ""
+        for u in value.unicodeScalars {
+            if u == "\n" {
+                out += "\\n"
+            } else if isControl(u) {
+                out += "\\u{\(String(u.value, radix: 16))}"
+            } else {
+                out.unicodeScalars.append(u)
+            }
+        }
+        return out
     }
 
     /// Logs `m` with details `d` at error level; details must never hold a secret or attribute value.

@@ -207,6 +207,27 @@ final class DaemonLifecycleTests: XCTestCase {
         XCTAssertTrue(app.stderr.contains("bad.json") && app.stderr.contains("colour"), app.stderr)
     }
 
+    /// A relative --config is the file in the working directory, and apps.d is beside it (it was
+    /// `/apps.d`: the directory part of "keychaind.json" is empty).
+    func testARelativeConfigFindsAppsDBesideIt() throws {
+        let d = try DaemonHarness(start: false)
+        let configDirectory = (d.configFile as NSString).deletingLastPathComponent
+        let out = try runToCompletion(
+            DaemonHarness.daemonPath,
+            ["--check-config", "--config", "keychaind.json", "--system-apps-dir", d.systemAppsDirectory],
+            environment: ProcessInfo.processInfo.environment, currentDirectory: configDirectory)
+        XCTAssertEqual(out.status, 0, out.stderr)
+        XCTAssertTrue(out.stdout.contains("configuration ok: \(d.configFile)"), out.stdout)
+        try d.register(
+            DaemonHarness.App(id: "TEAM.mine", groups: ["TEAM.mine"], executables: ["/usr/bin/true"]), name: "mine",
+            user: true)
+        let again = try runToCompletion(
+            DaemonHarness.daemonPath,
+            ["--check-config", "--config", "keychaind.json", "--system-apps-dir", d.systemAppsDirectory],
+            environment: ProcessInfo.processInfo.environment, currentDirectory: configDirectory)
+        XCTAssertTrue(again.stdout.contains("app TEAM.mine") && again.stdout.contains(d.appsDirectory), again.stdout)
+    }
+
     func testHelpListsEveryFlag() throws {
         let d = try DaemonHarness(start: false)
         let out = try d.run(DaemonHarness.daemonPath, ["--help"])
@@ -305,6 +326,14 @@ final class DaemonLifecycleTests: XCTestCase {
         XCTAssertTrue(
             d.waitFor { d.log.contains("apps not reloaded; keeping the previous ones why=apps.d changed") }, d.log)
         XCTAssertEqual(try c.call("copy", query: ["class": .text("genp")]).status, .itemNotFound)
+
+        // Its name is logged, control characters escaped: a name cannot start a log line of its own
+        // (any process of the user may name a file so, and the watcher logs without a signal).
+        try FileManager.default.removeItem(atPath: d.appsDirectory + "/broken.json")
+        try "{".writeReplacing(d.appsDirectory + "/x\n<2>forged line.json")
+        XCTAssertTrue(d.waitFor { d.log.contains("forged line.json") }, d.log)
+        XCTAssertTrue(d.log.contains("x\\n<2>forged line.json"), d.log)
+        XCTAssertFalse(d.log.split(separator: "\n").contains { $0.hasPrefix("<2>forged") }, d.log)
     }
 
     func testAnotherUIDIsRefused() throws {
