@@ -414,17 +414,32 @@ struct Command {
             // as soon as apps.d changes (a non-admin cannot ask for the reload): say whether it counts.
             let path = directory + "/" + name
             let seen = try awaitRegistration(path, id: id)
-            let why = seen.map { $0["reason"]?.text ?? Self.refusals($0) } ?? nil
+            // Not listed: not read (keychaind could not watch apps.d, or another file there is
+            // malformed, so the registrations from before stay). Listed: it counts, or why not, and
+            // which of its executables cannot carry it.
+            let refusedCount = seen?["refused"]?.map?.count ?? 0
+            let executables = inv.repeated[.executable]?.count ?? 0
+            let counts = seen.map { $0["trusted"]?.bool == true && refusedCount < executables }
+            let why = seen?["reason"]?.text
+            let refused = seen.flatMap(Self.refusals)
             if inv.json {
-                out.line(
-                    "{\"file\":\(JSON.string(name)),\"counts\":\(seen != nil && why == nil),\"registration\":\(JSON.encode(written))}"
-                )
+                var fields = [
+                    "\"file\":\(JSON.string(name))", "\"counts\":\(counts.map(String.init) ?? "null")",
+                    "\"registration\":\(JSON.encode(written))",
+                ]
+                if let why { fields.append("\"reason\":\(JSON.string(why))") }
+                if let refused { fields.append("\"refused\":\(JSON.string(refused))") }
+                out.line("{" + fields.joined(separator: ",") + "}")
             } else if seen == nil {
                 out.line(
-                    "keychaind has not read it (it could not watch apps.d); it does on its next start or SIGHUP (pkill -HUP -u \"$(id -u)\" -x keychaind)"
+                    "keychaind has not read it (see `keychaind` in the journal: it may not watch apps.d, or another file there is malformed); it reads it on its next start or SIGHUP (pkill -HUP -u \"$(id -u)\" -x keychaind)"
                 )
             } else if let why {
                 out.line("keychaind read it, but it does not count: \(why)")
+            } else if let refused, counts == false {
+                out.line("keychaind read it, but it does not count: \(refused)")
+            } else if let refused {
+                out.line("keychaind counts it, but not for every executable: \(refused)")
             } else {
                 out.line("keychaind counts it: \(Self.describe(written))")
             }

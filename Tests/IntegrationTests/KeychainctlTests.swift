@@ -292,6 +292,15 @@ final class KeychainctlTests: XCTestCase {
             ["register", "-i", "TEAM.again", "-g", "TEAM.again", "-e", DaemonHarness.runnerExecutable])
         XCTAssertTrue(
             plain.stdout.contains("does not count") && plain.stdout.contains("already registered"), plain.stdout)
+        let partly = try d.run(
+            DaemonHarness.cliPath,
+            [
+                "register", "-i", "TEAM.two", "-g", "TEAM.two", "-e", DaemonHarness.runnerExecutable, "-e",
+                "/usr/bin/true",
+            ])
+        XCTAssertTrue(
+            partly.stdout.contains("counts it, but not for every executable")
+                && partly.stdout.contains("already registered"), partly.stdout)
         XCTAssertEqual(try d.connect().call("status").result?.map?["caller"]?.text, "TEAM.tests")
         XCTAssertFalse(d.log.contains("why=SIGHUP"))
     }
