@@ -94,7 +94,9 @@ final class HostilePeerTests: XCTestCase {
     /// it), and a copy of them all took that much before the answer budget could count a byte.
     /// Measured as the daemon's peak resident memory (VmHWM, reset before each copy), not as time.
     func testACopyOverManyLargeItemsHoldsOneRowAtATime() throws {
-        let d = try DaemonHarness(config: #"{"maxBufferedBytes": 16777216}"#)
+        let d = try DaemonHarness(config: #"{"maxBufferedBytes": 16777216}"#, start: false)
+        // Dumpable (debug builds only), so its /proc files are the test's to write whatever its uid.
+        try d.start(extraEnvironment: ["KEYCHAIND_TEST_DUMPABLE": "1"])
         let c = try d.connect()
         for i in 0..<100 {
             let add = try c.call(
