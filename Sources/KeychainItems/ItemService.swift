@@ -563,7 +563,10 @@ public final class ItemService: Sendable {
         let newProtection = try changes.attributes[.accessible].map { (v) throws(KeychainError) in
             try protectionForWrite(v.text)
         }
-        let filter = rowFilter(parsed, scope: scope, withSecret: true)
+        // The matches are read without their secrets: an update over many large items kept every
+        // sealed secret in memory at once (300 items of 1 MB: 300 MB per update), outside any budget.
+        // Each secret is read by its item's reference when it is sealed again, one at a time.
+        let filter = rowFilter(parsed, scope: scope, withSecret: false)
         do {
             try store.write { (w) throws(KeychainError) in
                 if newProtection == .whenPasscodeSetThisDeviceOnly { try checkPasscodeItemsAccepted() }
@@ -587,8 +590,17 @@ public final class ItemService: Sendable {
                     // be opened with an item key from an older copy of the database.
                     var opened = SecretBytes()
                     if changes.secret == nil {
-                        opened =
-                            try codec.open(item.row, withSecret: true, withAttributes: false).secret ?? SecretBytes()
+                        var sealed: StoredItem?
+                        try w.reader.forEach(
+                            RowFilter(
+                                ref: item.row.ref, includeSecret: true, includeSearchIndexes: false,
+                                includeAttributes: false)
+                        ) { (row) throws(KeychainError) -> Bool in
+                            sealed = row
+                            return false
+                        }
+                        guard let sealed else { throw Self.notFound }
+                        opened = try codec.open(sealed, withSecret: true, withAttributes: false).secret ?? SecretBytes()
                     }
                     let row = try codec.seal(
                         ref: item.row.ref, protection: protection, attributes: merged,

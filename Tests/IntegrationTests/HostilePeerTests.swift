@@ -113,12 +113,14 @@ final class HostilePeerTests: XCTestCase {
             let line = try XCTUnwrap(text.split(separator: "\n").first { $0.hasPrefix(key + ":") })
             return Int(line.split(separator: " ", omittingEmptySubsequences: true)[1])! << 10
         }
-        func peakGrowth(_ query: [String: Value]) throws -> (Status, Int) {
+        func peakGrowth(_ query: [String: Value], op: String = "copy", attributes: [String: Value]? = nil) throws
+            -> (Status, Int)
+        {
             let refs = try XCTUnwrap(FileHandle(forWritingAtPath: "/proc/\(pid)/clear_refs"))
             try refs.write(contentsOf: Data("5".utf8))  // 5: the peak (VmHWM) starts again from now
             try refs.close()
             let before = try status("VmRSS")
-            let answer = try c.call("copy", query: query)
+            let answer = try c.call(op, query: query, attributes: attributes)
             return (answer.status, try status("VmHWM") - before)
         }
         let one = try peakGrowth(["class": .text("genp"), "svce": .text("bulk"), "r_Data": .bool(true)])
@@ -129,6 +131,18 @@ final class HostilePeerTests: XCTestCase {
         ])
         XCTAssertEqual(all.0, .allocate, "90 MB of answers against a 16 MiB budget")
         XCTAssertLessThan(all.1, 48 << 20, "refused at the budget, it held \(all.1 >> 20) MB at its peak")
+
+        // An update of them all seals every secret again, one at a time (it held every sealed secret
+        // of the matches at once: 90 MB here).
+        let update = try peakGrowth(
+            ["class": .text("genp"), "svce": .text("bulk")], op: "update", attributes: ["labl": .text("relabelled")])
+        XCTAssertEqual(update.0, .success)
+        XCTAssertLessThan(update.1, 32 << 20, "an update of 90 MB of items held \(update.1 >> 20) MB at its peak")
+        let reread = try c.call(
+            "copy",
+            query: ["class": .text("genp"), "svce": .text("bulk"), "acct": .text("item 42"), "r_Data": .bool(true)])
+        XCTAssertEqual(
+            reread.result?.plainBytes, [UInt8](repeating: 42, count: 900 << 10), "its secret sealed again whole")
     }
 
     /// A peer that is not a registered app may send 16 KiB frames at most, whatever maxFrameBytes says.
