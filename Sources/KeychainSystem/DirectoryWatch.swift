@@ -117,6 +117,9 @@ public final class DirectoryWatch: Sendable {
     private func takeEvents(_ watches: [Int32: [Role]]) throws(Errno) -> (changed: Bool, moved: Bool) {
         var changed = false
         var moved = false
+        // Most looks (one per new connection in keychaind) find nothing: say so without a buffer.
+        var ready = pollfd(fd: inotify.rawValue, events: Int16(POLLIN), revents: 0)
+        guard try valueOrErrno("poll inotify", { poll(&ready, 1, 0) }) > 0 else { return (false, false) }
         var buffer = [UInt8](repeating: 0, count: 16 * 1024)
         let headerSize = MemoryLayout<inotify_event>.size
         var taken = 0
