@@ -53,7 +53,8 @@ final class IdentityTests: XCTestCase {
                 if not c: return 'closed'
                 data += c
             return data[4:].hex()
-        os.kill(daemon, signal.SIGSTOP)
+        from kcwire import stop_process
+        stop_process(daemon)
         impostor = None
         try:
             go_r, go_w = os.pipe()
@@ -172,7 +173,10 @@ final class IdentityTests: XCTestCase {
 
         let out = try d.run(
             try pythonBinary(),
-            ["-c", Self.recycleScript, String(daemonPid), d.socketPath, Self.copyRequest, registered])
+            [
+                "-c", DaemonHarness.kcwireImportable + Self.recycleScript, String(daemonPid), d.socketPath,
+                Self.copyRequest, registered,
+            ])
         XCTAssertEqual(out.status, 0, out.stderr)
         let result = try JSONSerialization.jsonObject(with: Data(out.stdout.utf8)) as? [String: Any]
         let recycled = result?["recycled"] as? Bool ?? false

@@ -159,7 +159,7 @@ final class IsolationAttackTests: XCTestCase {
                 daemon, app = int(sys.argv[1]), sys.argv[2]
                 req = kw.frame({'v': 1, 'id': 1, 'op': 'copy', 'query': kw.item('svc', 'alice', r_Data=True, agrp='TEAM.shared')})
                 r, w = os.pipe()
-                os.kill(daemon, signal.SIGSTOP)
+                kw.stop_process(daemon)
                 try:
                     s = socket.socket(socket.AF_UNIX); s.connect(path)
                     pid = os.fork()

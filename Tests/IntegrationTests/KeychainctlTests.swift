@@ -324,7 +324,8 @@ final class KeychainctlTests: XCTestCase {
             os.write(w, b"the pass\\n"); os.close(w)
             def waiting():
                 return struct.unpack("i", fcntl.ioctl(r, termios.FIONREAD, b"\\0" * 4))[0]
-            os.kill(daemon, signal.SIGSTOP)
+            from kcwire import stop_process
+            stop_process(daemon)
             try:
                 p = subprocess.Popen([kc, "unlock", "--if-locked", "--passphrase-fd", str(r)], pass_fds=(r,))
                 deadline = time.monotonic() + 60
@@ -335,7 +336,9 @@ final class KeychainctlTests: XCTestCase {
                 os.kill(daemon, signal.SIGCONT)
             print(json.dumps({"drained": drained, "status": p.wait(60)}))
             """
-        let out = try daemon.run("/usr/bin/python3", ["-c", script, DaemonHarness.cliPath, String(daemonPID)])
+        let out = try daemon.run(
+            "/usr/bin/python3",
+            ["-c", DaemonHarness.kcwireImportable + script, DaemonHarness.cliPath, String(daemonPID)])
         let result = try XCTUnwrap(try json(String(out.stdout.split(separator: "\n").last ?? "")) as? [String: Any])
         XCTAssertEqual(result["drained"] as? Bool, true, "read only once the daemon answered: \(out.stderr)")
         XCTAssertEqual(result["status"] as? Int, 0, out.stderr)

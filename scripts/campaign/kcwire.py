@@ -168,6 +168,28 @@ def item(service: str, account: str, **extra) -> dict:
     return {"class": "genp", "svce": service, "acct": account, **extra}
 
 
+def stop_process(pid: int, timeout: float = 60.0):
+    """SIGSTOP, then waits until every thread of `pid` has stopped. kill() returns once the signal is
+    queued, and each thread stops only when it next runs: on a loaded machine a thread woken by a
+    request sent just after kill() can serve it first. (Resume with SIGCONT.)"""
+    import signal
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + timeout
+    while True:
+        states = []
+        for task in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{task}/stat") as f:
+                    states.append(f.read().rsplit(")", 1)[1].split()[0])
+            except FileNotFoundError:
+                pass                                    # a thread that ended meanwhile
+        if states and all(state in "Tt" for state in states):
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"pid {pid} did not stop within {timeout} s: thread states {states}")
+        time.sleep(0.001)
+
+
 class Daemon:
     """A keychaind process on a private socket/data dir/config, with one app: this Python interpreter."""
 

@@ -22,6 +22,15 @@ final class DaemonHarness: @unchecked Sendable {
         return (exe as NSString).deletingLastPathComponent
     }()
 
+    /// scripts/campaign of this checkout: `kcwire.py`, the raw client and process helpers that test
+    /// scripts import.
+    static let campaignDirectory: String = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+        .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        .appendingPathComponent("scripts/campaign").path
+
+    /// The first line of a Python script run from a test that imports `kcwire`.
+    static var kcwireImportable: String { "import sys; sys.path.insert(0, \"\(campaignDirectory)\")\n" }
+
     static var daemonPath: String { productsDirectory + "/keychaind" }
     static var cliPath: String { productsDirectory + "/keychainctl" }
     static var runnerExecutable: String {

@@ -57,11 +57,7 @@ final class UserSession: @unchecked Sendable {
             try fm.copyItem(atPath: from, toPath: to)
             chmod(to, 0o755)
         }
-        let kcwire = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent(
-                "scripts/campaign/kcwire.py"
-            ).path
-        try fm.copyItem(atPath: kcwire, toPath: bin + "/kcwire.py")
+        try fm.copyItem(atPath: DaemonHarness.campaignDirectory + "/kcwire.py", toPath: bin + "/kcwire.py")
         try config.writeReplacing(configFile)
         // The home and everything in it belong to the throwaway user.
         for path in [home, home + "/run", home + "/data", home + "/config", appsDirectory, configFile] {
