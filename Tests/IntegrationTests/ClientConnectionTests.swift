@@ -28,11 +28,20 @@ final class FakeDaemon: @unchecked Sendable {
         } catch {
             throw HarnessError("cannot listen on \(path)")
         }
-        Thread.detachNewThread { [self] in
+        // The accept loop holds the fake weakly, so a test dropping it runs deinit, which unlinks the
+        // socket and shuts the listener down: accept fails from then on, and the loop closes it.
+        // (Each serving thread holds the fake while it serves.)
+        let listener = self.listener
+        Thread.detachNewThread { [weak self] in
+            defer { close(listener) }
             var n = 0
             while true {
                 let fd = accept(listener, nil, nil)
                 if fd < 0 { return }
+                guard let self else {
+                    close(fd)
+                    return
+                }
                 let conn = UnixSocket(adopting: fd)
                 let index = n
                 n += 1
@@ -41,9 +50,12 @@ final class FakeDaemon: @unchecked Sendable {
         }
     }
 
-    deinit {
+    deinit { stop() }
+
+    /// Stops listening and removes the socket file (twice is harmless). Tests stop their fakes in
+    /// a teardown block: a serving thread may hold one past the test, and past the process's exit.
+    func stop() {
         shutdown(listener, Int32(SHUT_RDWR))
-        close(listener)
         unlink(path)
     }
 
@@ -63,6 +75,13 @@ final class FakeDaemon: @unchecked Sendable {
 }
 
 final class ClientConnectionTests: XCTestCase {
+    /// A fake stopped (its socket file removed) when the test ends.
+    func fakeDaemon(serve: @escaping @Sendable (FakeDaemon, UnixSocket, Int) -> Void) throws -> FakeDaemon {
+        let fake = try FakeDaemon(serve: serve)
+        addTeardownBlock { fake.stop() }
+        return fake
+    }
+
     /// Answers every request with success and, for copy, the request id as bytes.
     static func echo(_ d: FakeDaemon, _ s: UnixSocket, _ c: Int) {
         var frames = FrameBuffer()
@@ -83,12 +102,12 @@ final class ClientConnectionTests: XCTestCase {
     }
 
     func testARequestLostWithTheConnectionIsReplayedOnlyWhenHarmless() throws {
-        let fake = try FakeDaemon(serve: ClientConnectionTests.dropFirstRequest)
+        let fake = try fakeDaemon(serve: ClientConnectionTests.dropFirstRequest)
         let copyConnection = KeychainConnection(socketPath: fake.path)
         XCTAssertNotNil(try copyConnection.call(.copy, query: ["class": .text("genp")]), "copy is replayed")
         XCTAssertEqual(fake.requests.map(\.connection), [0, 1])
 
-        let fake2 = try FakeDaemon(serve: ClientConnectionTests.dropFirstRequest)
+        let fake2 = try fakeDaemon(serve: ClientConnectionTests.dropFirstRequest)
         let addConnection = KeychainConnection(socketPath: fake2.path)
         XCTAssertThrowsError(try addConnection.call(.add, query: ["class": .text("genp")])) { error in
             let e = error as? KeychainError
@@ -102,7 +121,7 @@ final class ClientConnectionTests: XCTestCase {
 
     func testResponsesAreRoutedByIDWhenAnsweredOutOfOrder() throws {
         // Collects 16 requests, then answers them last to first.
-        let fake = try FakeDaemon { d, s, c in
+        let fake = try fakeDaemon { d, s, c in
             var frames = FrameBuffer()
             var batch: [Request] = []
             while let r = d.receive(s, &frames, connection: c) {
@@ -135,7 +154,7 @@ final class ClientConnectionTests: XCTestCase {
         // pool, the fake would give up after DaemonHarness.eventTimeout and record that it had to.
         let calls = 64
         let allInFlight = LockedCounter()
-        let fake = try FakeDaemon { d, s, c in
+        let fake = try fakeDaemon { d, s, c in
             var tv = timeval(tv_sec: Int(DaemonHarness.eventTimeout), tv_usec: 0)
             setsockopt(s.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
             var frames = FrameBuffer()
@@ -159,7 +178,7 @@ final class ClientConnectionTests: XCTestCase {
     }
 
     func testOversizedRequestsAreRefusedBeforeSending() throws {
-        let fake = try FakeDaemon(serve: ClientConnectionTests.echo)
+        let fake = try fakeDaemon(serve: ClientConnectionTests.echo)
         let connection = KeychainConnection(socketPath: fake.path)
         XCTAssertThrowsError(
             try connection.call(.add, query: ["v_Data": .bytes([UInt8](repeating: 0, count: 65 << 20))])
