@@ -178,7 +178,7 @@ extension SecretService {
     /// `org.freedesktop.DBus.GetConnectionCredentials(name)`.
     private func credentials(_ name: String) throws(BusError) -> BusCredentials {
         let call = try bus.newCall(
-            destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
+            destination: SecretService.busDriver, path: "/org/freedesktop/DBus",
             interface: "org.freedesktop.DBus", member: "GetConnectionCredentials")
         try call.append(string: name)
         let reply = try bus.call(call)

@@ -23,6 +23,8 @@ public struct SecretServiceError: Error, CustomStringConvertible {
 public final class SecretService: @unchecked Sendable {
     /// The well-known bus name the service owns on the session bus.
     public static let busName = "org.freedesktop.secrets"
+    /// The bus itself: the destination of its methods, the sender of its replies and signals.
+    static let busDriver = "org.freedesktop.DBus"
     static let root = "/org/freedesktop/secrets"
 
     let daemon: Daemon
@@ -105,7 +107,7 @@ public final class SecretService: @unchecked Sendable {
     private func holder() -> Int32? {
         guard
             let call = try? bus.newCall(
-                destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
+                destination: Self.busDriver, path: "/org/freedesktop/DBus",
                 interface: "org.freedesktop.DBus", member: "GetConnectionUnixProcessID"),
             (try? call.append(string: Self.busName)) != nil,
             let reply = try? bus.call(call), let pid = try? reply.readUInt32()
@@ -225,14 +227,31 @@ public final class SecretService: @unchecked Sendable {
 
     // MARK: Connections that leave
 
+    /// The bus's NameOwnerChanged: a connection that left loses what it held. The match rule's
+    /// sender does not filter here: dbus-daemon honours it for broadcasts, but a connection can send
+    /// the signal to keychaind directly, and sd-bus cannot compare a well-known sender name with a
+    /// message's unique one. The bus sends as `org.freedesktop.DBus`, which no connection can be.
     func nameOwnerChanged(_ m: BusMessage) {
+        guard m.sender == Self.busDriver else {
+            Log.debug("secret service: a NameOwnerChanged not sent by the bus ignored", [("sender", m.sender ?? "-")])
+            return
+        }
         guard (try? m.expect("sss")) != nil, let name = try? m.readString(), name.hasPrefix(":"),
             (try? m.readString()) != nil, let newOwner = try? m.readString(), newOwner.isEmpty
         else { return }
         // A unique name is never reused: everything tied to it goes.
-        callers[name] = nil
+        let known = callers.removeValue(forKey: name) != nil
+        let (sessionsBefore, promptsBefore) = (sessions.count, prompts.count)
         sessions = sessions.filter { $0.value.owner != name }
         prompts = prompts.filter { $0.value.owner != name }
+        if known || sessions.count != sessionsBefore || prompts.count != promptsBefore {
+            Log.debug(
+                "secret service: a caller left the bus",
+                [
+                    ("name", name), ("sessions", String(sessionsBefore - sessions.count)),
+                    ("prompts", String(promptsBefore - prompts.count)),
+                ])
+        }
     }
 }
 

@@ -608,6 +608,75 @@ print(json.dumps({{"forged": forged, "again": again}}))
     assert "py2 secret" not in json.dumps(result)
 
 
+def test_a_forged_name_owner_changed_signal_ends_nothing(fresh):
+    # keychaind ends a connection's sessions, prompts and identification when the bus says its name
+    # left (NameOwnerChanged). Any connection can send that signal to keychaind itself, naming
+    # another connection: only the bus's own may count.
+    d = fresh()
+    item = unique("owner")
+    stored = d.python(d.app2_python, f"""
+import json
+from keychaind import Client
+with Client() as c:
+    c.add({{"class": "genp", "svce": "{item}", "acct": "a", "v_Data": b"py2 secret", "agrp": "T.py2"}})
+print(json.dumps({{"ok": True}}))
+""")
+    assert stored["ok"]
+    victim = subprocess.Popen([d.app2_python, "-c", f"""
+import json, sys
+from jeepney import DBusAddress, new_method_call
+from jeepney.io.blocking import open_dbus_connection
+from jeepney.wrappers import unwrap_msg, DBusErrorResponse
+conn = open_dbus_connection(bus="SESSION")
+svc = DBusAddress({ROOT!r}, bus_name={SECRETS!r}, interface={SERVICE!r})
+session = unwrap_msg(conn.send_and_get_reply(new_method_call(svc, "OpenSession", "sv", ("plain", ("s", ""))), timeout=60))[1]
+found = unwrap_msg(conn.send_and_get_reply(new_method_call(svc, "SearchItems", "a{{ss}}", ({{"service": {item!r}}},)), timeout=60))[0]
+print(json.dumps({{"name": conn.unique_name}}), flush=True)
+sys.stdin.readline()                    # the attacker has sent its signals and keychaind has read them
+try:
+    secrets = unwrap_msg(conn.send_and_get_reply(new_method_call(svc, "GetSecrets", "aoo", (found, session)), timeout=60))[0]
+    print(json.dumps({{"secrets": [bytes(s[2]).decode() for s in secrets.values()]}}), flush=True)
+except DBusErrorResponse as e:
+    print(json.dumps({{"error": e.name, "message": str(e.data)}}), flush=True)
+"""], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        env=python_env(dict(DBUS_SESSION_BUS_ADDRESS=d.bus.address, KEYCHAIND_SOCKET=d.socket)))
+    try:
+        name = json.loads(victim.stdout.readline())["name"]
+        sent = d.python(d.stranger_python, f"""
+import json
+from jeepney import DBusAddress, new_method_call, new_signal
+from jeepney.low_level import HeaderFields
+from jeepney.io.blocking import open_dbus_connection
+conn = open_dbus_connection(bus="SESSION")
+driver = DBusAddress("/org/freedesktop/DBus", bus_name="org.freedesktop.DBus", interface="org.freedesktop.DBus")
+owner = conn.send_and_get_reply(new_method_call(driver, "GetNameOwner", "s", ({SECRETS!r},)), timeout=60).body[0]
+as_bus = DBusAddress("/org/freedesktop/DBus", interface="org.freedesktop.DBus")
+for destination in (owner, None):      # to keychaind itself, and broadcast
+    signal = new_signal(as_bus, "NameOwnerChanged", "sss", ({name!r}, {name!r}, ""))
+    if destination:
+        signal.header.fields[HeaderFields.destination] = destination
+    conn.send(signal)
+# keychaind reads one connection's messages in order: once it has answered this call, it has
+# handled the signals sent before it.
+intro = DBusAddress({ROOT!r}, bus_name=owner, interface="org.freedesktop.DBus.Introspectable")
+conn.send_and_get_reply(new_method_call(intro, "Introspect"), timeout=60)
+print(json.dumps({{"sent": True}}))
+""")
+        assert sent["sent"]
+        victim.stdin.write("go\n")
+        victim.stdin.flush()
+        after = json.loads(victim.stdout.readline())
+        victim.stdin.close()
+        assert victim.wait(DEADLINE) == 0
+    finally:
+        victim.kill()
+        victim.wait()
+    assert after == {"secrets": ["py2 secret"]}, after
+    assert "a NameOwnerChanged not sent by the bus ignored" in d.log_text()
+    # The bus's own signal still counts: the victim's connection, gone, takes its session along.
+    wait_for("the victim's departure", lambda: f"secret service: a caller left the bus name={name} sessions=1" in d.log_text())
+
+
 def test_the_bus_name_held_by_another_provider(fresh):
     d = fresh()
     d.stop()            # this bus is ours now: another provider takes the name first
