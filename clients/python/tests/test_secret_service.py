@@ -521,6 +521,20 @@ def test_with_a_passphrase_only_root_registered_apps_that_ask_are_apps_on_the_bu
     assert looked.stdout == b"", looked
 
 
+def store_app2_secret(d, prefix):
+    """Adds an item of app2's own group holding "py2 secret" through the socket; its service."""
+    item = unique(prefix)
+    stored = d.python(d.app2_python, f"""
+import json
+from keychaind import Client
+with Client() as c:
+    c.add({{"class": "genp", "svce": "{item}", "acct": "a", "v_Data": b"py2 secret", "agrp": "T.py2"}})
+print(json.dumps({{"ok": True}}))
+""")
+    assert stored["ok"]
+    return item
+
+
 # Attack scripts stop the daemon with kcwire.stop_process (it waits until every thread has stopped).
 CAMPAIGN = str(Path(__file__).resolve().parents[3] / "scripts" / "campaign")
 
@@ -531,15 +545,7 @@ def test_a_forged_reply_to_the_daemons_credentials_call_is_refused(fresh):
     # its first call, and answers the daemon's GetConnectionCredentials calls itself with the pid of
     # a running registered app. The daemon must refuse replies that do not come from the bus.
     d = fresh()
-    item = unique("forged")
-    stored = d.python(d.app2_python, f"""
-import json
-from keychaind import Client
-with Client() as c:
-    c.add({{"class": "genp", "svce": "{item}", "acct": "a", "v_Data": b"py2 secret", "agrp": "T.py2"}})
-print(json.dumps({{"ok": True}}))
-""")
-    assert stored["ok"]
+    item = store_app2_secret(d, "forged")
     app = subprocess.Popen([d.app2_python, "-c", "import time; time.sleep(120)"])
     try:
         result = d.python(d.stranger_python, f"""
@@ -613,15 +619,7 @@ def test_a_forged_name_owner_changed_signal_ends_nothing(fresh):
     # left (NameOwnerChanged). Any connection can send that signal to keychaind itself, naming
     # another connection: only the bus's own may count.
     d = fresh()
-    item = unique("owner")
-    stored = d.python(d.app2_python, f"""
-import json
-from keychaind import Client
-with Client() as c:
-    c.add({{"class": "genp", "svce": "{item}", "acct": "a", "v_Data": b"py2 secret", "agrp": "T.py2"}})
-print(json.dumps({{"ok": True}}))
-""")
-    assert stored["ok"]
+    item = store_app2_secret(d, "owner")
     victim = subprocess.Popen([d.app2_python, "-c", f"""
 import json, sys
 from jeepney import DBusAddress, new_method_call
