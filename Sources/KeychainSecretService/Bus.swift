@@ -156,10 +156,16 @@ final class BusMessage {
     }
 
     /// `ao`.
-    func readObjectPaths() throws(BusError) -> [String] {
+    /// `ao`, at most `limit` paths (LimitsExceeded beyond, before more is read).
+    func readObjectPaths(limit: Int) throws(BusError) -> [String] {
         _ = try enter("a", "o")
         var out: [String] = []
-        while try peek() != nil { out.append(try readString("o")) }
+        while try peek() != nil {
+            guard out.count < limit else {
+                throw .limitsExceeded("too many object paths in one call (at most \(limit))")
+            }
+            out.append(try readString("o"))
+        }
         try exit()
         return out
     }

@@ -168,6 +168,9 @@ extension SecretService {
             guard sessions.values.filter({ $0.owner == known.name }).count < Self.maxSessionsPerCaller else {
                 throw .limitsExceeded("this connection has \(Self.maxSessionsPerCaller) sessions open; close some")
             }
+            guard sessions.count < Self.maxSessions else {
+                throw .limitsExceeded("keychaind has \(Self.maxSessions) transfer sessions open; try again later")
+            }
             let session: TransferSession
             reply = try bus.newReturn(to: m)
             switch algorithm {
@@ -215,11 +218,12 @@ extension SecretService {
             try reply.append(objectPaths: found.locked.map { paths(collections, $0) })
         case "GetSecrets":
             try m.expect("aoo")
-            let paths = try m.readObjectPaths()
+            let paths = try m.readObjectPaths(limit: Self.maxObjectsPerCall)
             let session = try transferSession(try m.readString("o"), known)
             try allow(.copy, known, caller)
             reply = try bus.newReturn(to: m)
             try reply.open("a", "{o(oayays)}")
+            var replyBytes = 0
             for path in Set(paths).sorted() {
                 guard case .item(let c, let id)? = try? resolve(path, known) else { continue }
                 let found: (secret: SecretBytes, contentType: String)?
@@ -231,6 +235,11 @@ extension SecretService {
                     throw Self.busError(error)
                 }
                 guard let secret = found else { continue }
+                replyBytes += secret.secret.count
+                guard replyBytes <= maxReplyBytes else {
+                    throw .limitsExceeded(
+                        "the secrets asked for come to more than \(maxReplyBytes) bytes; ask for fewer items at a time")
+                }
                 try reply.open("e", "o(oayays)")
                 try reply.append(string: path, type: "o")
                 try appendSecret(
@@ -242,7 +251,9 @@ extension SecretService {
             try m.expect("ao")
             // Each path once: a pending prompt keeps its list, and a list of one path repeated a
             // million times held half a gigabyte per prompt (an attack review's finding).
-            let objects = Self.distinct(try m.readObjectPaths()).filter { (try? resolve($0, known)) != nil }
+            let objects = Self.distinct(try m.readObjectPaths(limit: Self.maxObjectsPerCall)).filter {
+                (try? resolve($0, known)) != nil
+            }
             reply = try bus.newReturn(to: m)
             if items.secretServiceUnlocked || objects.isEmpty {
                 try reply.append(objectPaths: objects)
@@ -253,7 +264,9 @@ extension SecretService {
             }
         case "Lock":
             try m.expect("ao")
-            let objects = Self.distinct(try m.readObjectPaths()).filter { (try? resolve($0, known)) != nil }
+            let objects = Self.distinct(try m.readObjectPaths(limit: Self.maxObjectsPerCall)).filter {
+                (try? resolve($0, known)) != nil
+            }
             try allow(.lock, known, caller)
             reply = try bus.newReturn(to: m)
             var locked: [String] = []
@@ -450,6 +463,10 @@ extension SecretService {
     private func newPrompt(_ known: BusCaller, _ objects: [String]) throws(BusError) -> String {
         guard prompts.values.filter({ $0.owner == known.name }).count < Self.maxPromptsPerCaller else {
             throw .limitsExceeded("this connection has \(Self.maxPromptsPerCaller) prompts pending")
+        }
+        guard prompts.count < Self.maxPrompts else {
+            throw .limitsExceeded(
+                "keychaind has \(Self.maxPrompts) prompts pending; unlock the keychain or try again later")
         }
         let path = Self.root + "/prompt/p\(nextObject)"
         nextObject += 1

@@ -33,6 +33,9 @@ public final class SecretService: @unchecked Sendable {
     let bus: BusConnection
     /// The largest secret accepted (what a socket client could still read back in one frame).
     let maxSecretBytes: Int
+    /// The most secret bytes one GetSecrets answers with (a socket client's frame limit): a caller
+    /// that asks for much and reads nothing fills the bus's buffers, which stalls every caller.
+    let maxReplyBytes: Int
     private let wake: WakePipe
     private let stopping = Atomic<Bool>(false)
     private let finished = DispatchSemaphore(value: 0)
@@ -48,6 +51,14 @@ public final class SecretService: @unchecked Sendable {
     static let maxCallers = 16384
     static let maxSessionsPerCaller = 32
     static let maxPromptsPerCaller = 32
+    /// For all callers together: each DH session's key is guarded memory (a few mappings apiece),
+    /// and 16384 connections × 32 sessions ran keychaind out of mappings (an attack review's finding).
+    static let maxSessions = 1024
+    /// For all callers together: a pending prompt keeps the paths it was asked for.
+    static let maxPrompts = 128
+    /// Paths in one GetSecrets, Unlock or Lock: each costs a lookup on the bus thread, and a
+    /// prompt keeps them (800 000 made-up paths held the thread for 17 s; an attack review's finding).
+    static let maxObjectsPerCall = 4096
 
     /// Connects to the session bus and takes `org.freedesktop.secrets`. When another provider holds
     /// it: with `replace`, takes it over if that provider allows it; otherwise fails naming it.
@@ -57,6 +68,7 @@ public final class SecretService: @unchecked Sendable {
         let settings = daemon.runningSettings
         mode = settings.secretServiceUnregistered
         maxSecretBytes = max(1024, settings.maxFrameBytes - 4096)
+        maxReplyBytes = settings.maxFrameBytes
         do throws(Errno) { wake = try WakePipe() } catch {
             throw SecretServiceError(description: "cannot create a pipe: \(error.message)")
         }

@@ -254,6 +254,9 @@ def first_item(json_output: bytes) -> dict:
 
 
 SERVICE = "org.freedesktop.Secret.Service"
+LIMITS_EXCEEDED = "org.freedesktop.DBus.Error.LimitsExceeded"
+# keychaind's limits on the bus (SecretService.swift)
+MAX_OBJECTS_PER_CALL, MAX_SESSIONS_PER_CALLER, MAX_SESSIONS, MAX_PROMPTS = 4096, 32, 1024, 128
 COLLECTION = "org.freedesktop.Secret.Collection"
 ITEM = "org.freedesktop.Secret.Item"
 
@@ -783,14 +786,14 @@ def test_a_prompt_can_be_dismissed(fresh):
 
 
 def test_a_prompt_keeps_each_object_once(fresh):
-    # A prompt keeps its object list until the keychain is unlocked: one path repeated a hundred
-    # thousand times is kept (and answered) once.
+    # A prompt keeps its object list until the keychain is unlocked: one path repeated as often as
+    # one call may name objects (4096) is kept (and answered) once.
     d = fresh()
     pw = set_passphrase(d)
     assert d.run([d.keychainctl, "lock"]).returncode == 0
     login = ROOT + "/collection/login"
     with d.connection() as conn:
-        unlocked, prompt = call(conn, ROOT, SERVICE, "Unlock", "ao", ([login] * 100_000,))
+        unlocked, prompt = call(conn, ROOT, SERVICE, "Unlock", "ao", ([login] * MAX_OBJECTS_PER_CALL,))
         assert unlocked == [] and prompt.startswith(ROOT + "/prompt/")
         rule = MatchRule(type="signal", interface="org.freedesktop.Secret.Prompt", member="Completed", path=prompt)
         conn.send_and_get_reply(new_method_call(message_bus, "AddMatch", "s", (rule.serialise(),)), timeout=DEADLINE)
@@ -898,6 +901,76 @@ def test_bad_input_gets_errors_and_the_service_keeps_serving(ss):
     # the provider keeps serving, and the daemon still runs
     assert ss.process.poll() is None
     assert ss.run([SECRET_TOOL, "lookup", "service", service, "account", "a"]).stdout == b"still-here"
+
+
+def test_a_call_naming_too_many_objects_is_refused_before_any_work(fresh):
+    # Each path of GetSecrets costs a lookup on the bus thread and a prompt keeps Unlock's: 800 000
+    # made-up item paths held every caller up for 17 s (an attack review's finding).
+    d = fresh()
+    with d.connection() as conn:
+        _, session = call(conn, ROOT, SERVICE, "OpenSession", "sv", ("plain", ("s", "")))
+        made_up = [f"{ROOT}/collection/login/{i:032x}" for i in range(MAX_OBJECTS_PER_CALL + 1)]
+        for member, signature, body in (("GetSecrets", "aoo", (made_up, session)), ("Unlock", "ao", (made_up,)),
+                                        ("Lock", "ao", (made_up,))):
+            name, message = error_of(conn, ROOT, SERVICE, member, signature, body)
+            assert name == LIMITS_EXCEEDED and f"at most {MAX_OBJECTS_PER_CALL}" in message, (member, message)
+        # as many as allowed are answered (none of them exists)
+        assert call(conn, ROOT, SERVICE, "GetSecrets", "aoo", (made_up[:-1], session)) == ({},)
+
+
+def test_get_secrets_answers_at_most_one_frame_of_secrets(fresh):
+    # A caller that asks for much and reads nothing fills the bus's buffers for keychaind, which
+    # stalls every caller: one GetSecrets answers at most what a socket client reads in one frame.
+    d = fresh({"maxFrameBytes": 65536})
+    service = unique()
+    with d.connection() as conn:
+        _, session = call(conn, ROOT, SERVICE, "OpenSession", "sv", ("plain", ("s", "")))
+        for account in ("a", "b", "c"):
+            props = {"org.freedesktop.Secret.Item.Attributes": ("a{ss}", {"service": service, "account": account})}
+            call(conn, ROOT + "/collection/login", COLLECTION, "CreateItem", "a{sv}(oayays)b",
+                 (props, (session, b"", b"s" * 30_000, "text/plain"), False))
+        unlocked, _ = call(conn, ROOT, SERVICE, "SearchItems", "a{ss}", ({"service": service},))
+        assert len(unlocked) == 3
+        name, message = error_of(conn, ROOT, SERVICE, "GetSecrets", "aoo", (unlocked, session))
+        assert name == LIMITS_EXCEEDED and "ask for fewer items at a time" in message, message
+        (secrets,) = call(conn, ROOT, SERVICE, "GetSecrets", "aoo", (unlocked[:2], session))
+        assert sorted(len(bytes(s[2])) for s in secrets.values()) == [30_000, 30_000]
+
+
+def test_transfer_sessions_and_prompts_are_limited_for_all_callers_together(fresh):
+    # Each DH session's key is guarded memory: 700 connections × 32 sessions ran keychaind out of
+    # memory mappings and it died (an attack review's finding). Sessions and pending prompts are
+    # limited per connection and for all connections together; a connection that leaves frees its own.
+    d = fresh()
+    conns = [d.connection() for _ in range(MAX_SESSIONS // MAX_SESSIONS_PER_CALLER)]
+    try:
+        for conn in conns:
+            for _ in range(MAX_SESSIONS_PER_CALLER):
+                call(conn, ROOT, SERVICE, "OpenSession", "sv", ("plain", ("s", "")))
+        with d.connection() as late:
+            name, message = error_of(late, ROOT, SERVICE, "OpenSession", "sv", ("plain", ("s", "")))
+            assert name == LIMITS_EXCEEDED and f"{MAX_SESSIONS} transfer sessions open" in message, message
+            conns.pop().close()
+            wait_for("a session to be free", lambda: call(late, ROOT, SERVICE, "OpenSession", "sv", ("plain", ("s", ""))))
+    finally:
+        for conn in conns:
+            conn.close()
+    set_passphrase(d)
+    assert d.run([d.keychainctl, "lock"]).returncode == 0
+    login = [ROOT + "/collection/login"]
+    conns = [d.connection() for _ in range(MAX_PROMPTS // 32)]
+    try:
+        for conn in conns:
+            for _ in range(32):
+                unlocked, prompt = call(conn, ROOT, SERVICE, "Unlock", "ao", (login,))
+                assert prompt.startswith(ROOT + "/prompt/")
+        with d.connection() as late:
+            name, message = error_of(late, ROOT, SERVICE, "Unlock", "ao", (login,))
+            assert name == LIMITS_EXCEEDED and f"{MAX_PROMPTS} prompts pending" in message, message
+    finally:
+        for conn in conns:
+            conn.close()
+    assert d.process.poll() is None
 
 
 # MARK: protection at rest
