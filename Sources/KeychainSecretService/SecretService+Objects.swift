@@ -171,6 +171,11 @@ extension SecretService {
             guard sessions.count < Self.maxSessions else {
                 throw .limitsExceeded("keychaind has \(Self.maxSessions) transfer sessions open; try again later")
             }
+            guard known.registered || unregisteredCount(sessions.values.map(\.owner)) < Self.maxSessions / 2 else {
+                throw .limitsExceeded(
+                    "processes that are not registered apps have \(Self.maxSessions / 2) transfer sessions open; try again later"
+                )
+            }
             let session: TransferSession
             reply = try bus.newReturn(to: m)
             switch algorithm {
@@ -452,6 +457,12 @@ extension SecretService {
         return reply
     }
 
+    /// How many of these owners are not registered apps: they share half of each limit for all
+    /// callers, so that processes of the user that are no app cannot lock the apps out.
+    func unregisteredCount(_ owners: [String]) -> Int {
+        owners.reduce(0) { $0 + (callers[$1]?.registered == true ? 0 : 1) }
+    }
+
     /// `paths` with repeats left out, in their first order (compared as bytes, as object paths are).
     static func distinct(_ paths: [String]) -> [String] {
         var seen = Set<[UInt8]>()
@@ -467,6 +478,11 @@ extension SecretService {
         guard prompts.count < Self.maxPrompts else {
             throw .limitsExceeded(
                 "keychaind has \(Self.maxPrompts) prompts pending; unlock the keychain or try again later")
+        }
+        guard known.registered || unregisteredCount(prompts.values.map(\.owner)) < Self.maxPrompts / 2 else {
+            throw .limitsExceeded(
+                "processes that are not registered apps have \(Self.maxPrompts / 2) prompts pending; unlock the keychain or try again later"
+            )
         }
         let path = Self.root + "/prompt/p\(nextObject)"
         nextObject += 1

@@ -940,25 +940,56 @@ def test_get_secrets_answers_at_most_one_frame_of_secrets(fresh):
 def test_transfer_sessions_and_prompts_are_limited_for_all_callers_together(fresh):
     # Each DH session's key is guarded memory: 700 connections × 32 sessions ran keychaind out of
     # memory mappings and it died (an attack review's finding). Sessions and pending prompts are
-    # limited per connection and for all connections together; a connection that leaves frees its own.
+    # limited per connection and for all connections together, and processes that are not
+    # registered apps share half of each: they cannot lock the apps out.
     d = fresh()
-    conns = [d.connection() for _ in range(MAX_SESSIONS // MAX_SESSIONS_PER_CALLER)]
+    plain = ("plain", ("s", ""))
+    holder = subprocess.Popen([d.stranger_python, "-c", f"""
+import json, sys
+from jeepney import DBusAddress, new_method_call
+from jeepney.io.blocking import open_dbus_connection
+from jeepney.wrappers import unwrap_msg, DBusErrorResponse
+svc = DBusAddress({ROOT!r}, bus_name={SECRETS!r}, interface={SERVICE!r})
+conns, opened, refused = [], 0, None
+while refused is None:
+    conn = open_dbus_connection(bus="SESSION")
+    conns.append(conn)
+    for _ in range({MAX_SESSIONS_PER_CALLER}):
+        try:
+            unwrap_msg(conn.send_and_get_reply(new_method_call(svc, "OpenSession", "sv", {plain!r}), timeout=60))
+            opened += 1
+        except DBusErrorResponse as e:
+            refused = str(e.data)
+            break
+print(json.dumps({{"opened": opened, "refused": refused}}), flush=True)
+sys.stdin.readline()
+"""], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        env=python_env(dict(DBUS_SESSION_BUS_ADDRESS=d.bus.address, KEYCHAIND_SOCKET=d.socket)))
+    conns = []
     try:
-        for conn in conns:
+        held = json.loads(holder.stdout.readline())
+        assert held["opened"] == MAX_SESSIONS // 2, held
+        assert f"not registered apps have {MAX_SESSIONS // 2} transfer sessions open" in held["refused"], held
+        # This process is a registered app: it gets the rest, up to the limit for all.
+        for _ in range(MAX_SESSIONS // 2 // MAX_SESSIONS_PER_CALLER):
+            conns.append(d.connection())
             for _ in range(MAX_SESSIONS_PER_CALLER):
-                call(conn, ROOT, SERVICE, "OpenSession", "sv", ("plain", ("s", "")))
+                call(conns[-1], ROOT, SERVICE, "OpenSession", "sv", plain)
         with d.connection() as late:
-            name, message = error_of(late, ROOT, SERVICE, "OpenSession", "sv", ("plain", ("s", "")))
-            assert name == LIMITS_EXCEEDED and f"{MAX_SESSIONS} transfer sessions open" in message, message
-            conns.pop().close()
-            wait_for("a session to be free", lambda: call(late, ROOT, SERVICE, "OpenSession", "sv", ("plain", ("s", ""))))
+            name, message = error_of(late, ROOT, SERVICE, "OpenSession", "sv", plain)
+            assert name == LIMITS_EXCEEDED and f"keychaind has {MAX_SESSIONS} transfer sessions open" in message, message
+            conns.pop().close()         # a connection that leaves frees its sessions
+            wait_for("a session to be free", lambda: call(late, ROOT, SERVICE, "OpenSession", "sv", plain))
     finally:
         for conn in conns:
             conn.close()
+        holder.kill()
+        holder.wait()
+    # Once a passphrase is set, this process is no app on the bus either: prompts, half of them.
     set_passphrase(d)
     assert d.run([d.keychainctl, "lock"]).returncode == 0
     login = [ROOT + "/collection/login"]
-    conns = [d.connection() for _ in range(MAX_PROMPTS // 32)]
+    conns = [d.connection() for _ in range(MAX_PROMPTS // 2 // 32)]
     try:
         for conn in conns:
             for _ in range(32):
@@ -966,7 +997,7 @@ def test_transfer_sessions_and_prompts_are_limited_for_all_callers_together(fres
                 assert prompt.startswith(ROOT + "/prompt/")
         with d.connection() as late:
             name, message = error_of(late, ROOT, SERVICE, "Unlock", "ao", (login,))
-            assert name == LIMITS_EXCEEDED and f"{MAX_PROMPTS} prompts pending" in message, message
+            assert name == LIMITS_EXCEEDED and f"not registered apps have {MAX_PROMPTS // 2} prompts pending" in message, message
     finally:
         for conn in conns:
             conn.close()
