@@ -558,7 +558,12 @@ extension SecretService {
     // MARK: Arguments
 
     private func readAttributes(_ m: BusMessage) throws(BusError) -> SecretServiceAttributes {
-        let pairs = try m.readStringMap(limit: SecretServiceAttributes.maxCount)
+        try Self.attributes(m.readStringMap(limit: SecretServiceAttributes.maxCount))
+    }
+
+    /// An `a{ss}` as attributes: InvalidArgs for a name given twice or beyond the limits (as
+    /// CreateItem, SearchItems and setting the Attributes property all take them).
+    static func attributes(_ pairs: [(name: [UInt8], value: [UInt8])]) throws(BusError) -> SecretServiceAttributes {
         var map: [[UInt8]: [UInt8]] = [:]
         for (n, v) in pairs {
             guard map[n] == nil else { throw .invalidArgs("an attribute name appears twice") }

@@ -157,15 +157,13 @@ extension SecretService {
         case (.item(let c, let id), "Attributes"):
             guard contents == "a{ss}" else { throw .invalidArgs("Attributes must be a{ss}") }
             _ = try m.enter("v", "a{ss}")
-            let pairs = try m.readStringMap(limit: SecretServiceAttributes.maxCount)
+            let attributes = try Self.attributes(m.readStringMap(limit: SecretServiceAttributes.maxCount))
             try m.exit()
-            var map: [[UInt8]: [UInt8]] = [:]
-            for (n, v) in pairs { map[n] = v }
             try allow(.update, known, caller)
             guard
                 try store({ () throws(KeychainError) in
                     try items.secretServiceSetAttributes(
-                        id: id, groups: [c.group], attributes: SecretServiceAttributes(map), caller: caller)
+                        id: id, groups: [c.group], attributes: attributes, caller: caller)
                 })
             else { throw .unknownObject(c.itemPath(id)) }
             emit("ItemChanged", group: c.group, id: id)

@@ -903,6 +903,24 @@ def test_bad_input_gets_errors_and_the_service_keeps_serving(ss):
     assert ss.run([SECRET_TOOL, "lookup", "service", service, "account", "a"]).stdout == b"still-here"
 
 
+def test_setting_attributes_takes_them_as_create_item_does(ss):
+    # A name given twice, or a value beyond the limits, is InvalidArgs and the item keeps its own.
+    service = unique()
+    with ss.connection() as conn:
+        _, session = call(conn, ROOT, SERVICE, "OpenSession", "sv", ("plain", ("s", "")))
+        props = {"org.freedesktop.Secret.Item.Attributes": ("a{ss}", {"service": service})}
+        item, _ = call(conn, ROOT + "/collection/login", COLLECTION, "CreateItem", "a{sv}(oayays)b",
+                       (props, (session, b"", b"s", "text/plain"), False))
+        # (jeepney writes a list of pairs as a{ss} too, so a name can be given twice)
+        for value in ([("service", "a"), ("service", "b")], {"service": "x" * 5000},
+                      {f"k{i}": "v" * 4000 for i in range(20)}):
+            name, message = error_of(conn, item, "org.freedesktop.DBus.Properties", "Set", "ssv",
+                                     (ITEM, "Attributes", ("a{ss}", value)))
+            assert name == "org.freedesktop.DBus.Error.InvalidArgs", message
+        (value,) = call(conn, item, "org.freedesktop.DBus.Properties", "Get", "ss", (ITEM, "Attributes"))
+        assert value[1]["service"] == service
+
+
 def test_a_call_naming_too_many_objects_is_refused_before_any_work(fresh):
     # Each path of GetSecrets costs a lookup on the bus thread and a prompt keeps Unlock's: 800 000
     # made-up item paths held every caller up for 17 s (an attack review's finding).
