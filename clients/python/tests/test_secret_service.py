@@ -996,8 +996,15 @@ sys.stdin.readline()
         with d.connection() as late:
             name, message = error_of(late, ROOT, SERVICE, "OpenSession", "sv", plain)
             assert name == LIMITS_EXCEEDED and f"keychaind has {MAX_SESSIONS} transfer sessions open" in message, message
-            conns.pop().close()         # a connection that leaves frees its sessions
-            wait_for("a session to be free", lambda: call(late, ROOT, SERVICE, "OpenSession", "sv", plain))
+            conns.pop().close()         # a connection that leaves frees its sessions, once the bus says so
+
+            def opened():
+                try:
+                    return call(late, ROOT, SERVICE, "OpenSession", "sv", plain)
+                except DBusErrorResponse as e:
+                    assert e.name == LIMITS_EXCEEDED, e
+                    return None
+            wait_for("a session to be free", opened)
     finally:
         for conn in conns:
             conn.close()
