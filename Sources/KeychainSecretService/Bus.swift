@@ -155,7 +155,6 @@ final class BusMessage {
         try check(sd_bus_message_skip(raw, types), "past a value")
     }
 
-    /// `ao`.
     /// `ao`, at most `limit` paths (LimitsExceeded beyond, before more is read).
     func readObjectPaths(limit: Int) throws(BusError) -> [String] {
         _ = try enter("a", "o")

@@ -52,7 +52,7 @@ public final class SecretService: @unchecked Sendable {
     static let maxSessionsPerCaller = 32
     static let maxPromptsPerCaller = 32
     /// For all callers together: each DH session's key is guarded memory (a few mappings apiece),
-    /// and 16384 connections × 32 sessions ran keychaind out of mappings (an attack review's finding).
+    /// and 700 connections × 32 sessions ran keychaind out of mappings (an attack review's finding).
     static let maxSessions = 1024
     /// For all callers together: a pending prompt keeps the paths it was asked for.
     static let maxPrompts = 128
