@@ -39,7 +39,7 @@ public enum DeviceKeyFile {
             throw KeychainError(.io, "device key file \(path) has \(st.size) bytes, expected \(length); it is damaged")
         }
         var failure: KeychainError?
-        let key = SecureBytes(count: length) { buffer in
+        let key = try SecureBytes(count: length) { buffer in
             do throws(Errno) {
                 if try file.readFully(into: buffer) != length {
                     failure = KeychainError(.io, "cannot read device key file \(path): short read")
@@ -67,7 +67,7 @@ public enum DeviceKeyFile {
         }
         var ok = false
         defer { if !ok { FileSystem.removeIfPresent(tmp) } }
-        let key = SecureBytes(random: length)
+        let key = try SecureBytes(random: length)
         do throws(Errno) {
             try key.withUnsafeBytes { (b) throws(Errno) in try file.writeAll(b) }
             try file.setPermissions(0o600)

@@ -1,4 +1,6 @@
 import CSodium
+public import KeychainCore
+import KeychainSystem
 
 /// Keyed BLAKE2b (`crypto_generichash` with a key): blind indexes and key derivation.
 ///
@@ -77,9 +79,10 @@ public enum KeyedHash {
 
     /// Derives a 32-byte subkey into guarded memory: BLAKE2b keyed with `key` over a label (and extra
     /// key material, such as a second key a derived key must depend on).
-    public static func deriveKey(from key: SecureBytes, label: String, mixing other: SecureBytes? = nil) -> SecureBytes
+    public static func deriveKey(from key: SecureBytes, label: String, mixing other: SecureBytes? = nil)
+        throws(KeychainError) -> SecureBytes
     {
-        key.withUnsafeBytes { k in
+        try key.withUnsafeBytes { (k) throws(KeychainError) in
             var parts: [[UInt8]] = [Array(label.utf8)]
             if let other { parts.append(other.withUnsafeBytes { Array($0) }) }
             var out = hash(key: k, domain: 0xD0, parts: parts, length: AEAD.keyBytes)
@@ -87,7 +90,7 @@ public enum KeyedHash {
                 Sodium.zero(&out)
                 for i in parts.indices { Sodium.zero(&parts[i]) }
             }
-            return out.withUnsafeBytes { SecureBytes(copying: $0) }
+            return try withBytes(out) { (b) throws(KeychainError) in try SecureBytes(copying: b) }
         }
     }
 }

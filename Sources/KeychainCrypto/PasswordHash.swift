@@ -109,9 +109,9 @@ public enum PasswordHash {
     {
         Sodium.ensureInitialized()
         var failed = false
-        let key = oneAtATime.withLock { runs -> SecureBytes in
+        let key = try oneAtATime.withLock { (runs) throws(KeychainError) -> SecureBytes in
             runs += 1
-            return SecureBytes(count: keyBytes) { out in
+            return try SecureBytes(count: keyBytes) { out in
                 passphrase.withUnsafeBytes { p in
                     parameters.salt.withUnsafeBytes { s in
                         let rc = crypto_pwhash(
@@ -137,7 +137,7 @@ public enum PasswordHash {
             throw KeychainError(.param, "a passphrase may be at most \(maxPassphraseBytes) bytes")
         }
         guard bytes.count > 0 else { return nil }
-        return SecureBytes(copying: bytes)
+        return try SecureBytes(copying: bytes)
     }
 
     /// A guarded copy of passphrase bytes; nil for an empty passphrase, errSecParam past `maxPassphraseBytes`.

@@ -15,7 +15,8 @@ public final class PreparedGCMKey: @unchecked Sendable, CustomStringConvertible,
     // Safety: the state is written only inside the initialiser and read-only afterwards.
     private let state: UnsafeMutablePointer<crypto_aead_aes256gcm_state>
 
-    /// The schedule of `key` (32 bytes); nil where libsodium does not run AES-256-GCM.
+    /// The schedule of `key` (32 bytes); nil where libsodium does not run AES-256-GCM, or when no
+    /// guarded memory is left for it (the class key then opens items by itself).
     public init?(key: UnsafeRawBufferPointer) {
         precondition(key.count == AEAD.keyBytes, "an AES-256-GCM key must be \(AEAD.keyBytes) bytes")
         guard AEAD.machineGCMEngine == .libsodium else { return nil }
@@ -23,11 +24,15 @@ public final class PreparedGCMKey: @unchecked Sendable, CustomStringConvertible,
         precondition(crypto_aead_aes256gcm_statebytes() == size, "libsodium's AES-256-GCM state changed size")
         // sodium_malloc places the region at the end of its pages: a size that is a multiple of the
         // state's alignment (16) keeps the address aligned.
-        guard let raw = sodium_malloc(size) else { fatalError("sodium_malloc(\(size)) failed: out of memory") }
+        // Without guarded memory for it, the class key alone opens items (a little slower): nil.
+        guard let raw = sodium_malloc(size) else { return nil }
         precondition(Int(bitPattern: raw) % 16 == 0, "sodium_malloc returned a misaligned AES-256-GCM state")
         state = raw.bindMemory(to: crypto_aead_aes256gcm_state.self, capacity: 1)
         _ = crypto_aead_aes256gcm_beforenm(state, key.baseAddress!.assumingMemoryBound(to: UInt8.self))
-        guard sodium_mprotect_readonly(raw) == 0 else { fatalError("sodium_mprotect_readonly failed: out of memory") }
+        guard sodium_mprotect_readonly(raw) == 0 else {
+            sodium_free(raw)
+            return nil
+        }
     }
 
     /// Opens `count` bytes of ciphertext (followed by its 16-byte tag at `input + count`) into

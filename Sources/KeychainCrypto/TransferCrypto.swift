@@ -93,7 +93,9 @@ public enum TransferCrypto {
             (buffer) -> Result<SecureBytes, KeychainError> in
             defer { Sodium.zero(buffer) }
             do throws(KeychainError) { try export(shared, into: buffer) } catch { return .failure(error) }
-            return .success(hkdfSHA256(UnsafeRawBufferPointer(buffer), length: keyBytes))
+            do throws(KeychainError) {
+                return .success(try hkdfSHA256(UnsafeRawBufferPointer(buffer), length: keyBytes))
+            } catch { return .failure(error) }
         }
         return (serverPublic, try key.get())
     }
@@ -135,10 +137,10 @@ public enum TransferCrypto {
     }
 
     /// RFC 5869 HKDF with SHA-256, an all-zero salt and empty info; `length` ≤ 32.
-    public static func hkdfSHA256(_ ikm: UnsafeRawBufferPointer, length: Int) -> SecureBytes {
+    public static func hkdfSHA256(_ ikm: UnsafeRawBufferPointer, length: Int) throws(KeychainError) -> SecureBytes {
         precondition(length <= 32)
         Sodium.ensureInitialized()
-        return withUnsafeTemporaryAllocation(byteCount: 64, alignment: 8) { scratch in
+        return try withUnsafeTemporaryAllocation(byteCount: 64, alignment: 8) { (scratch) throws(KeychainError) in
             defer { Sodium.zero(scratch) }
             let prk = scratch.baseAddress!.assumingMemoryBound(to: UInt8.self)
             let okm = prk + 32
@@ -153,7 +155,7 @@ public enum TransferCrypto {
             _ = crypto_auth_hmacsha256_init(&state, prk, 32)
             _ = crypto_auth_hmacsha256_update(&state, &counter, 1)
             _ = crypto_auth_hmacsha256_final(&state, okm)
-            return SecureBytes(copying: UnsafeRawBufferPointer(start: okm, count: length))
+            return try SecureBytes(copying: UnsafeRawBufferPointer(start: okm, count: length))
         }
     }
 

@@ -191,11 +191,11 @@ public final class Vault: Sendable {
     private init(
         deviceKey: SecureBytes, deviceKEK: SecureBytes, keyring: Keyring, indexKey: SecureBytes,
         classKeys: [ProtectionClass: SecureBytes], registryKey: SecureBytes?, registryReadable: Bool
-    ) {
+    ) throws(KeychainError) {
         self.deviceKey = deviceKey
         self.deviceKEK = deviceKEK
         self.blindIndex = BlindIndexer(key: indexKey)
-        self.rowStateKey = KeyedHash.deriveKey(from: deviceKey, label: "keychaind row-state v1")
+        self.rowStateKey = try KeyedHash.deriveKey(from: deviceKey, label: "keychaind row-state v1")
         self.state = Locked(
             State(
                 keyring: keyring, classKeys: classKeys, registryKey: registryKey,
@@ -205,24 +205,24 @@ public final class Vault: Sendable {
 
     /// A new keychain: fresh random class keys, blind-index key and registry key, wrapped as described
     /// above. Returns the vault (unlocked) and the keyring to persist.
-    public static func create(deviceKey: SecureBytes) -> (vault: Vault, keyring: [UInt8]) {
-        let deviceKEK = Self.deviceKEK(deviceKey)
-        let master = masterFromDevice(deviceKey)
-        let keks = Keks(master: master, deviceKEK: deviceKEK)
+    public static func create(deviceKey: SecureBytes) throws(KeychainError) -> (vault: Vault, keyring: [UInt8]) {
+        let deviceKEK = try Self.deviceKEK(deviceKey)
+        let master = try masterFromDevice(deviceKey)
+        let keks = try Keks(master: master, deviceKEK: deviceKEK)
         var wrapped: [ProtectionClass: [UInt8]] = [:]
         var plain: [ProtectionClass: SecureBytes] = [:]
         for c in ProtectionClass.allCases {
-            let key = SecureBytes(random: AEAD.keyBytes)
+            let key = try SecureBytes(random: AEAD.keyBytes)
             wrapped[c] = wrap(key, under: keks.wrappingKey(for: c), name: c.code)
             plain[c] = key
         }
-        let indexKey = SecureBytes(random: BlindIndexer.keyLength)
-        let registry = SecureBytes(random: AEAD.keyBytes)
+        let indexKey = try SecureBytes(random: BlindIndexer.keyLength)
+        let registry = try SecureBytes(random: AEAD.keyBytes)
         let keyring = Keyring(
             source: .deviceKey, kdf: nil, wrapped: wrapped,
             wrappedIndex: wrap(indexKey, under: deviceKEK, name: "index"),
             wrappedRegistry: wrap(registry, under: master, name: registryName))
-        let vault = Vault(
+        let vault = try Vault(
             deviceKey: deviceKey, deviceKEK: deviceKEK, keyring: keyring, indexKey: indexKey, classKeys: plain,
             registryKey: registry, registryReadable: true)
         return (vault, keyring.encoded)
@@ -233,7 +233,7 @@ public final class Vault: Sendable {
     /// Without a passphrase every class is available at once; with one, only dk and dku.
     public static func open(deviceKey: SecureBytes, keyring bytes: [UInt8]) throws(KeychainError) -> Vault {
         let keyring = try Keyring(bytes)
-        let deviceKEK = Self.deviceKEK(deviceKey)
+        let deviceKEK = try Self.deviceKEK(deviceKey)
         let indexKey: SecureBytes
         do {
             indexKey = try unwrap(keyring.wrappedIndex, under: deviceKEK, name: "index", length: BlindIndexer.keyLength)
@@ -245,7 +245,7 @@ public final class Vault: Sendable {
         for c in ProtectionClass.allCases where c.isAlways {
             keys[c] = try unwrapClass(c, keyring, under: deviceKEK)
         }
-        let vault = Vault(
+        let vault = try Vault(
             deviceKey: deviceKey, deviceKEK: deviceKEK, keyring: keyring, indexKey: indexKey, classKeys: keys,
             registryKey: nil, registryReadable: false)
         if keyring.source == .deviceKey { try vault.unlock() }
@@ -344,7 +344,7 @@ public final class Vault: Sendable {
         guard keyring.source == .deviceKey else {
             throw KeychainError(.authFailed, "the keychain is protected by a passphrase")
         }
-        let keys = try Self.unwrapAll(keyring, master: Self.masterFromDevice(deviceKey), deviceKEK: deviceKEK)
+        let keys = try Self.unwrapAll(keyring, master: try Self.masterFromDevice(deviceKey), deviceKEK: deviceKEK)
         install(keys, generation: generation)
     }
 
@@ -417,13 +417,13 @@ public final class Vault: Sendable {
         let master: SecureBytes
         switch current.source {
         case .deviceKey:
-            master = Self.masterFromDevice(deviceKey)
+            master = try Self.masterFromDevice(deviceKey)
         case .passphrase:
             guard let passphrase else { throw KeychainError(.authFailed, "a passphrase is set: it is needed for this") }
             guard let kdf = current.kdf else {
                 throw KeychainError(.decode, "the keyring lacks its key-derivation parameters")
             }
-            master = masterFromPassphrase(try PasswordHash.derive(passphrase, kdf))
+            master = try masterFromPassphrase(try PasswordHash.derive(passphrase, kdf))
             // Proves the passphrase: the class keys wrapped under this master must open.
             do { _ = try Self.unwrapAll(current, master: master, deviceKEK: deviceKEK) } catch
                 where error.status == .decode
@@ -431,7 +431,7 @@ public final class Vault: Sendable {
                 throw KeychainError(.authFailed, "wrong passphrase")
             }
         }
-        let registry = SecureBytes(random: AEAD.keyBytes)
+        let registry = try SecureBytes(random: AEAD.keyBytes)
         var next = current
         next.wrappedRegistry = Self.wrap(registry, under: master, name: Self.registryName)
         return PendingRegistry(keyring: next.encoded, registryKey: registry, decoded: next)
@@ -511,7 +511,7 @@ public final class Vault: Sendable {
         let unwrapped: Unwrapped
         switch current.source {
         case .deviceKey:
-            unwrapped = try Self.unwrapAll(current, master: Self.masterFromDevice(deviceKey), deviceKEK: deviceKEK)
+            unwrapped = try Self.unwrapAll(current, master: try Self.masterFromDevice(deviceKey), deviceKEK: deviceKEK)
         case .passphrase:
             guard let old else {
                 throw KeychainError(
@@ -527,24 +527,24 @@ public final class Vault: Sendable {
             let kdf = KDFParameters.fresh(profile)
             next.source = .passphrase
             next.kdf = kdf
-            master = masterFromPassphrase(try PasswordHash.derive(new, kdf))
+            master = try masterFromPassphrase(try PasswordHash.derive(new, kdf))
             for c in Self.masterProtected {
-                keys[c] = SecureBytes(random: AEAD.keyBytes)
+                keys[c] = try SecureBytes(random: AEAD.keyBytes)
                 rotated.append(c)
             }
         } else {
             next.source = .deviceKey
             next.kdf = nil
-            master = Self.masterFromDevice(deviceKey)
+            master = try Self.masterFromDevice(deviceKey)
             if current.source == .passphrase {
-                keys[.whenPasscodeSetThisDeviceOnly] = SecureBytes(random: AEAD.keyBytes)
+                keys[.whenPasscodeSetThisDeviceOnly] = try SecureBytes(random: AEAD.keyBytes)
             }
         }
-        let keks = Keks(master: master, deviceKEK: deviceKEK)
+        let keks = try Keks(master: master, deviceKEK: deviceKEK)
         for c in Self.masterProtected {
             next.wrapped[c] = Self.wrap(keys[c]!, under: keks.wrappingKey(for: c), name: c.code)
         }
-        let registry = SecureBytes(random: AEAD.keyBytes)
+        let registry = try SecureBytes(random: AEAD.keyBytes)
         next.wrappedRegistry = Self.wrap(registry, under: master, name: Self.registryName)
         return PendingChange(
             keyring: next.encoded, removesPassphrase: new == nil && current.source == .passphrase,
@@ -580,18 +580,18 @@ public final class Vault: Sendable {
 
     // MARK: Derivation and wrapping
 
-    private static func deviceKEK(_ deviceKey: SecureBytes) -> SecureBytes {
-        KeyedHash.deriveKey(from: deviceKey, label: "keychaind device-kek v1")
+    private static func deviceKEK(_ deviceKey: SecureBytes) throws(KeychainError) -> SecureBytes {
+        try KeyedHash.deriveKey(from: deviceKey, label: "keychaind device-kek v1")
     }
 
-    private static func masterFromDevice(_ deviceKey: SecureBytes) -> SecureBytes {
-        KeyedHash.deriveKey(from: deviceKey, label: "keychaind master-from-device v1")
+    private static func masterFromDevice(_ deviceKey: SecureBytes) throws(KeychainError) -> SecureBytes {
+        try KeyedHash.deriveKey(from: deviceKey, label: "keychaind master-from-device v1")
     }
 
     /// The passphrase master is entangled with the device key (Apple: UID + passcode), so a copy of
     /// the database without `device.key` cannot even be attacked by guessing passphrases.
-    private func masterFromPassphrase(_ stretched: SecureBytes) -> SecureBytes {
-        KeyedHash.deriveKey(from: stretched, label: "keychaind master-from-passphrase v1", mixing: deviceKEK)
+    private func masterFromPassphrase(_ stretched: SecureBytes) throws(KeychainError) -> SecureBytes {
+        try KeyedHash.deriveKey(from: stretched, label: "keychaind master-from-passphrase v1", mixing: deviceKEK)
     }
 
     private func unwrapWithPassphrase(_ keyring: Keyring, _ passphrase: SecureBytes) throws(KeychainError) -> Unwrapped
@@ -599,7 +599,7 @@ public final class Vault: Sendable {
         guard let kdf = keyring.kdf else {
             throw KeychainError(.decode, "the keyring lacks its key-derivation parameters")
         }
-        let master = masterFromPassphrase(try PasswordHash.derive(passphrase, kdf))
+        let master = try masterFromPassphrase(try PasswordHash.derive(passphrase, kdf))
         do {
             return try Self.unwrapAll(keyring, master: master, deviceKEK: deviceKEK)
         } catch  where error.status == .decode {
@@ -610,7 +610,7 @@ public final class Vault: Sendable {
     private static func unwrapAll(_ keyring: Keyring, master: SecureBytes, deviceKEK: SecureBytes) throws(KeychainError)
         -> Unwrapped
     {
-        let keks = Keks(master: master, deviceKEK: deviceKEK)
+        let keks = try Keks(master: master, deviceKEK: deviceKEK)
         var keys: [ProtectionClass: SecureBytes] = [:]
         for c in ProtectionClass.allCases {
             keys[c] = try unwrapClass(c, keyring, under: keks.wrappingKey(for: c))
@@ -658,7 +658,7 @@ public final class Vault: Sendable {
             throw KeychainError(.decode, "wrapped \(name) key has the wrong length")
         }
         var failure: KeychainError?
-        let key = SecureBytes(count: length) { out in
+        let key = try SecureBytes(count: length) { out in
             kek.withUnsafeBytes { w in
                 sealed.withUnsafeBytes { s in
                     ad(name).withUnsafeBytes { a in
@@ -679,10 +679,11 @@ public final class Vault: Sendable {
         let master: SecureBytes
         let thisDevice: SecureBytes
 
-        init(master: SecureBytes, deviceKEK: SecureBytes) {
+        init(master: SecureBytes, deviceKEK: SecureBytes) throws(KeychainError) {
             device = deviceKEK
             self.master = master
-            thisDevice = KeyedHash.deriveKey(from: master, label: "keychaind this-device-only v1", mixing: deviceKEK)
+            thisDevice = try KeyedHash.deriveKey(
+                from: master, label: "keychaind this-device-only v1", mixing: deviceKEK)
         }
 
         func wrappingKey(for c: ProtectionClass) -> SecureBytes {

@@ -84,7 +84,7 @@ public final class ItemService: Sendable {
                 }
                 var deviceKey = try DeviceKeyFile.load(path: keyPath)
                 if deviceKey == nil { deviceKey = try DeviceKeyFile.create(path: keyPath) }
-                let created = Vault.create(deviceKey: deviceKey!)
+                let created = try Vault.create(deviceKey: deviceKey!)
                 // The keyring and the row-state record are written together: never one without the other.
                 rowCheck = try store.attachRowState(key: created.vault.rowStateKey, policy: .create) {
                     (w) throws(KeychainError) in

@@ -7,7 +7,9 @@ import Testing
 /// AES-256-GCM runs in libsodium where the CPU has AES-NI and in libgcrypt elsewhere; a row sealed on
 /// one machine must open on the other, so the two must agree on every byte.
 @Suite struct AES256GCMTests {
-    let key = SecureBytes(random: AEAD.keyBytes)
+    let key: SecureBytes
+
+    init() throws { key = try SecureBytes(random: AEAD.keyBytes) }
 
     func seal(_ plain: [UInt8], ad: [UInt8], _ engine: AEAD.GCMEngine) -> [UInt8] {
         key.withUnsafeBytes { k in
@@ -18,12 +20,12 @@ import Testing
     }
 
     func open(
-        _ sealed: [UInt8], ad: [UInt8], _ engine: AEAD.GCMEngine, key given: [UInt8]? = nil,
+        _ sealed: [UInt8], ad: [UInt8], _ engine: AEAD.GCMEngine, key given: SecureBytes? = nil,
         prepared: PreparedGCMKey? = nil
     ) -> [UInt8]? {
         var out = [UInt8](repeating: 0xEE, count: max(0, sealed.count - ItemSealing.aes256GCM.overhead))
         var opened = true
-        let key = given.map { g in g.withUnsafeBytes { SecureBytes(copying: $0) } } ?? self.key
+        let key = given ?? self.key
         key.withUnsafeBytes { k in
             sealed.withUnsafeBytes { box in
                 ad.withUnsafeBytes { a in
@@ -50,14 +52,16 @@ import Testing
     /// 256-bit key, 96-bit IV, 20 bytes of associated data, 60 of plaintext) opens through each library
     /// to its plaintext — so the box layout (nonce ‖ ciphertext ‖ tag) is GCM's, not just a format the
     /// two libraries happen to share — and does not open with a changed tag.
-    @Test func theGCMSpecificationsTestCase16Opens() {
+    @Test func theGCMSpecificationsTestCase16Opens() throws {
         func hex(_ s: String) -> [UInt8] {
             stride(from: 0, to: s.count, by: 2).map {
                 let i = s.index(s.startIndex, offsetBy: $0)
                 return UInt8(s[i..<s.index(i, offsetBy: 2)], radix: 16)!
             }
         }
-        let key = hex("feffe9928665731c6d6a8f9467308308feffe9928665731c6d6a8f9467308308")
+        let key = try hex("feffe9928665731c6d6a8f9467308308feffe9928665731c6d6a8f9467308308").withUnsafeBytes {
+            try SecureBytes(copying: $0)
+        }
         let plain = hex(
             "d9313225f88406e5a55909c5aff5269a86a7a9531534f7da2e4c303d8a318a721c3c0c95956809532fcf0e2449a6b525b16aedf5aa0de657ba637b39"
         )
@@ -109,7 +113,7 @@ import Testing
             return
         }
         let prepared = try #require(key.withUnsafeBytes { PreparedGCMKey(key: $0) })
-        let other = try #require(SecureBytes(random: AEAD.keyBytes).withUnsafeBytes { PreparedGCMKey(key: $0) })
+        let other = try #require(try SecureBytes(random: AEAD.keyBytes).withUnsafeBytes { PreparedGCMKey(key: $0) })
         #expect("\(prepared)" == "PreparedGCMKey" && String(reflecting: prepared) == "PreparedGCMKey")
         for length in [0, 1, 32, 100] {
             let plain = (0..<length).map { UInt8(truncatingIfNeeded: $0 &* 5 &+ 1) }

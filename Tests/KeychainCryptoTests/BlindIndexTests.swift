@@ -7,10 +7,10 @@ import Testing
 /// written before could no longer be found.
 @Suite struct BlindIndexTests {
     @Test("the uniqueness digest is the framed hash of group, service, account and the sync byte")
-    func uniqueKeyIsTheFramedHash() {
+    func uniqueKeyIsTheFramedHash() throws {
         var rng = SystemRandomNumberGenerator()
         let keyBytes = (0..<BlindIndexer.keyLength).map { _ in UInt8.random(in: 0...255, using: &rng) }
-        let indexer = keyBytes.withUnsafeBytes { BlindIndexer(key: SecureBytes(copying: $0)) }
+        let indexer = try keyBytes.withUnsafeBytes { BlindIndexer(key: try SecureBytes(copying: $0)) }
         let samples: [([UInt8], [UInt8], [UInt8])] = [
             ([], [], []), (Array("TEAM.app".utf8), Array("svc".utf8), Array("acct".utf8)),
             (Array("g".utf8), [], Array(repeating: 0x78, count: 300)),

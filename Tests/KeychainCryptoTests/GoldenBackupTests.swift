@@ -7,8 +7,9 @@ import Testing
 /// The backup format as an earlier keychaind wrote it (Tests/Golden/README.md) keeps opening, and the
 /// primitives under it keep their promises.
 @Suite struct GoldenBackupTests {
-    static func secure(_ text: String) -> SecureBytes {
-        Array(text.utf8).withUnsafeBytes { SecureBytes(copying: $0) }
+    static func secure(_ text: String) throws(KeychainError) -> SecureBytes {
+        let bytes = Array(text.utf8)
+        return try SecureBytes(count: bytes.count) { out in bytes.withUnsafeBytes { out.copyMemory(from: $0) } }
     }
 
     @Test func theGoldenBackupOpensWithItsItemsAttributesAndSecrets() throws {
@@ -120,8 +121,8 @@ import Testing
     }
 
     @Test func aeadOpensWhatItSealedAndNothingElse() throws {
-        let key = SecureBytes(random: AEAD.keyBytes)
-        let other = SecureBytes(random: AEAD.keyBytes)
+        let key = try SecureBytes(random: AEAD.keyBytes)
+        let other = try SecureBytes(random: AEAD.keyBytes)
         let plain = Array("secret bytes".utf8)
         let ad = Array("row 1".utf8)
         let sealed = key.withUnsafeBytes { k in ad.withUnsafeBytes { AEAD.seal(plain, key: k, ad: $0) } }

@@ -111,7 +111,8 @@ struct DataFrameTests {
         add["r_Data"] = nil
         add["v_Data"] = .bytes(Array("alice-secret".utf8))
         _ = fx.answer(fx.body(1, "add", add), memo: nil, after: [])
-        _ = try fx.items.changePassphrase(old: nil, new: Array("pw".utf8).withUnsafeBytes { SecureBytes(copying: $0) })
+        let passphrase = try Array("pw".utf8).withUnsafeBytes { try SecureBytes(copying: $0) }
+        _ = try fx.items.changePassphrase(old: nil, new: passphrase)
         let memo = CopyMemo()
         let body = fx.body(2, "copy", Self.copyQuery("alice"))
         // Compiled and kept, then served from the memo while unlocked: the data.

@@ -57,7 +57,7 @@ import Testing
     /// What the child checks, with libgcrypt in FIPS mode and running AES-256-GCM for the whole item path.
     static func checksInFIPSMode() throws {
         // libgcrypt refuses to seal an AES-256-GCM box, even an empty one, and opens one libsodium sealed.
-        let key = SecureBytes(random: AEAD.keyBytes)
+        let key = try SecureBytes(random: AEAD.keyBytes)
         for plain in [Array("a secret".utf8), []] {
             let refused = failure {
                 try key.withUnsafeBytes { (k) throws(KeychainError) in

@@ -11,7 +11,9 @@ import Testing
 /// (and on CPUs without AES-NI); a row says which by its sealed item key, and every row keeps opening
 /// whichever construction sealed it.
 @Suite struct ItemSealingTests {
-    let key = SecureBytes(random: AEAD.keyBytes)
+    let key: SecureBytes
+
+    init() throws { key = try SecureBytes(random: AEAD.keyBytes) }
     let ad: [UInt8] = Array("kc-test".utf8)
 
     /// Each construction opens its own boxes and refuses the other's, a changed byte and the wrong

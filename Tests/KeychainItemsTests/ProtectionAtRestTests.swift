@@ -175,14 +175,14 @@ import Testing
         }
     }
 
-    @Test func keyMaterialNeverShowsInDescriptions() {
-        let key = [UInt8](repeating: 0x41, count: 32).withUnsafeBytes { SecureBytes(copying: $0) }
+    @Test func keyMaterialNeverShowsInDescriptions() throws {
+        let key = try [UInt8](repeating: 0x41, count: 32).withUnsafeBytes { try SecureBytes(copying: $0) }
         #expect(key.description == "SecureBytes(32 bytes)")
         #expect(Value.bytes(Array("secret".utf8)).description == "<6 bytes>")
     }
 
     @Test func sealedBoxesAuthenticateTheirAssociatedData() throws {
-        let key = SecureBytes(random: 32)
+        let key = try SecureBytes(random: 32)
         let sealed = key.withUnsafeBytes { k in
             Array("ad1".utf8).withUnsafeBytes { AEAD.seal(Array("hello".utf8), key: k, ad: $0) }
         }

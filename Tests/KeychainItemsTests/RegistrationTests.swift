@@ -150,7 +150,7 @@ struct RegistrationTests {
             #expect(error?.status == .decode && error?.message.contains("approve the registrations again") == true)
             // Sealed under a key of someone's choosing: refused the same way.
             try fx.setMeta(
-                "apps", Vault.sealRegistry(ApprovedRegistration.encode([tool]), key: SecureBytes(random: 32)))
+                "apps", Vault.sealRegistry(ApprovedRegistration.encode([tool]), key: try SecureBytes(random: 32)))
             #expect(failure { try fx.service.approvedRegistrations() }?.status == .decode)
             // Approving again replaces it.
             try fx.service.setApprovedRegistrations([tool], passphrase: nil)

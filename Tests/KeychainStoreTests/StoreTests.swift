@@ -262,7 +262,7 @@ import Testing
             store = try ItemStore(
                 path: temporary.appending("keychain.db"), lookupCacheEntries: lookupCacheEntries,
                 logLimitBytes: logLimitBytes, logCheckSeconds: logCheckSeconds)
-            _ = try store.attachRowState(key: SecureBytes(random: 32), policy: .create)
+            _ = try store.attachRowState(key: try SecureBytes(random: 32), policy: .create)
         }
 
         /// The size of the database's write-ahead log (0 when there is none).

@@ -1,0 +1,42 @@
+import Glibc
+import KeychainCore
+import Testing
+
+@testable import KeychainCrypto
+
+/// Guarded memory runs out long before memory does (each region maps pages of its own, and the kernel
+/// allows a process about 65 000 mappings): running out must be an error the caller can answer with,
+/// never the end of the daemon.
+@Suite struct SecureBytesTests {
+    @Test func runningOutOfGuardedMemoryIsErrSecAllocateNotACrash() throws {
+        Sodium.ensureInitialized()
+        _ = SecureBytes.exhausted  // made before the limit: the child must not need the heap for it
+        let key = [UInt8](repeating: 7, count: AEAD.keyBytes)
+        let pid = fork()
+        if pid == 0 {
+            // The child: no test framework here; the exit status says what happened. With its address
+            // space limited below what it already uses, every new mapping fails, as when the kernel's
+            // map count is used up.
+            let resource = __rlimit_resource_t(RLIMIT_AS.rawValue)
+            var limit = rlimit()
+            guard getrlimit(resource, &limit) == 0 else { _exit(10) }
+            limit.rlim_cur = 0
+            guard setrlimit(resource, &limit) == 0 else { _exit(10) }
+            do {
+                _ = try SecureBytes(random: 32)
+                _exit(11)  // allocated after all: the test proves nothing
+            } catch {
+                guard error.status == .allocate else { _exit(12) }
+            }
+            let prepared = key.withUnsafeBytes { PreparedGCMKey(key: $0) }
+            _exit(prepared == nil ? 0 : 13)
+        }
+        #expect(pid > 0, "fork failed")
+        var status: Int32 = 0
+        #expect(waitpid(pid, &status, 0) == pid)
+        let signal = status & 0x7F
+        #expect(signal == 0, "the child died of signal \(signal): an allocation failure crashed it")
+        let code = (status >> 8) & 0xFF
+        #expect(code == 0, "exit \(code): 10 setrlimit, 11 allocated anyway, 12 another status, 13 a prepared key")
+    }
+}
