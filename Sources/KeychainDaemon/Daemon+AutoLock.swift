@@ -13,11 +13,16 @@ extension Daemon {
         let thread = Thread { [self] in
             let limit = Int64(seconds) * 1000
             let period: UInt32 = 250_000
+            var first = true
             while !self.stopping.load(ordering: .relaxed) {
                 sleep(microseconds: period)
                 let idle = MonotonicClock.milliseconds() - self.handler.lastActivity.load(ordering: .relaxed)
                 if idle >= limit, self.items.lockIfUnlocked() {
                     Log.info("keychain locked", [("by", "auto-lock"), ("idleSeconds", String(idle / 1000))])
+                }
+                if first {
+                    first = false
+                    Log.debug("auto-lock checking", [("afterSeconds", String(seconds)), ("idleMs", String(idle))])
                 }
             }
         }

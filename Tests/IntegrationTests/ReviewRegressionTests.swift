@@ -8,7 +8,8 @@ import XCTest
 final class ReviewRegressionTests: XCTestCase {
     func testALongAutoLockSettingDoesNotCrashTheDaemon() throws {
         let d = try DaemonHarness(config: #"{"autoLockSeconds": 86400}"#)
-        usleep(600_000)  // the auto-lock thread has run its first checks
+        // The overflow was in the auto-lock thread's arithmetic: wait until it has made a check.
+        XCTAssertTrue(d.waitFor { d.log.contains("auto-lock checking afterSeconds=86400") }, d.log)
         XCTAssertEqual(try d.connect().call("status").status, .success, d.log)
         XCTAssertTrue(d.process?.isRunning ?? false)
     }
