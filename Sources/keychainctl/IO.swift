@@ -128,6 +128,17 @@ enum IO {
     static func wipe(_ b: inout [UInt8]) {
         Zeroing.zeroShared(b)
     }
+
+    /// The first `count` bytes of `b` in storage of their own, never shared with `b` (which `wipe`
+    /// may then zero in place without touching the copy).
+    static func copy(_ b: [UInt8], count: Int) -> [UInt8] {
+        [UInt8](unsafeUninitializedCapacity: count) { out, initialized in
+            b.withUnsafeBufferPointer { src in
+                _ = out.initialize(fromContentsOf: src[..<count])
+            }
+            initialized = count
+        }
+    }
 }
 
 /// Reading a secret or passphrase from the terminal without echo: /dev/tty, or stdin when there is no

@@ -532,9 +532,11 @@ struct Command {
         if let path = inv.value(file) {
             var b = try IO.readFile(path)
             defer { IO.wipe(&b) }
-            var line = Array(b[..<(b.firstIndex(of: 10) ?? b.count)])
-            if line.last == 13 { line.removeLast() }
-            return line
+            var end = b.firstIndex(of: 10) ?? b.count
+            if end > 0 && b[end - 1] == 13 { end -= 1 }
+            // A copy of its own: `Array(b[..<end])` of the whole file (no newline) shares `b`'s
+            // storage, which the wipe above zeroes in place — the passphrase became NUL bytes.
+            return IO.copy(b, count: end)
         }
         if let fd, let n = inv.value(fd).flatMap({ Int32($0) }) { return try IO.readLine(n) }
         return try Prompt.readSecret(prompt)

@@ -313,6 +313,38 @@ final class KeychainctlTests: XCTestCase {
     /// it from the pipe through /proc/<keychainctl>/fd/N while keychainctl waits (pam_keychaind's
     /// pipe is root's; a pipe the user made is not). Here the daemon is stopped while keychainctl
     /// starts, and the pipe must be drained before it is resumed.
+    /// A passphrase file is its first line; a file that is nothing but the passphrase (no newline,
+    /// as `printf` writes it) means the same passphrase — it once became as many NUL bytes.
+    func testAPassphraseFileWithoutANewlineIsThatPassphrase() throws {
+        let bare = daemon.root + "/bare"
+        let crlf = daemon.root + "/crlf"
+        try "hunter2".writeReplacing(bare)
+        try "backup pass\r\n".writeReplacing(crlf)
+        let set = try ctl("passwd", "--new-passphrase-file", bare)
+        XCTAssertEqual(set.status, 0, set.stderr)
+        XCTAssertEqual(try ctl("lock").status, 0)
+        assertFailure(
+            try ctl("unlock", "--passphrase-fd", "0", stdin: "\0\0\0\0\0\0\0\n"), errSecAuthFailed,
+            "errSecAuthFailed")
+        let typed = try ctl("unlock", "--passphrase-fd", "0", stdin: "hunter2\n")
+        XCTAssertEqual(typed.status, 0, "the passphrase from a file without a newline: \(typed.stderr)")
+        XCTAssertEqual(try ctl("add", "-s", "com.example.bare", "-a", "a", "-w", "kept").status, 0)
+        let file = daemon.root + "/bare.kcb"
+        let backup = try ctl("backup", file, "--passphrase-file", bare, "--keychain-passphrase-file", bare)
+        XCTAssertEqual(backup.status, 0, backup.stderr)
+        XCTAssertEqual(try ctl("delete", "-s", "com.example.bare", "-a", "a").status, 0)
+        // The same passphrase given on a descriptor with a newline opens the backup.
+        let restore = try ctl(
+            "restore", file, "--passphrase-fd", "0", "--keychain-passphrase-file", bare, stdin: "hunter2\n")
+        XCTAssertEqual(restore.status, 0, restore.stderr)
+        XCTAssertEqual(try ctl("find", "-s", "com.example.bare", "-a", "a", "-w").stdout, "kept\n")
+        // A line ending in CR LF is the line without either.
+        let crlfSet = try ctl("passwd", "--passphrase-file", bare, "--new-passphrase-file", crlf)
+        XCTAssertEqual(crlfSet.status, 0, crlfSet.stderr)
+        XCTAssertEqual(try ctl("lock").status, 0)
+        XCTAssertEqual(try ctl("unlock", "--passphrase-fd", "0", stdin: "backup pass\n").status, 0)
+    }
+
     func testAPassphraseOnADescriptorIsReadBeforeTheDaemonIsAsked() throws {
         XCTAssertEqual(try ctl("passwd", "--new-passphrase-fd", "0", stdin: "the pass\n").status, 0)
         XCTAssertEqual(try ctl("lock").status, 0)
