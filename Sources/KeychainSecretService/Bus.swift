@@ -70,6 +70,13 @@ final class BusMessage {
         return sd_bus_message_get_type(raw, &type) >= 0 && type == UInt8(SD_BUS_MESSAGE_METHOD_CALL)
     }
 
+    /// Has sd-bus wipe the message's memory when it frees it; a reply made to a marked call is marked
+    /// too. Secrets of `plain` sessions travel in the clear inside these buffers.
+    func markSensitive() throws(BusError) {
+        let r = sd_bus_message_sensitive(raw)
+        if r < 0 { throw .failed("cannot mark a message sensitive (error \(-r))") }
+    }
+
     var isSignal: Bool {
         var type: UInt8 = 0
         return sd_bus_message_get_type(raw, &type) >= 0 && type == UInt8(SD_BUS_MESSAGE_SIGNAL)
@@ -322,7 +329,9 @@ final class BusConnection {
         var m: OpaquePointer?
         let r = sd_bus_message_new_method_return(call.raw, &m)
         guard r >= 0, let m else { throw .failed("cannot make a reply (\(Self.describe(r)))") }
-        return BusMessage(adopting: m)
+        let reply = BusMessage(adopting: m)
+        try reply.markSensitive()  // sd-bus copies the call's mark; said again so no reply depends on it
+        return reply
     }
 
     func newSignal(path: String, interface: String, member: String) throws(BusError) -> BusMessage {

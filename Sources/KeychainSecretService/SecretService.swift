@@ -230,6 +230,9 @@ public final class SecretService: @unchecked Sendable {
     func handle(_ m: BusMessage) -> Int32 {
         guard m.isMethodCall else { return 0 }
         do throws(BusError) {
+            // Any call may carry a secret (CreateItem, SetSecret; in a plain session in the clear), and
+            // its reply too: sd-bus wipes both when it frees them.
+            try m.markSensitive()
             if let reply = try serve(m) { bus.send(reply) }
         } catch {
             bus.replyError(to: m, error)
