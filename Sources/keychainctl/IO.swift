@@ -144,12 +144,19 @@ enum IO {
 /// Reading a secret or passphrase from the terminal without echo: /dev/tty, or stdin when there is no
 /// terminal (pipes, tests). The terminal is restored on every exit path, including Ctrl-C.
 enum Prompt {
-    static func readSecret(_ prompt: String) throws(KeychainError) -> [UInt8] {
+    /// What a missing item secret is told: the ways to give one.
+    static let noSecret = KeychainError(.param, "no secret given: use -w, --stdin, or run in a terminal to be asked")
+
+    /// One line read without echo; `missing` is thrown when there is no terminal and nothing to read
+    /// (it names the options of the verb at hand).
+    static func readSecret(_ prompt: String, missing: KeychainError = noSecret) throws(KeychainError) -> [UInt8] {
         let tty = Terminal.open()
         let fd = tty?.rawValue ?? 0
         let stream = FileDescriptor.standard(fd)
         let echoOff = stream.isTerminal
-        IO.writeAll(tty != nil ? fd : 2, Array(prompt.utf8))
+        // A prompt only where a person reads it: piped input needs none, and an error then stands
+        // alone on its line.
+        if tty != nil || echoOff { IO.writeAll(tty != nil ? fd : 2, Array(prompt.utf8)) }
         func read() throws(KeychainError) -> [UInt8] {
             var out: [UInt8] = []
             out.reserveCapacity(4096)  // no reallocation leaving copies behind for typical lengths
@@ -160,10 +167,7 @@ enum Prompt {
                     throw KeychainError(.io, "cannot read the secret", error)
                 }
                 guard let byte else {
-                    if out.isEmpty && !echoOff {
-                        throw KeychainError(
-                            .param, "no secret given: use -w, --stdin, or run in a terminal to be asked")
-                    }
+                    if out.isEmpty && !echoOff { throw missing }
                     break
                 }
                 if byte == 10 { break }
@@ -185,10 +189,12 @@ enum Prompt {
     }
 
     /// Asks twice and insists the two agree (new secrets and passphrases).
-    static func readNewSecret(_ prompt: String, _ again: String) throws(KeychainError) -> [UInt8] {
-        var first = try readSecret(prompt)
+    static func readNewSecret(_ prompt: String, _ again: String, missing: KeychainError = noSecret)
+        throws(KeychainError) -> [UInt8]
+    {
+        var first = try readSecret(prompt, missing: missing)
         if FileDescriptor.standard(0).isTerminal || Terminal.isAvailable {
-            var second = try readSecret(again)
+            var second = try readSecret(again, missing: missing)
             defer { IO.wipe(&second) }
             if first != second {
                 IO.wipe(&first)

@@ -15,7 +15,7 @@ struct Command {
 
     mutating func run() throws(KeychainError) {
         switch inv.verb! {
-        case .help: help()
+        case .help: try help()
         case .add: try add()
         case .find: try find()
         case .update: try update()
@@ -46,6 +46,25 @@ struct Command {
         try passphrase(file: .keychainPassphraseFile, prompt: "keychain passphrase: ")
     }
 
+    /// The error for a passphrase that is needed and could not be asked for (no terminal), naming
+    /// the options that give it: errSecAuthFailed (exit 51) for the keychain's own passphrase, as the
+    /// daemon answers a request that lacks it; errSecParam (a usage error) for a new or backup one.
+    private func noPassphrase(file: Opt, fd: Opt?) -> KeychainError {
+        let backup = inv.verb == .backup || inv.verb == .restore
+        let what: String
+        switch file {
+        case .keychainPassphraseFile: what = "the keychain passphrase"
+        case .newPassphraseFile: what = "the new passphrase"
+        default:
+            what = backup ? "the backup passphrase" : inv.verb == .passwd ? "the current passphrase" : "the passphrase"
+        }
+        let options = ([file] + (fd.map { [$0] } ?? [])).map { $0.spellings.last! }.joined(separator: " or ")
+        let keychains = file == .keychainPassphraseFile || (file == .passphraseFile && !backup)
+        return KeychainError(
+            keychains ? .authFailed : .param,
+            "\(what) is needed: give it with \(options), or run in a terminal to be asked")
+    }
+
     /// Runs `body` with the request arguments that prove presence: the keychain passphrase when a
     /// file gives it, else none at first and — when the daemon answers that it needs it — asked on the
     /// terminal, and `body` run once more.
@@ -72,12 +91,12 @@ struct Command {
         return try keychainPassphrase()
     }
 
-    private mutating func help() {
-        if let name = inv.positional.first, let v = Verb(rawValue: name) {
-            out.write(v.helpText)
-        } else {
-            out.write(toolHelp)
+    private mutating func help() throws(KeychainError) {
+        guard let name = inv.positional.first else { return out.write(toolHelp) }
+        guard let v = Verb(rawValue: name) else {
+            throw .param("no verb \"\(name)\" to help with; keychainctl --help lists them")
         }
+        out.write(v.helpText)
     }
 
     private mutating func ok() {
@@ -451,10 +470,20 @@ struct Command {
     /// file just written is read by then. Nil when it is not listed (keychaind could not watch
     /// apps.d, so it reads it on its next start or SIGHUP).
     private func awaitRegistration(_ path: String, id: String) throws(KeychainError) -> [String: Value]? {
+        try awaitRegistration(id: id) { $0 == path }
+    }
+
+    /// The same for the file called `name` in the user's apps.d (an approval names no directory).
+    private func awaitRegistration(named name: String, id: String) throws(KeychainError) -> [String: Value]? {
+        try awaitRegistration(id: id) { $0.hasSuffix("/" + name) }
+    }
+
+    private func awaitRegistration(id: String, file: (String) -> Bool) throws(KeychainError) -> [String: Value]? {
         let fresh = KeychainAdmin(connection: KeychainConnection(socketPath: connection.socketPath))
         let registrations = try fresh.status().raw["isolation"]?.map?["registrations"]?.array ?? []
         return registrations.compactMap(\.map).first {
-            $0["file"]?.text == path && $0["application-identifier"]?.text == id
+            $0["source"]?.text == "user" && $0["file"]?.text.map(file) == true
+                && $0["application-identifier"]?.text == id
         }
     }
 
@@ -477,12 +506,20 @@ struct Command {
         var p = try presenceArguments(admin)
         defer { if p != nil { IO.wipe(&p!) } }
         let id = try admin.approve(file: name, expect: registration, keychainPassphrase: p)
+        // Approved is not yet counting: an executable another registration holds, or one the user
+        // can modify, carries no identity. Said as register says it without a passphrase.
+        let seen = try? awaitRegistration(named: name, id: id)
+        let refused = seen.flatMap(Self.refusals)
         if inv.json {
-            out.line(
-                "{\"approved\":\(JSON.string(id)),\"file\":\(JSON.string(name)),\"registration\":\(JSON.encode(registration))}"
-            )
+            var fields = [
+                "\"approved\":\(JSON.string(id))", "\"file\":\(JSON.string(name))",
+                "\"registration\":\(JSON.encode(registration))",
+            ]
+            if let refused { fields.append("\"refused\":\(JSON.string(refused))") }
+            out.line("{" + fields.joined(separator: ",") + "}")
         } else {
             out.line("approved \(id) (\(name)): \(Self.describe(registration))")
+            if let refused { out.line("keychaind does not count it for every executable: \(refused)") }
         }
     }
 
@@ -539,7 +576,7 @@ struct Command {
             return IO.copy(b, count: end)
         }
         if let fd, let n = inv.value(fd).flatMap({ Int32($0) }) { return try IO.readLine(n) }
-        return try Prompt.readSecret(prompt)
+        return try Prompt.readSecret(prompt, missing: noPassphrase(file: file, fd: fd))
     }
 
     private func given(_ file: Opt, _ fd: Opt) -> Bool { inv.value(file) != nil || inv.value(fd) != nil }
@@ -556,6 +593,15 @@ struct Command {
         var early = try givenPassphrase(file: .passphraseFile, fd: .passphraseFD)
         defer { if early != nil { IO.wipe(&early!) } }
         let admin = KeychainAdmin(connection: connection)
+        if early == nil, try !admin.status().passphraseSet {
+            // Nothing to ask for: without a passphrase the keychain is never locked.
+            if inv.json {
+                out.line("{\"ok\":true,\"unlocked\":false}")
+            } else {
+                out.line("no passphrase set: the keychain is always unlocked")
+            }
+            return
+        }
         if inv.has(.ifLocked), try !admin.status().locked {
             if inv.json {
                 out.line("{\"ok\":true,\"unlocked\":false}")
@@ -565,7 +611,12 @@ struct Command {
             return
         }
         var p: [UInt8]
-        if let early { p = early } else { p = try Prompt.readSecret("keychain passphrase: ") }
+        if let early {
+            p = early
+        } else {
+            p = try Prompt.readSecret(
+                "keychain passphrase: ", missing: noPassphrase(file: .passphraseFile, fd: .passphraseFD))
+        }
         defer { IO.wipe(&p) }
         try admin.unlock(passphrase: p)
         ok()
@@ -586,13 +637,16 @@ struct Command {
             return
         }
         if old == nil, try admin.status().passphraseSet {
-            old = try Prompt.readSecret("current passphrase: ")
+            old = try Prompt.readSecret(
+                "current passphrase: ", missing: noPassphrase(file: .passphraseFile, fd: .passphraseFD))
         }
         var new: [UInt8]
         if let early {
             new = early
         } else {
-            new = try Prompt.readNewSecret("new passphrase: ", "retype new passphrase: ")
+            new = try Prompt.readNewSecret(
+                "new passphrase: ", "retype new passphrase: ",
+                missing: noPassphrase(file: .newPassphraseFile, fd: .newPassphraseFD))
         }
         defer { IO.wipe(&new) }
         guard !new.isEmpty else { throw .param("the new passphrase must not be empty") }
@@ -611,7 +665,9 @@ struct Command {
         var p =
             given(.passphraseFile, .passphraseFD)
             ? try passphrase(file: .passphraseFile, fd: .passphraseFD, prompt: "")
-            : try Prompt.readNewSecret("backup passphrase: ", "retype backup passphrase: ")
+            : try Prompt.readNewSecret(
+                "backup passphrase: ", "retype backup passphrase: ",
+                missing: noPassphrase(file: .passphraseFile, fd: .passphraseFD))
         defer { IO.wipe(&p) }
         guard !p.isEmpty else { throw .param("the backup passphrase must not be empty") }
         let admin = KeychainAdmin(connection: connection)

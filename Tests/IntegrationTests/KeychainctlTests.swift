@@ -59,6 +59,7 @@ final class KeychainctlTests: XCTestCase {
 
     func testUsageErrorsAreErrSecParam() throws {
         assertFailure(try ctl("frobnicate"), errSecParam, "errSecParam")
+        assertFailure(try ctl("help", "frobnicate"), errSecParam, "errSecParam")
         assertFailure(try ctl("find", "-x"), errSecParam, "errSecParam")
         assertFailure(try ctl("add", "-s", "svc"), errSecParam, "errSecParam")
         assertFailure(try ctl("add", "-s", "svc", "-a", "a", "-w", "x", "--stdin"), errSecParam, "errSecParam")
@@ -301,18 +302,78 @@ final class KeychainctlTests: XCTestCase {
         XCTAssertTrue(
             partly.stdout.contains("counts it, but not for every executable")
                 && partly.stdout.contains("already registered"), partly.stdout)
+        // One file named twice (the same path, or another path to it) is named once, not a conflict.
+        let twice = try d.run(
+            DaemonHarness.cliPath,
+            ["register", "-i", "TEAM.id", "-g", "TEAM.id", "-e", "/usr/bin/id", "-e", "/usr/bin/../bin/id"])
+        XCTAssertTrue(twice.stdout.contains("keychaind counts it: groups TEAM.id"), twice.stdout)
         XCTAssertEqual(try d.connect().call("status").result?.map?["caller"]?.text, "TEAM.tests")
         XCTAssertFalse(d.log.contains("why=SIGHUP"))
     }
 
-    /// --passphrase-fd / --new-passphrase-fd (how pam_keychaind hands over the login password, never
-    /// on argv), and --if-set / --if-locked, which keep a login password that is not the keychain's
-    /// passphrase from setting one or from counting as a failed unlock.
-    /// A passphrase on a descriptor is read before anything else, above all before the daemon is
-    /// asked whether it is locked: a process of the user that stops the daemon could otherwise read
-    /// it from the pipe through /proc/<keychainctl>/fd/N while keychainctl waits (pam_keychaind's
-    /// pipe is root's; a pipe the user made is not). Here the daemon is stopped while keychainctl
-    /// starts, and the pipe must be drained before it is resumed.
+    /// With a passphrase set, `register` approves what it wrote, and then says which executables
+    /// keychaind still does not count it for (another registration holds them), as it does without.
+    func testRegisterWithAPassphraseSaysWhichExecutablesDoNotCount() throws {
+        let pass = daemon.root + "/pass"
+        try "the pass\n".writeReplacing(pass)
+        XCTAssertEqual(try ctl("passwd", "--new-passphrase-file", pass).status, 0)
+        let first = try ctl(
+            "register", "-i", "TEAM.first", "-g", "TEAM.first", "-e", "/usr/bin/false", "--keychain-passphrase-file",
+            pass)
+        XCTAssertEqual(first.status, 0, first.stderr)
+        XCTAssertFalse(first.stdout.contains("does not count"), first.stdout)
+        let second = try ctl(
+            "register", "-i", "TEAM.second", "-g", "TEAM.second", "-e", "/usr/bin/false", "-e", "/usr/bin/true",
+            "--keychain-passphrase-file", pass)
+        XCTAssertEqual(second.status, 0, second.stderr)
+        XCTAssertTrue(second.stdout.contains("approved TEAM.second"), second.stdout)
+        XCTAssertTrue(
+            second.stdout.contains(
+                "keychaind does not count it for every executable: /usr/bin/false is already registered by"),
+            second.stdout)
+        let json = try XCTUnwrap(
+            try json(ctl("--json", "approve", "TEAM.second", "--keychain-passphrase-file", pass).stdout)
+                as? [String: Any])
+        XCTAssertTrue((json["refused"] as? String)?.contains("/usr/bin/false") == true, "\(json)")
+    }
+
+    /// Without a terminal, a passphrase that is needed and not given is an error naming the options
+    /// of the verb at hand (not -w or --stdin, which these verbs do not take); one for the keychain
+    /// is errSecAuthFailed (exit 51), a new or backup one a usage error. An unlock with nothing to
+    /// unlock asks for nothing.
+    func testAPassphraseThatCannotBeAskedForNamesTheOptionsThatGiveIt() throws {
+        let nothing = try ctl("unlock", stdin: "")
+        XCTAssertEqual(nothing.status, 0, nothing.stderr)
+        XCTAssertEqual(nothing.stdout, "no passphrase set: the keychain is always unlocked\n")
+        let pass = daemon.root + "/pass"
+        try "first passphrase\n".writeReplacing(pass)
+        let set = try ctl("passwd", "--new-passphrase-file", pass)
+        XCTAssertEqual(set.status, 0, set.stderr)
+        XCTAssertEqual(try ctl("lock").status, 0)
+        func expect(
+            _ r: (status: Int32, stdout: String, stderr: String), _ status: OSStatus, _ name: String, _ options: String
+        ) {
+            assertFailure(r, status, name)
+            XCTAssertTrue(r.stderr.contains("give it with \(options), or run in a terminal"), r.stderr)
+        }
+        expect(
+            try ctl("unlock", stdin: ""), errSecAuthFailed, "errSecAuthFailed", "--passphrase-file or --passphrase-fd")
+        XCTAssertEqual(try ctl("unlock", "--passphrase-file", pass).status, 0)
+        expect(
+            try ctl("passwd", stdin: ""), errSecAuthFailed, "errSecAuthFailed", "--passphrase-file or --passphrase-fd")
+        expect(
+            try ctl("passwd", "--passphrase-file", pass, stdin: ""), errSecParam, "errSecParam",
+            "--new-passphrase-file or --new-passphrase-fd")
+        let file = daemon.root + "/b.kcb"
+        expect(
+            try ctl("backup", file, "--passphrase-file", pass, stdin: ""), errSecAuthFailed, "errSecAuthFailed",
+            "--keychain-passphrase-file")
+        expect(
+            try ctl("backup", file, "--keychain-passphrase-file", pass, stdin: ""), errSecParam, "errSecParam",
+            "--passphrase-file or --passphrase-fd")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: file))
+    }
+
     /// A passphrase file is its first line; a file that is nothing but the passphrase (no newline,
     /// as `printf` writes it) means the same passphrase — it once became as many NUL bytes.
     func testAPassphraseFileWithoutANewlineIsThatPassphrase() throws {
@@ -345,6 +406,11 @@ final class KeychainctlTests: XCTestCase {
         XCTAssertEqual(try ctl("unlock", "--passphrase-fd", "0", stdin: "backup pass\n").status, 0)
     }
 
+    /// A passphrase on a descriptor is read before anything else, above all before the daemon is
+    /// asked whether it is locked: a process of the user that stops the daemon could otherwise read
+    /// it from the pipe through /proc/<keychainctl>/fd/N while keychainctl waits (pam_keychaind's
+    /// pipe is root's; a pipe the user made is not). Here the daemon is stopped while keychainctl
+    /// starts, and the pipe must be drained before it is resumed.
     func testAPassphraseOnADescriptorIsReadBeforeTheDaemonIsAsked() throws {
         XCTAssertEqual(try ctl("passwd", "--new-passphrase-fd", "0", stdin: "the pass\n").status, 0)
         XCTAssertEqual(try ctl("lock").status, 0)
@@ -378,6 +444,9 @@ final class KeychainctlTests: XCTestCase {
         XCTAssertEqual(status["locked"] as? Bool, false, "unlocked with the passphrase it read")
     }
 
+    /// --passphrase-fd / --new-passphrase-fd (how pam_keychaind hands over the login password, never
+    /// on argv), and --if-set / --if-locked, which keep a login password that is not the keychain's
+    /// passphrase from setting one or from counting as a failed unlock.
     func testPassphrasesFromADescriptorAndTheConditionalFlags() throws {
         func status() throws -> [String: Any] {
             try XCTUnwrap(try json(ctl("status", "--json").stdout) as? [String: Any])
