@@ -157,21 +157,25 @@ public struct AppRegistry: Sendable {
                     }
                 } else {
                     untrusted =
-                        "the keychain is locked: \(app.file) counts once the keychain has been unlocked since keychaind started (approved registrations are sealed under the passphrase; `keychainctl unlock`)"
+                        "the keychain is locked: \(app.file) counts once the keychain has been unlocked since keychaind started (approved registrations are sealed under the passphrase): unlock with a program that needs no registration of yours, such as the keychainctl beside keychaind"
                     untilUnlock = true
                 }
             }
             registrations.append(
                 Registration(entry: app, source: .user, untrusted: untrusted, untilUnlock: untilUnlock))
         }
-        // One executable, one app: the first trusted registration naming it wins.
-        var owners: [[UInt8]: String] = [:]
+        // One executable, one app: the first trusted registration naming it wins. A registration
+        // that names one file twice (the same path, or two paths to it) names it once.
+        var owners: [[UInt8]: Int] = [:]
         let principal = TrustedPaths.Principal.current()
         for i in registrations.indices where registrations[i].untrusted == nil {
             for exe in registrations[i].entry.executables {
                 let key = Array((TrustedPaths.realPath(exe) ?? exe).utf8)
                 if let other = owners[key] {
-                    registrations[i].refusedExecutables[exe] = "\(exe) is already registered by \(other)"
+                    if other != i {
+                        registrations[i].refusedExecutables[exe] =
+                            "\(exe) is already registered by \(registrations[other].entry.file)"
+                    }
                     continue
                 }
                 if principal.uid != 0, let problem = TrustedPaths.modifiableProblem(exe, by: principal) {
@@ -179,7 +183,7 @@ public struct AppRegistry: Sendable {
                         "registered executable \(exe) can be modified by this user (\(problem)), so it cannot carry an identity; install it root-owned (for example under /usr/local/bin) and register that path"
                     continue
                 }
-                owners[key] = registrations[i].entry.file
+                owners[key] = i
             }
         }
         // Who is identified on the session bus too (AppEntry.onBus).
