@@ -120,7 +120,11 @@ enum JSONFile {
         var buffer = [UInt8](repeating: 0, count: maxBytes + 1)
         let count: Int
         do {
-            let file = try FileDescriptor.open("/proc/self/fd/\(handle.rawValue)", .noControllingTerminal)
+            // The handle stays open until the file is: its number alone does not keep it so, and a
+            // number closed early could be another thread's file (or the database) by then.
+            let file = try withExtendedLifetime(handle) { () throws(Errno) in
+                try FileDescriptor.open("/proc/self/fd/\(handle.rawValue)", .noControllingTerminal)
+            }
             count = try withMutableBytes(&buffer) { (b) throws(Errno) in try file.readFully(into: b) }
         } catch {
             throw ConfigurationError(file: path, reason: "cannot be read (\(error.message))")

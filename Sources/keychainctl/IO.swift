@@ -151,6 +151,8 @@ enum Prompt {
     /// (it names the options of the verb at hand).
     static func readSecret(_ prompt: String, missing: KeychainError = noSecret) throws(KeychainError) -> [UInt8] {
         let tty = Terminal.open()
+        // Read through its number below: kept open until this function returns.
+        defer { withExtendedLifetime(tty) {} }
         let fd = tty?.rawValue ?? 0
         let stream = FileDescriptor.standard(fd)
         let echoOff = stream.isTerminal

@@ -50,10 +50,10 @@ do { parsed = try Options.parse(Array(CommandLine.arguments.dropFirst())) } catc
 switch parsed {
 case .help:
     print(Options.help)
-    exit(0)
+    CurrentProcess.exit(0)
 case .version:
     print("keychaind \(RequestHandler.version)")
-    exit(0)
+    CurrentProcess.exit(0)
 case .run(let options):
     let settings: Settings
     do {
@@ -78,7 +78,7 @@ case .run(let options):
                     )
                 }
             }
-            exit(0)
+            CurrentProcess.exit(0)
         } catch {
             fail("configuration error: \(error)")
         }
@@ -104,7 +104,7 @@ case .run(let options):
             } else {
                 print("\(database) (\(itemCount(check.rows))) already matches its row-state record; nothing to accept")
             }
-            exit(0)
+            CurrentProcess.exit(0)
         } catch {
             fail("cannot accept the database: \(error)")
         }
@@ -127,5 +127,5 @@ case .run(let options):
         daemon.onShutdown { secretService.stop() }
         secretService.start()
     }
-    exit(daemon.run())
+    CurrentProcess.exit(daemon.run())
 }
