@@ -30,6 +30,9 @@ public final class Daemon: Sendable {
     public init(settings: Settings) throws {
         self.settings = settings
         self.bundledCLI = Self.bundledCLIPath()
+        if CurrentProcess.environment("LISTEN_FDS") == nil {
+            try Listener.refuseIfServed(path: settings.socketPath)  // before a keychain is opened or made
+        }
         items = try ItemService(
             directory: settings.dataDirectory, kdfProfile: settings.kdfProfile,
             lookupCacheEntries: settings.lookupCacheEntries)

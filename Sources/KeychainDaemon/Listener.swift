@@ -65,14 +65,7 @@ public final class Listener: Sendable {
         if !abstract {
             try makeDirectory(FileSystem.parentDirectory(of: path))
         }
-        if !abstract, let st = try? FileSystem.status(path, followLinks: false) {
-            guard st.kind == .socket else {
-                throw KeychainError(.param, "\(path) exists and is not a socket; refusing to replace it")
-            }
-            if let probe = try? UnixSocket.connect(to: path) {
-                probe.close()
-                throw KeychainError(.param, "another keychaind is already serving \(path)")
-            }
+        if !abstract, try refuseIfServed(path: path) {
             FileSystem.removeIfPresent(path)
         }
         let socket: Socket
@@ -92,6 +85,23 @@ public final class Listener: Sendable {
         }
         do { try socket.listen(backlog: 1024) } catch { throw UnixSocket.error(error) }
         return Listener(socket: socket, boundPath: abstract ? nil : path, activated: false)
+    }
+
+    /// Throws when something already answers at `path`, or `path` is not a socket; true when a
+    /// leftover socket that nobody answers on is there (a crashed run's), false when nothing is.
+    /// keychaind asks before it opens the keychain, so a second daemon started on a socket in use
+    /// leaves no new keychain behind in a data directory of its own.
+    @discardableResult
+    public static func refuseIfServed(path: String) throws(KeychainError) -> Bool {
+        guard !path.hasPrefix("@"), let st = try? FileSystem.status(path, followLinks: false) else { return false }
+        guard st.kind == .socket else {
+            throw KeychainError(.param, "\(path) exists and is not a socket; refusing to replace it")
+        }
+        if let probe = try? UnixSocket.connect(to: path) {
+            probe.close()
+            throw KeychainError(.param, "another keychaind is already serving \(path)")
+        }
+        return true
     }
 
     /// `mkdir -p` with 0700 for every directory it creates.

@@ -108,6 +108,15 @@ final class DaemonLifecycleTests: XCTestCase {
         XCTAssertNotEqual(out.status, 0)
         XCTAssertTrue(out.stderr.contains("already serving"), out.stderr)
         XCTAssertEqual(try d.connect().call("status").status, .success)
+        // With a data directory of its own, it refuses before making a keychain there.
+        let elsewhere = d.root + "/elsewhere"
+        let other = try d.run(
+            DaemonHarness.daemonPath,
+            ["--socket", d.socketPath, "--data-dir", elsewhere, "--config", d.configFile])
+        XCTAssertNotEqual(other.status, 0)
+        XCTAssertTrue(other.stderr.contains("another keychaind is already serving \(d.socketPath)"), other.stderr)
+        XCTAssertEqual((try? FileManager.default.contentsOfDirectory(atPath: elsewhere)) ?? [], [])
+        XCTAssertEqual(try d.connect().call("status").status, .success)
     }
 
     /// Another socket, same data directory: the database lock refuses it (two daemons would each keep
