@@ -186,7 +186,7 @@ extension Settings {
 
     /// Applies `keychaind.json` when it exists. Unknown keys and wrong types are errors.
     mutating func apply(configFile path: String) throws(ConfigurationError) {
-        guard FileManager.default.fileExists(atPath: path) else { return }
+        guard FileSystem.exists(path) else { return }
         let object = try JSONFile.object(at: path)
         for (key, value) in object {
             switch key {
@@ -245,9 +245,9 @@ public enum AppFiles {
     /// Every `*.json` in `directory`, sorted by name; a missing directory means no apps.
     public static func load(directory: String) throws(ConfigurationError) -> [AppEntry] {
         let names: [String]
-        do { names = try FileManager.default.contentsOfDirectory(atPath: directory) } catch {
-            if !FileManager.default.fileExists(atPath: directory) { return [] }
-            throw ConfigurationError(file: directory, reason: "cannot be listed")
+        do { names = try FileSystem.listDirectory(directory) } catch {
+            if error.code == .noEntry { return [] }
+            throw ConfigurationError(file: directory, reason: "cannot be listed (\(error.message))")
         }
         // Two files naming one executable are not an error here: the registry keeps the first that
         // counts and says why the other does not (AppRegistry.load).

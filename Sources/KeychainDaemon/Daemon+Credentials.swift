@@ -55,7 +55,8 @@ extension Daemon {
     /// Key pages are `sodium_malloc`ed, which `mlock`s them when RLIMIT_MEMLOCK allows and silently
     /// does not otherwise; `VmLck` tells which.
     static func checkLockedMemory() {
-        guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
+        guard let bytes = FileSystem.contents(of: "/proc/self/status"),
+            case let status = String(decoding: bytes, as: UTF8.self),
             let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmLck:") })
         else { return }
         let kB = line.split(separator: " ").dropFirst().first.flatMap { Int($0) } ?? 0

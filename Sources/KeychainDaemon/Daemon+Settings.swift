@@ -15,7 +15,7 @@ extension Daemon {
             socketPath: SocketLocation.resolve(environment: env.filter { $0.key == "XDG_RUNTIME_DIR" }),
             dataDirectory: dataHome + "/keychaind",
             configFile: options.configFile.map(Self.absolute) ?? configHome + "/keychaind/keychaind.json")
-        if options.configFile != nil && !FileManager.default.fileExists(atPath: s.configFile) {
+        if options.configFile != nil && !FileSystem.exists(s.configFile) {
             throw ConfigurationError(file: s.configFile, reason: "does not exist (given with --config)")
         }
         try s.apply(configFile: s.configFile)
@@ -45,6 +45,6 @@ extension Daemon {
     /// `path` resolved against the working directory when relative: `--config keychaind.json` once
     /// put apps.d at `/apps.d`, and a relative directory cannot be watched.
     static func absolute(_ path: String) -> String {
-        path.hasPrefix("/") ? path : FileManager.default.currentDirectoryPath + "/" + path
+        path.hasPrefix("/") ? path : (CurrentProcess.workingDirectory() ?? ".") + "/" + path
     }
 }

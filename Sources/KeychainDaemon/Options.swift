@@ -119,6 +119,9 @@ public struct Options: Sendable {
             i += 1
         }
         if o.replaceBusName && !o.secretService { throw OptionError("--replace goes with --secret-service") }
+        if o.checkConfig && o.acceptDatabase {
+            throw OptionError("--check-config and --accept-database are two separate runs: give one of them")
+        }
         return .run(o)
     }
 }

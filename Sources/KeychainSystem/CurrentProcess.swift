@@ -63,6 +63,13 @@ public enum CurrentProcess {
         }
     }
 
+    /// The working directory (`getcwd`); nil when it cannot be named (removed, or out of reach).
+    public static func workingDirectory() -> String? {
+        guard let p = getcwd(nil, 0) else { return nil }
+        defer { free(p) }
+        return String(cString: p)
+    }
+
     /// Ends the process with `status` (no clean-up of Swift objects).
     public static func exit(_ status: Int32) -> Never { Glibc.exit(status) }
 }

@@ -122,7 +122,12 @@ public enum FileSystem {
 
     /// The names in directory `path` (without "." and ".."), or nil when it is not a readable directory.
     public static func contentsOfDirectory(_ path: String) -> [String]? {
-        guard let directory = opendir(path) else { return nil }
+        try? listDirectory(path)
+    }
+
+    /// The names in directory `path` (without "." and ".."); the error says why it cannot be read.
+    public static func listDirectory(_ path: String) throws(Errno) -> [String] {
+        guard let directory = opendir(path) else { throw Errno.current("opendir \(path)") }
         defer { closedir(directory) }
         var names: [String] = []
         while let entry = readdir(directory) {

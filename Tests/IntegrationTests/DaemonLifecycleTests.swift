@@ -237,6 +237,15 @@ final class DaemonLifecycleTests: XCTestCase {
         XCTAssertTrue(again.stdout.contains("app TEAM.mine") && again.stdout.contains(d.appsDirectory), again.stdout)
     }
 
+    /// Two one-shot runs in one command line: refused, rather than doing the first and ignoring the second.
+    func testCheckConfigAndAcceptDatabaseAreOneAtATime() throws {
+        let d = try DaemonHarness(start: false)
+        let out = try d.run(DaemonHarness.daemonPath, d.arguments + ["--check-config", "--accept-database"])
+        XCTAssertNotEqual(out.status, 0)
+        XCTAssertTrue(out.stderr.contains("give one of them"), out.stderr)
+        XCTAssertEqual(out.stdout, "")
+    }
+
     func testHelpListsEveryFlag() throws {
         let d = try DaemonHarness(start: false)
         let out = try d.run(DaemonHarness.daemonPath, ["--help"])
