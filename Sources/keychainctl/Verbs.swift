@@ -56,7 +56,9 @@ struct Command {
         case .keychainPassphraseFile: what = "the keychain passphrase"
         case .newPassphraseFile: what = "the new passphrase"
         default:
-            what = backup ? "the backup passphrase" : inv.verb == .passwd ? "the current passphrase" : "the passphrase"
+            what =
+                backup
+                ? "the backup passphrase" : inv.verb == .passwd ? "the current passphrase" : "the keychain passphrase"
         }
         let options = ([file] + (fd.map { [$0] } ?? [])).map { $0.spellings.last! }.joined(separator: " or ")
         let keychains = file == .keychainPassphraseFile || (file == .passphraseFile && !backup)
