@@ -203,7 +203,9 @@ public struct Keychain: Sendable, Equatable {
 
     /// The item's data as UTF-8 text, or nil when there is no such item.
     public func string(forKey key: String) throws(KeychainError) -> String? {
-        try Self.string(data(forKey: key))
+        var data = try data(forKey: key)
+        defer { if data != nil { data!.resetBytes(in: data!.startIndex..<data!.endIndex) } }  // the text is a copy
+        return try Self.string(data)
     }
 
     /// Whether an item exists for `key` (its data is not read).
@@ -235,7 +237,10 @@ public struct Keychain: Sendable, Equatable {
 
     /// Stores `string` as UTF-8 for `key`.
     public func set(_ string: String, forKey key: String) throws(KeychainError) {
-        try set(Data(string.utf8), forKey: key)
+        var data = Data(string.utf8)
+        // The caller's String cannot be wiped; this copy of it can.
+        defer { data.resetBytes(in: data.startIndex..<data.endIndex) }
+        try set(data, forKey: key)
     }
 
     /// Removes the item for `key`; removing an absent item is not an error.

@@ -63,7 +63,10 @@ public struct Request: Sendable {
     public init(_ value: Value) throws(KeychainError) {
         // Lookups only: mutating a copy of the map would copy the whole dictionary on every request.
         guard case .map(let m) = value else { throw .param("request is not a CBOR map") }
-        guard case .int(let v)? = m["v"] else { throw .param("request lacks \"v\" (protocol version)") }
+        guard let version = m["v"] else { throw .param("request lacks \"v\" (protocol version)") }
+        guard case .int(let v) = version else {
+            throw .param("request \"v\" (protocol version) must be the integer \(protocolVersion)")
+        }
         guard v == protocolVersion else {
             throw .param("protocol version \(v) is not supported (this daemon speaks \(protocolVersion))")
         }

@@ -93,6 +93,9 @@ struct FrameTests {
         #expect(throws: KeychainError(.param, "request lacks \"v\" (protocol version)")) {
             try Request(.map(["id": .int(1), "op": .text("copy")]))
         }
+        #expect(throws: KeychainError(.param, "request \"v\" (protocol version) must be the integer 1")) {
+            try Request(.map(["v": .text("1"), "id": .int(1), "op": .text("copy")]))
+        }
         do {
             _ = try Request(.map(["v": .int(2), "id": .int(1), "op": .text("copy")]))
             Issue.record("v2 accepted")
