@@ -117,8 +117,12 @@ def _probe(path: str, group: str | None, *, trust_failures: bool = True) -> _Pro
         else:
             result = _Probe(problem=f"keychaind at {path} does not answer status: {e}", status=e.status)
     else:
-        groups = status.get("groups")
-        if status.get("caller") is None or not isinstance(groups, list) or not groups:
+        raw = status.get("groups") if isinstance(status, dict) else None
+        groups = [g for g in raw if isinstance(g, str)] if isinstance(raw, list) else []
+        if not isinstance(status, dict):
+            result = _Probe(problem=f"the process at {path} answered status with a {type(status).__name__}, "
+                                    f"not keychaind's map", status=C.errSecDecode)
+        elif status.get("caller") is None or not groups:
             reason = status.get("unidentified")
             result = _Probe(problem=registration_hint(path, reason if isinstance(reason, str) else None),
                             status=C.errSecMissingEntitlement)
@@ -126,7 +130,7 @@ def _probe(path: str, group: str | None, *, trust_failures: bool = True) -> _Pro
             result = _Probe(problem=f"the keyring group {group!r} is not one of this app's access groups "
                                     f"({', '.join(map(str, groups))})", status=C.errSecMissingEntitlement)
         else:
-            result = _Probe(groups=[g for g in groups if isinstance(g, str)])
+            result = _Probe(groups=groups)
     with _probes_lock:
         _probes[key] = result
     return result
@@ -200,8 +204,13 @@ class KeychaindKeyring(KeyringBackend):
     def _text(value, what: str) -> str:
         if isinstance(value, str):
             return value
+        if not isinstance(value, (bytes, bytearray)):
+            # Only a broken or impostor daemon answers so: never turned into bytes (an integer would
+            # become that many NULs).
+            raise KeyringError(f"the {what} came back as a {type(value).__name__}, not bytes or text; "
+                               f"is the process at the socket keychaind?")
         try:
-            return bytes(value or b"").decode("utf-8")
+            return bytes(value).decode("utf-8")
         except UnicodeDecodeError:
             raise KeyringError(f"the stored {what} is not UTF-8 text (another client wrote raw bytes); "
                                f"read it with keychaind.Client") from None
@@ -270,5 +279,8 @@ class KeychaindKeyring(KeyringBackend):
             if e.status == C.errSecItemNotFound:
                 return None
             raise KeyringError(str(e)) from e
+        if not isinstance(item, dict):
+            raise KeyringError(f"the item came back as a {type(item).__name__}, not a map of attributes; "
+                               f"is the process at the socket keychaind?")
         return SimpleCredential(self._text(item.get(C.kSecAttrAccount, ""), "username"),
                                 self._text(item.get(C.kSecValueData, b""), "password"))

@@ -136,12 +136,104 @@ def _plain(value):
     return value
 
 
+#: Deepest nesting accepted in a response (the daemon's are at most 4 deep).
+MAX_RESPONSE_DEPTH = 64
+_FLOAT = {25: struct.Struct(">e"), 26: struct.Struct(">f"), 27: struct.Struct(">d")}
+_SIMPLE = {20: False, 21: True, 22: None}
+
+
+class _Bad(Exception):
+    pass
+
+
 def decode(body: bytes):
-    """One CBOR data item (a response body). Dates come back as aware ``datetime`` objects in UTC."""
+    """One CBOR data item (a response body), in the subset of protocol.md §3 and nothing more:
+    definite lengths, integers within 64 signed bits, UTF-8 text, text map keys without duplicates,
+    tag 1 (a date, returned as an aware ``datetime`` in UTC) and no other tag, false/true/null and
+    floats. Anything else — whatever a broken or impostor daemon sends — is ``errSecDecode``: no
+    bignum, no other semantic tag, nothing whose decoding costs more than its length."""
+    view = memoryview(body)
     try:
-        return cbor2.loads(body, allow_duplicate_keys=False, max_depth=64)
-    except TypeError:  # cbor2 < 5.5 has no allow_duplicate_keys / max_depth
-        return cbor2.loads(body)
+        value, end = _item(view, 0, 0)
+        if end != len(view):
+            raise _Bad(f"{len(view) - end} bytes after the data item")
+    except _Bad as e:
+        raise KeychainError(C.errSecDecode, f"response is not valid CBOR: {e}") from None
+    return value
+
+
+def _head(view: memoryview, at: int):
+    if at >= len(view):
+        raise _Bad("the body ends inside a data item")
+    initial = view[at]
+    major, info = initial >> 5, initial & 0x1F
+    at += 1
+    if info < 24:
+        return major, info, info, at
+    if info > 27:
+        raise _Bad("indefinite lengths and reserved heads are not used")
+    size = 1 << (info - 24)
+    if at + size > len(view):
+        raise _Bad("the body ends inside a head")
+    return major, info, int.from_bytes(view[at:at + size], "big"), at + size
+
+
+def _item(view: memoryview, at: int, depth: int):
+    if depth > MAX_RESPONSE_DEPTH:
+        raise _Bad(f"nesting deeper than {MAX_RESPONSE_DEPTH}")
+    major, info, n, at = _head(view, at)
+    remaining = len(view) - at
+    if major == 0 or major == 1:
+        if n > _INT_MAX:
+            raise _Bad("an integer beyond 64 signed bits")
+        return (n if major == 0 else -1 - n), at
+    if major == 2 or major == 3:
+        if n > remaining:
+            raise _Bad("a string longer than the body")
+        raw = bytes(view[at:at + n])
+        if major == 2:
+            return raw, at + n
+        try:
+            return raw.decode("utf-8"), at + n
+        except UnicodeDecodeError:
+            raise _Bad("text that is not UTF-8") from None
+    if major == 4:
+        if n > remaining:  # every element takes a byte at least
+            raise _Bad("an array longer than the body")
+        out = []
+        for _ in range(n):
+            value, at = _item(view, at, depth + 1)
+            out.append(value)
+        return out, at
+    if major == 5:
+        if 2 * n > remaining:
+            raise _Bad("a map longer than the body")
+        out = {}
+        for _ in range(n):
+            key, at = _item(view, at, depth + 1)
+            if not isinstance(key, str):
+                raise _Bad("a map key that is not text")
+            if key in out:
+                raise _Bad(f"the key {key!r} twice")
+            out[key], at = _item(view, at, depth + 1)
+        return out, at
+    if major == 6:
+        if n != 1:
+            raise _Bad(f"tag {n} (only tag 1, a date, is used)")
+        seconds, at = _item(view, at, depth + 1)
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+            raise _Bad("tag 1 over something other than a number")
+        try:
+            return _dt.datetime.fromtimestamp(seconds, tz=_dt.timezone.utc), at
+        except (OverflowError, ValueError, OSError):
+            raise _Bad(f"a date out of range ({seconds})") from None
+    # major 7
+    if info in _SIMPLE:
+        return _SIMPLE[info], at
+    if info in _FLOAT:
+        size = _FLOAT[info].size
+        return _FLOAT[info].unpack(bytes(view[at - size:at]))[0], at
+    raise _Bad(f"the simple value {n} is not used")
 
 
 def frame(body: bytes) -> bytes:
@@ -209,8 +301,8 @@ class Response:
         rid, status = value.get("id"), value.get("status")
         if not isinstance(rid, int) or isinstance(rid, bool):
             raise KeychainError(C.errSecDecode, 'response lacks an integer "id"')
-        if not isinstance(status, int) or isinstance(status, bool):
-            raise KeychainError(C.errSecDecode, 'response lacks an integer "status"')
+        if not isinstance(status, int) or isinstance(status, bool) or not -(1 << 31) <= status < (1 << 31):
+            raise KeychainError(C.errSecDecode, 'response lacks an integer "status" (an OSStatus, 32 bits)')
         self.id = rid
         self.status = status
         message = value.get("message")

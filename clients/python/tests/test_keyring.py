@@ -19,7 +19,7 @@ from keyring.errors import KeyringError, PasswordDeleteError, PasswordSetError  
 
 from keychaind import (Client, kSecAttrAccessGroup, kSecAttrAccount, kSecAttrService, kSecClass,  # noqa: E402
                        kSecClassGenericPassword, kSecReturnAttributes, kSecReturnData, kSecValueData)
-from keychaind import keyring_backend  # noqa: E402
+from keychaind import keyring_backend, wire  # noqa: E402
 from keychaind.keyring_backend import KeychaindKeyring  # noqa: E402
 
 from conftest import APP1, Daemon, SHARED  # noqa: E402
@@ -118,6 +118,64 @@ def test_a_group_the_app_lacks_is_not_viable(fake, monkeypatch):
     monkeypatch.setenv("KEYRING_PROPERTY_GROUP", "OTHER")
     with pytest.raises(RuntimeError, match="OTHER"):
         KeychaindKeyring.priority  # noqa: B018
+
+
+# -- a process at the socket that is not keychaind ------------------------------------------------------
+# Any process of the user can serve the socket (docs/security.md, "No trusted path"). What it answers
+# must end as keyring's own exceptions, never as an IndexError, a TypeError, or a password made of
+# NUL bytes.
+
+def _impostor(fake, monkeypatch, status_result, copy_answer):
+    """A fake daemon: `status` answers `status_result`; `copy` answers the raw body `copy_answer(req)`."""
+    def handle(req, conn):
+        if req["op"] == "status":
+            return ok(req, status_result)
+        conn.sendall(wire.frame(copy_answer(req)))
+        return None
+    server = fake(handle)
+    monkeypatch.setenv("KEYCHAIND_SOCKET", server.path)
+    return server
+
+
+@pytest.mark.parametrize("result", [5, 1 << 40, True, 1.5, ["a"], {"a": 1}])
+def test_a_result_of_the_wrong_type_is_a_keyring_error(fake, monkeypatch, result):
+    _impostor(fake, monkeypatch, _registered(), lambda req: wire.encode(ok(req, result)))
+    kr = KeychaindKeyring()
+    with pytest.raises(KeyringError, match="keychaind"):
+        kr.get_password("svc", "alice")
+    if not isinstance(result, dict):
+        with pytest.raises(KeyringError, match="keychaind"):
+            kr.get_credential("svc", None)
+
+
+def test_a_copy_answered_without_a_result_is_a_keyring_error(fake, monkeypatch):
+    _impostor(fake, monkeypatch, _registered(), lambda req: wire.encode(ok(req)))
+    kr = KeychaindKeyring()
+    with pytest.raises(KeyringError):
+        kr.get_password("svc", "alice")
+    with pytest.raises(KeyringError):
+        kr.get_credential("svc", None)
+
+
+def test_an_answer_outside_the_protocol_is_a_keyring_error(fake, monkeypatch):
+    """A bignum status (CBOR tag 2): its text form raised ValueError from inside KeychainError."""
+    def bignum(req):
+        return (bytes.fromhex("a2626964") + wire.encode(req["id"]) + bytes.fromhex("66737461747573c2590708")
+                + b"\xff" * 1800)
+    _impostor(fake, monkeypatch, _registered(), bignum)
+    with pytest.raises(KeyringError, match="errSecDecode"):
+        KeychaindKeyring().get_password("svc", "alice")
+
+
+@pytest.mark.parametrize("status_result", [
+    {"caller": "x", "groups": [1]}, {"caller": "x", "groups": "G1"}, [1], "text", 7, True])
+def test_a_status_of_the_wrong_shape_makes_the_backend_unusable_not_broken(fake, monkeypatch, status_result):
+    _impostor(fake, monkeypatch, status_result, lambda req: wire.encode(ok(req, b"pw")))
+    with pytest.raises(RuntimeError):
+        KeychaindKeyring.priority  # noqa: B018
+    assert not KeychaindKeyring.viable
+    with pytest.raises(KeyringError):
+        KeychaindKeyring().get_password("svc", "alice")
 
 
 def test_registered_as_a_keyring_entry_point():

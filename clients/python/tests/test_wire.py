@@ -184,9 +184,59 @@ def test_response_parsing():
     err = r.error()
     assert isinstance(err, KeychainError) and err.status == -25300 and err.message == "not found"
     assert wire.Response({"id": 1, "status": 0, "result": None}).has_result
-    for bad in ([], {"status": 0}, {"id": 1}, {"id": "1", "status": 0}, {"id": 1, "status": True}):
+    for bad in ([], {"status": 0}, {"id": 1}, {"id": "1", "status": 0}, {"id": 1, "status": True},
+                {"id": 1, "status": 1 << 31}, {"id": 1, "status": -(1 << 31) - 1}):
         with pytest.raises(KeychainError):
             wire.Response(bad)
+
+
+def test_the_decoder_reads_what_the_daemon_writes():
+    when = dt.datetime(2024, 1, 1, 0, 0, 0, 500000, tzinfo=dt.timezone.utc)
+    value = {"id": 7, "status": -25300, "result": [{"v_Data": b"\x00\xff", "labl": "é", "cdat": when,
+                                                    "crtr": 4294967295, "invi": True, "n": None}],
+             "neg": -(1 << 63), "f": 1.5}
+    assert wire.decode(cbor2.dumps(value, canonical=True, datetime_as_timestamp=True)) == value
+    assert wire.decode(bytes.fromhex("c11a65920080")) == dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
+    assert wire.decode(bytes.fromhex("f93e00")) == 1.5  # a half float
+    assert wire.decode(bytes.fromhex("1800")) == 0     # a head longer than needed
+
+
+# A broken or impostor daemon (any process of the user can serve the socket): what it sends must end
+# as errSecDecode, quickly and without allocating for what it claims, never as another exception.
+@pytest.mark.parametrize("hex_body, why", [
+    ("c2590708" + "ff" * 1800, "tag 2"),           # a bignum (its text form raised ValueError)
+    # bignum map keys, all hashing alike, made decoding quadratic (200 KB took 4 s): refused at the first
+    ("a2c24a0100000000000000000000c24a0200000000000000000000", "tag 2"),
+    ("c482213903e8", "tag 4"),                        # decimal fraction
+    ("d81e820102", "tag 30"),                         # rational
+    ("d824" + "6161", "tag 36"),                      # MIME (ran the e-mail parser)
+    ("c16161", "tag 1 over something"),
+    ("c11bffffffffffffffff", "beyond 64 signed bits"),
+    ("c1fb7ff0000000000000", "out of range"),         # tag 1 over infinity
+    ("9f01ff", "indefinite"),
+    ("5f41ff", "indefinite"),
+    ("bf6161 01ff", "indefinite"),
+    ("0100", "bytes after the data item"),
+    ("a2616101616102", "twice"),
+    ("a10101", "not text"),
+    ("f7", "simple value"),
+    ("f820", "simple value"),
+    ("1bffffffffffffffff", "beyond 64 signed bits"),
+    ("3bffffffffffffffff", "beyond 64 signed bits"),
+    ("62c328", "not UTF-8"),
+    ("9b0fffffffffffffff", "longer than the body"),   # an array of 2^60 elements, claimed
+    ("bb0fffffffffffffff", "longer than the body"),
+    ("5b0fffffffffffffff", "longer than the body"),
+    ("81" * 70 + "01", "deeper"),
+    ("", "ends inside"),
+    ("1a0001", "ends inside a head"),
+    ("fc", "reserved"),
+])
+def test_the_decoder_refuses_everything_outside_the_protocols_subset(hex_body, why):
+    with pytest.raises(KeychainError) as e:
+        wire.decode(bytes.fromhex(hex_body.replace(" ", "")))
+    assert e.value.status == errSecDecode and why in e.value.message, e.value.message
+
 
 
 def test_socket_path_resolution():
