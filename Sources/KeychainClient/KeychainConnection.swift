@@ -175,8 +175,11 @@ public final class KeychainConnection: Sendable {
                 return s.pending.removeValue(forKey: id) != nil
             }
             link.shutdown()
+            // Not mine: the reader already answered (resumed) this waiter, so it must not be
+            // answered again here (an async caller's continuation would be resumed twice).
+            guard mine else { return .success(nil) }
             if let refusal = link.refusal.withLock({ $0 }) { return .failure(refusal) }
-            return .success(mine ? .notSent(error) : nil)
+            return .success(.notSent(error))
         }
         // Delivered. If the link died meanwhile, the reader skipped this (unsent) waiter: fail it here.
         let lostHere = state.withLock { s -> Bool in

@@ -183,6 +183,90 @@ enum Conversion {
 
     // MARK: Results
 
+    /// The result of `op` for `query`, in the one shape Apple's call hands back for it (protocol.md §9),
+    /// or nil when the query asked for none. Whatever arrives in another shape — only a broken daemon
+    /// or a process serving the socket in its place sends that — is errSecDecode, never an object of
+    /// another type for the app to cast (`as! Data` would trap). Attribute keys the library does not
+    /// know are left out, as Apple's dictionaries hold only attributes.
+    static func result(_ value: Value?, for query: [String: Value], op: KeychainCore.Operation) throws(KeychainError)
+        -> AnyObject?
+    {
+        let data = query["r_Data"] == .bool(true)
+        let attributes = query["r_Attributes"] == .bool(true)
+        let reference = query["r_PersistentRef"] == .bool(true)
+        guard data || attributes || reference else { return nil }
+        let bad = KeychainError(.decode, "keychaind answered in a shape the query did not ask for")
+        guard let value else { throw bad }
+        func bytes(_ v: Value?) -> Bool {
+            switch v {
+            case .bytes?, .secret?: return true
+            default: return false
+            }
+        }
+        func item(_ v: Value) throws(KeychainError) -> Value {
+            if !attributes && (data != reference) {
+                guard bytes(v) else { throw bad }
+                return v
+            }
+            guard case .map(let m) = v else { throw bad }
+            var out: [String: Value] = [:]
+            if data {
+                guard bytes(m["v_Data"]) else { throw bad }
+                out["v_Data"] = m["v_Data"]
+            }
+            if reference {
+                guard bytes(m["v_PersistentRef"]) else { throw bad }
+                out["v_PersistentRef"] = m["v_PersistentRef"]
+            }
+            if attributes {
+                for (key, v) in m where key != "v_Data" && key != "v_PersistentRef" {
+                    guard let fits = attributeFits(key, v) else { continue }  // not an attribute: left out
+                    guard fits else { throw bad }
+                    out[key] = v
+                }
+            }
+            return .map(out)
+        }
+        let many: Bool
+        switch query["m_Limit"] {
+        case .text("m_LimitAll")?: many = op == .copy
+        case .int(let n)?: many = op == .copy && n > 1
+        default: many = false
+        }
+        if many {
+            guard case .array(let items) = value, !items.isEmpty else { throw bad }
+            var checked: [Value] = []
+            checked.reserveCapacity(items.count)
+            for v in items { checked.append(try item(v)) }
+            return object(.array(checked))
+        }
+        return object(try item(value))
+    }
+
+    /// Whether `value` has the type attribute `key` is returned in; nil when `key` is no attribute.
+    private static func attributeFits(_ key: String, _ value: Value) -> Bool? {
+        switch key {
+        case _ where blobKeys.contains(key):
+            switch value {
+            case .text, .bytes: return true
+            default: return false
+            }
+        case "agrp", "pdmn":
+            if case .text = value { return true }
+            return false
+        case "sync", "invi", "nega":
+            if case .bool = value { return true }
+            return false
+        case _ where integerKeys.contains(key):
+            if case .int(let n) = value { return n >= 0 && n <= Int64(UInt32.max) }
+            return false
+        case _ where dateKeys.contains(key):
+            if case .date = value { return true }
+            return false
+        default: return nil
+        }
+    }
+
     /// A result as Apple hands it back in `CFTypeRef`: `NSData`, `NSDictionary`, `NSArray`, …
     static func object(_ v: Value) -> AnyObject {
         switch v {

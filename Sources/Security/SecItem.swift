@@ -16,7 +16,8 @@ public func SecItemAdd(_ attributes: CFDictionary, _ result: UnsafeMutablePointe
     return secCall { () throws(KeychainError) in
         let query = try Conversion.map(attributes, what: "the attributes dictionary")
         let value = try KeychainConnection.shared.call(.add, query: query)
-        if let result, let value { result.pointee = Conversion.object(value) }
+        let shaped = try Conversion.result(value, for: query, op: .add)
+        if let result { result.pointee = shaped }
     }
 }
 
@@ -29,7 +30,8 @@ public func SecItemCopyMatching(_ query: CFDictionary, _ result: UnsafeMutablePo
     return secCall { () throws(KeychainError) in
         let q = try Conversion.map(query, what: "the query")
         let value = try KeychainConnection.shared.call(.copy, query: q)
-        if let result, let value { result.pointee = Conversion.object(value) }
+        let shaped = try Conversion.result(value, for: q, op: .copy)
+        if let result { result.pointee = shaped }
     }
 }
 
