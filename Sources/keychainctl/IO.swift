@@ -61,7 +61,7 @@ enum IO {
                 throw KeychainError(error.code == .badDescriptor ? .param : .io, "cannot read descriptor \(fd)", error)
             }
             guard let byte, byte != 10 else { break }
-            line.append(byte)
+            appendWiping(byte, to: &line)
         }
         if line.last == 13 { line.removeLast() }
         return line
@@ -129,6 +129,18 @@ enum IO {
         Zeroing.zeroShared(b)
     }
 
+    /// Appends a byte of a secret; when `b` must grow, its old storage is zeroed, not left behind.
+    static func appendWiping(_ byte: UInt8, to b: inout [UInt8]) {
+        if b.count == b.capacity {
+            var bigger: [UInt8] = []
+            bigger.reserveCapacity(max(4096, b.capacity * 2))
+            bigger.append(contentsOf: b)
+            wipe(&b)
+            b = bigger
+        }
+        b.append(byte)
+    }
+
     /// The first `count` bytes of `b` in storage of their own, never shared with `b` (which `wipe`
     /// may then zero in place without touching the copy).
     static func copy(_ b: [UInt8], count: Int) -> [UInt8] {
@@ -173,7 +185,7 @@ enum Prompt {
                     break
                 }
                 if byte == 10 { break }
-                out.append(byte)
+                IO.appendWiping(byte, to: &out)
             }
             if out.last == 13 { out.removeLast() }
             return out

@@ -90,6 +90,10 @@ final class KeychainctlTests: XCTestCase {
         XCTAssertEqual(try ctl("add", "-s", "com.example.cli", "-a", "alice", "-w", "replaced", "-U").status, 0)
         XCTAssertEqual(try ctl("find", "-s", "com.example.cli", "-a", "alice", "-w").stdout, "replaced\n")
         XCTAssertEqual(try ctl("add", "-s", "com.example.cli", "-a", "bob", "--stdin", stdin: "from stdin\n").status, 0)
+        // Asked for (no terminal: read from standard input), longer than the first 4 KiB buffer.
+        let long = String(repeating: "0123456789", count: 1000)
+        XCTAssertEqual(try ctl("add", "-s", "com.example.long", "-a", "carol", stdin: long + "\n").status, 0)
+        XCTAssertEqual(try ctl("find", "-s", "com.example.long", "-a", "carol", "-w").stdout, long + "\n")
         XCTAssertEqual(try ctl("find", "-s", "com.example.cli", "-a", "bob", "-w").stdout, "from stdin\n")
 
         let human = try ctl("find", "-s", "com.example.cli", "-a", "alice")
