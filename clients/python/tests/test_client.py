@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import re
 import socket
-import tempfile
 import threading
 import time
 
@@ -140,8 +139,8 @@ def test_a_dropped_add_is_not_resent_but_a_dropped_copy_is(fake):
     assert seen == ["add", "copy", "copy"]
 
 
-def test_no_daemon_is_errSecNotAvailable_naming_the_path():
-    path = os.path.join(tempfile.mkdtemp(prefix="kcd-none-"), "missing.sock")
+def test_no_daemon_is_errSecNotAvailable_naming_the_path(tmp_path):
+    path = str(tmp_path / "missing.sock")
     with pytest.raises(KeychainError) as e:
         Client(path).status()
     assert e.value.status == errSecNotAvailable and path in e.value.message

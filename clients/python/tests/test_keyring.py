@@ -49,8 +49,8 @@ def _registered(groups=("G1", "G2")):
 
 # -- viability ----------------------------------------------------------------------------------------
 
-def test_not_viable_without_a_socket(monkeypatch):
-    monkeypatch.setenv("KEYCHAIND_SOCKET", os.path.join(tempfile.mkdtemp(prefix="kcd-"), "none.sock"))
+def test_not_viable_without_a_socket(monkeypatch, tmp_path):
+    monkeypatch.setenv("KEYCHAIND_SOCKET", str(tmp_path / "none.sock"))
     with pytest.raises(RuntimeError, match="not running"):
         KeychaindKeyring.priority  # noqa: B018
     assert not KeychaindKeyring.viable
@@ -82,9 +82,9 @@ def test_viable_after_a_round_trip_which_is_remembered(fake, monkeypatch):
     assert [r["op"] for r in server.requests] == ["status"], "one round trip for many questions"
 
 
-def test_the_socket_property_decides_viability(fake, monkeypatch):
+def test_the_socket_property_decides_viability(fake, monkeypatch, tmp_path):
     server = _status_server(fake, _registered())
-    monkeypatch.setenv("KEYCHAIND_SOCKET", os.path.join(tempfile.mkdtemp(prefix="kcd-"), "none.sock"))
+    monkeypatch.setenv("KEYCHAIND_SOCKET", str(tmp_path / "none.sock"))
     assert not KeychaindKeyring.viable
     monkeypatch.setenv("KEYRING_PROPERTY_SOCKET", server.path)
     keyring_backend._forget_probes()
