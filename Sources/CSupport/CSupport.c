@@ -13,6 +13,8 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/random.h>
+#include <sys/ioctl.h>
+#include <linux/sockios.h>
 #include <signal.h>
 
 #ifndef SO_PEERPIDFD
@@ -105,6 +107,77 @@ long kc_recv_from_writer(int fd, void *buf, size_t len, int32_t *writer_pid) {
         }
     }
     return (long)n;
+}
+
+long kc_recv_from_writer_with_fd(int fd, void *buf, size_t len, int32_t *writer_pid, int *passed_fd) {
+    struct iovec iov = { .iov_base = buf, .iov_len = len };
+    union {
+        char bytes[CMSG_SPACE(sizeof(struct ucred)) + CMSG_SPACE(4 * sizeof(int))];
+        struct cmsghdr align;
+    } control;
+    struct msghdr msg;
+    memset(&msg, 0, sizeof msg);
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.bytes;
+    msg.msg_controllen = sizeof control.bytes;
+    *writer_pid = 0;
+    *passed_fd = -1;
+    ssize_t n = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
+    if (n <= 0) return (long)n;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c != NULL; c = CMSG_NXTHDR(&msg, c)) {
+        if (c->cmsg_level != SOL_SOCKET) continue;
+        if (c->cmsg_type == SCM_CREDENTIALS && c->cmsg_len >= CMSG_LEN(sizeof(struct ucred))) {
+            struct ucred cred;
+            memcpy(&cred, CMSG_DATA(c), sizeof cred);
+            *writer_pid = cred.pid;
+        } else if (c->cmsg_type == SCM_RIGHTS && c->cmsg_len >= CMSG_LEN(sizeof(int))) {
+            size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+            for (size_t i = 0; i < count; i++) {
+                int got;
+                memcpy(&got, CMSG_DATA(c) + i * sizeof(int), sizeof got);
+                if (*passed_fd < 0) *passed_fd = got; else close(got);
+            }
+        }
+    }
+    return (long)n;
+}
+
+long kc_send_with_fd(int fd, const void *buf, size_t len, int passed_fd) {
+    struct iovec iov = { .iov_base = (void *)buf, .iov_len = len };
+    union {
+        char bytes[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } control;
+    memset(&control, 0, sizeof control);
+    struct msghdr msg;
+    memset(&msg, 0, sizeof msg);
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.bytes;
+    msg.msg_controllen = sizeof control.bytes;
+    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &passed_fd, sizeof(int));
+    return (long)sendmsg(fd, &msg, MSG_NOSIGNAL);
+}
+
+int kc_queued_bytes(int fd) {
+    int n = 0;
+    if (ioctl(fd, SIOCINQ, &n) != 0) return -1;
+    return n;
+}
+
+int kc_is_pidfd(int fd) {
+    char path[64], target[64];
+    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(path, target, sizeof target - 1);
+    if (n < 0) return 0;
+    target[n] = 0;
+    /* anon_inode:[pidfd] before pidfs (6.9), pidfd:[inode] since. */
+    return strcmp(target, "anon_inode:[pidfd]") == 0 || strncmp(target, "pidfd:", 6) == 0;
 }
 
 int kc_accept_cloexec(int fd) {

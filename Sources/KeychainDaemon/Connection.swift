@@ -54,14 +54,24 @@ final class Connection {
         let handler = self.handler
         let peer = self.peer
         let sock = socket.socket
+        // Without SO_PEERPIDFD, bytes that were waiting when the process was pinned must come with
+        // their writer's pidfd (PeerIdentity.firstWriteNeedsProof): asked of the first read only.
+        var proofPending = peer.identity.firstWriteNeedsProof
         while true {
             // An identified app gets the configured frame limit and larger reads.
             let identified = peer.isIdentified(in: handler.registrar)
             frames.maxBytes = identified ? maxFrameBytes : Self.unidentifiedFrameBytes
             let n: Int
             var writer: Int32 = 0
+            var passed: ProcessHandle? = nil
             do {
                 n = try frames.receive(upTo: identified ? 64 * 1024 : 4 * 1024) { (b) throws(Errno) in
+                    if proofPending {
+                        let got = try sock.receiveWithWriterAndProcess(into: b)
+                        writer = got.writer
+                        passed = got.process
+                        return got.count
+                    }
                     let got = try sock.receiveWithWriter(into: b)
                     writer = got.writer
                     return got.count
@@ -82,6 +92,20 @@ final class Connection {
                     try? socket.writeAll(r.frame())
                 }
                 return
+            }
+            if proofPending {
+                proofPending = false
+                let proven = passed.map { peer.identity.process?.isSameProcess(as: $0) ?? false } ?? false
+                passed = nil
+                if !proven {
+                    Log.warning(
+                        "connection closed: first request sent before the pin, without its writer's pidfd",
+                        [("pid", String(pid)), ("writer", String(writer))])
+                    try? socket.writeAll(
+                        Response(id: 0, error: AccessPolicy.unprovenFirstWrite(identifiedPID: pid)).frame())
+                    socket.drainForClose()
+                    return
+                }
             }
             if let refusal = AccessPolicy.checkWriter(
                 writerPID: writer, identifiedPID: pid,

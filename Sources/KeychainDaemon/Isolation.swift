@@ -57,6 +57,7 @@ enum Isolation {
         var report: [String: Value] = [
             "level": .text(passphraseSet ? "apps" : "none"),
             "notes": .array(notes.map(Value.text)),
+            "peerPinning": .text(PeerIdentity.pinning),
         ]
         if withRegistrations {
             report["userAppsDirectory"] = .text(userAppsDirectory)

@@ -42,6 +42,14 @@ public final class PeerProcess: Sendable {
 
     /// Whether the pidfd still names a running process with this pid (right after pinning).
     var isPinned: Bool { isRunning && handle.pid == pid }
+
+    /// Whether `other` (a pidfd the writer of a connection's first bytes passed along with them)
+    /// pins this very process: both run, with this pid. Only one running process has a given pid,
+    /// and a pidfd can only have been opened while its process ran — so the writer, which had this
+    /// pid when it wrote and held a pidfd of a process that has run with it ever since, is this one.
+    func isSameProcess(as other: ProcessHandle) -> Bool {
+        other.isRunning && other.pid == pid && isPinned
+    }
 }
 
 /// The process on the other end of a connection, as far as the daemon could establish it at accept
@@ -60,11 +68,16 @@ public struct PeerIdentity: Sendable {
     public let problem: String?
     /// The pinned process (nil when it could not be pinned): frames are checked against it.
     public let process: PeerProcess?
+    /// Whether bytes had already arrived when the process was pinned, on a kernel without
+    /// `SO_PEERPIDFD` (pinned by `pidfd_open` after accept). Those bytes may have been written by an
+    /// earlier process with the same pid, so the connection's first bytes must come with a pidfd of
+    /// their writer that pins this process (`PeerProcess.isSameProcess`), or nothing is answered.
+    public let firstWriteNeedsProof: Bool
 
     /// An identity from what was read at accept time; checks nothing itself.
     public init(
         pid: Int32, uid: UInt32, executable: String?, executableFile: FileIdentity?,
-        problem: String?, process: PeerProcess? = nil
+        problem: String?, process: PeerProcess? = nil, firstWriteNeedsProof: Bool = false
     ) {
         self.pid = pid
         self.uid = uid
@@ -72,6 +85,7 @@ public struct PeerIdentity: Sendable {
         self.executableFile = executableFile
         self.problem = problem
         self.process = process
+        self.firstWriteNeedsProof = firstWriteNeedsProof
     }
 
     /// This process's mount namespace; a peer in another one sees other files at the same paths.
@@ -99,27 +113,44 @@ public struct PeerIdentity: Sendable {
             PeerIdentity(
                 pid: cred.pid, uid: cred.uid, executable: nil, executableFile: nil, problem: problem, process: process)
         }
-        // Kernels before 6.5 lack SO_PEERPIDFD (ENOPROTOOPT): pidfd_open right after accept, the best
-        // they allow. Any other failure means the peer is gone (6.5–6.15 refuse a pidfd for a reaped
-        // peer): pidfd_open(pid) then could pin whatever process now has that recycled pid.
+        // Kernels before 6.5 lack SO_PEERPIDFD (ENOPROTOOPT): pidfd_open right after accept pins
+        // whatever process has the pid now, which may not be the one that connected (it can have
+        // exited and its pid gone to another). Bytes that arrive after the pin were written by the
+        // pinned process (each read's SCM_CREDENTIALS pid is checked against it while it runs);
+        // bytes already waiting may be the earlier process's, so they need their writer's pidfd
+        // (`firstWriteNeedsProof`). Any other failure means the peer is gone (6.5–6.15 refuse a pidfd
+        // for a reaped peer): pidfd_open(pid) then could pin whatever process now has that pid.
         let handle: ProcessHandle
+        var needsProof = false
         do throws(Errno) {
             do { handle = try socket.peerProcess() } catch  where error.code == .noProtocolOption {
                 handle = try ProcessHandle.open(pid: cred.pid)
+                needsProof = (socket.queuedBytes() ?? 1) != 0
             }
         } catch {
             return unidentified("the calling process (pid \(cred.pid)) could not be pinned with a pidfd")
         }
-        return of(pid: cred.pid, uid: cred.uid, handle: handle)
+        return of(pid: cred.pid, uid: cred.uid, handle: handle, firstWriteNeedsProof: needsProof)
+    }
+
+    /// How this kernel lets the daemon pin a connecting process, for `status` and the log.
+    public static var pinning: String {
+        Socket.kernelPinsPeers
+            ? "SO_PEERPIDFD"
+            : "pidfd_open after accept (this kernel has no SO_PEERPIDFD); bytes sent before the pin need the writer's pidfd"
     }
 
     /// The same identification for a process already pinned by `handle` (a pidfd, which the identity
     /// keeps): its executable (path and file identity), namespaces and root read through /proc, then
     /// the check that the pidfd still names a live process with that pid. Used for socket peers and
     /// for callers on the session bus (whose pid comes from the bus).
-    public static func of(pid: Int32, uid: UInt32, handle: ProcessHandle) -> PeerIdentity {
+    public static func of(
+        pid: Int32, uid: UInt32, handle: ProcessHandle, firstWriteNeedsProof: Bool = false
+    ) -> PeerIdentity {
         func unidentified(_ problem: String, _ process: PeerProcess? = nil) -> PeerIdentity {
-            PeerIdentity(pid: pid, uid: uid, executable: nil, executableFile: nil, problem: problem, process: process)
+            PeerIdentity(
+                pid: pid, uid: uid, executable: nil, executableFile: nil, problem: problem, process: process,
+                firstWriteNeedsProof: firstWriteNeedsProof)
         }
         let process = PeerProcess(pid: pid, handle: handle)
         let exe = readExecutable(pid: pid)
@@ -152,7 +183,9 @@ public struct PeerIdentity: Sendable {
                 "pid \(pid) runs in another mount namespace than keychaind, where \(exe) may be another file; run it in keychaind's mount namespace",
                 process)
         }
-        return PeerIdentity(pid: pid, uid: uid, executable: exe, executableFile: file, problem: nil, process: process)
+        return PeerIdentity(
+            pid: pid, uid: uid, executable: exe, executableFile: file, problem: nil, process: process,
+            firstWriteNeedsProof: firstWriteNeedsProof)
     }
 
     /// The path of `pid`'s executable as `/proc/<pid>/exe` shows it; nil when unreadable.

@@ -77,6 +77,17 @@ public enum AccessPolicy {
         return nil
     }
 
+    /// A connection's first bytes arrived before the daemon could pin the connecting process (a kernel
+    /// without `SO_PEERPIDFD`), and did not come with a pidfd showing that their writer is the
+    /// process that has the connecting pid now: they may be an exited process's, whose pid another
+    /// process (perhaps a registered app) has since been given.
+    public static func unprovenFirstWrite(identifiedPID: Int32) -> KeychainError {
+        KeychainError(
+            .missingEntitlement,
+            "this connection's first request arrived before keychaind could pin pid \(identifiedPID) (this kernel has no SO_PEERPIDFD) and did not carry a pidfd of the process that wrote it, so it may come from an exited process whose pid was reused; send the connection's first bytes with a pidfd of the sending process (SCM_RIGHTS; docs/protocol.md), as keychaind's own clients do"
+        )
+    }
+
     /// Who may ask for what. `caller` is nil for a peer that could not be identified as a registered
     /// app (`unidentified` says why, and how to register; `unidentifiedStatus` is what it gets:
     /// errSecMissingEntitlement, or errSecInteractionNotAllowed when its registration can be checked

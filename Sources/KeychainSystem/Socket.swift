@@ -164,6 +164,66 @@ public final class Socket: Sendable {
         }
     }
 
+    /// Like `receiveWithWriter`, and also a pidfd passed with the bytes (SCM_RIGHTS): the handle, or
+    /// nil when none came or what came is not a pidfd (then closed). Further passed descriptors are
+    /// closed unread.
+    public func receiveWithWriterAndProcess(into buffer: UnsafeMutableRawBufferPointer) throws(Errno) -> (
+        count: Int, writer: Int32, process: ProcessHandle?
+    ) {
+        try descriptor.withDescriptor("recvmsg") { (fd) throws(Errno) in
+            var writer: Int32 = 0
+            var passed: Int32 = -1
+            let n = try valueOrErrno("recvmsg") {
+                kc_recv_from_writer_with_fd(fd, buffer.baseAddress, buffer.count, &writer, &passed)
+            }
+            guard passed >= 0 else { return (n, writer, nil) }
+            // Owned from here: a pidfd becomes the handle, anything else is closed at once.
+            guard kc_is_pidfd(passed) == 1 else {
+                FileDescriptor(adopting: passed).close()
+                return (n, writer, nil)
+            }
+            return (n, writer, ProcessHandle(adopting: passed))
+        }
+    }
+
+    /// `send(2)` of all of `bytes`, the first part with a pidfd of this process attached (SCM_RIGHTS),
+    /// so that the reader can tell the writer is still the process that now has its pid. When no pidfd
+    /// can be had (a kernel before 5.3), the bytes go without one.
+    public func sendAllPassingOwnProcess(_ bytes: UnsafeRawBufferPointer) throws(Errno) {
+        guard bytes.count > 0, let own = try? ProcessHandle.open(pid: CurrentProcess.pid) else {
+            try sendAll(bytes)
+            return
+        }
+        let first = try descriptor.withDescriptor("sendmsg") { (fd) throws(Errno) in
+            try valueOrErrno("sendmsg") { kc_send_with_fd(fd, bytes.baseAddress, bytes.count, own.rawDescriptor) }
+        }
+        withExtendedLifetime(own) {}
+        if first < bytes.count {
+            try sendAll(UnsafeRawBufferPointer(rebasing: bytes[first...]))
+        }
+    }
+
+    /// The bytes that have arrived and wait to be read (`SIOCINQ`), or nil when that cannot be read.
+    public func queuedBytes() -> Int? {
+        let n = kc_queued_bytes(fd)
+        return n >= 0 ? Int(n) : nil
+    }
+
+    /// Whether this kernel hands out a pidfd for a socket's peer (`SO_PEERPIDFD`, Linux 6.5+), asked
+    /// once on a socket pair of this process's own.
+    public static let kernelPinsPeers: Bool = {
+        var fds: [Int32] = [-1, -1]
+        guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &fds) == 0 else {
+            return false
+        }
+        let ends = (FileDescriptor(adopting: fds[0]), FileDescriptor(adopting: fds[1]))
+        let pidfd = kc_peer_pidfd(ends.0.rawValue)
+        withExtendedLifetime(ends) {}
+        guard pidfd >= 0 else { return false }
+        FileDescriptor(adopting: pidfd).close()
+        return true
+    }()
+
     /// Which directions `shutdown` stops.
     public enum Direction: Sendable {
         case read, write, both

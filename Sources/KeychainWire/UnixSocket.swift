@@ -1,5 +1,6 @@
 public import KeychainCore
 public import KeychainSystem
+import Synchronization
 
 /// A Unix-domain stream socket to or from keychaind: the system socket plus the protocol's rules
 /// (which peers to trust, how frames are read, how a connection ends without losing the last answer).
@@ -7,15 +8,26 @@ public import KeychainSystem
 public final class UnixSocket: Sendable {
     /// The owned socket (closed once, by `close()` or deinit).
     public let socket: Socket
+    /// Set on a client's new connection until its first write, which carries a pidfd of this process
+    /// (docs/protocol.md: a daemon on a kernel without `SO_PEERPIDFD` needs it to trust bytes that
+    /// arrived before it could pin the connecting process).
+    private let firstWriteCarriesProcess: Atomic<Bool>
 
     /// Takes ownership of `fd` (closed once, by `close()` or when released).
     public init(adopting fd: Int32) {
         socket = Socket(adopting: fd)
+        firstWriteCarriesProcess = Atomic(false)
     }
 
     /// Wraps `socket`, taking ownership of it.
     public init(_ socket: Socket) {
         self.socket = socket
+        firstWriteCarriesProcess = Atomic(false)
+    }
+
+    private init(connecting socket: Socket) {
+        self.socket = socket
+        firstWriteCarriesProcess = Atomic(true)
     }
 
     /// The descriptor; -1 once closed.
@@ -27,6 +39,11 @@ public final class UnixSocket: Sendable {
     /// A new, unconnected stream socket with close-on-exec set.
     public static func stream() throws(KeychainError) -> UnixSocket {
         do { return UnixSocket(try Socket.stream()) } catch { throw KeychainError(.io, error) }
+    }
+
+    /// A new stream socket for a client: its first write carries a pidfd of this process.
+    static func clientStream() throws(KeychainError) -> UnixSocket {
+        do { return UnixSocket(connecting: try Socket.stream()) } catch { throw KeychainError(.io, error) }
     }
 
     /// The address of `path`, or errSecParam saying why it cannot be one.
@@ -45,7 +62,7 @@ public final class UnixSocket: Sendable {
     /// Connects to the daemon's socket at `path`.
     public static func connect(to path: String) throws(KeychainError) -> UnixSocket {
         let address = try address(path)
-        let sock = try stream()
+        let sock = try clientStream()
         do { try sock.socket.connect(to: address) } catch {
             throw KeychainError(.notAvailable, "cannot connect to keychaind at \(path)", error)
         }
@@ -106,7 +123,15 @@ public final class UnixSocket: Sendable {
 
     /// Writes every byte of `bytes`.
     public func writeAll(_ bytes: UnsafeRawBufferPointer) throws(KeychainError) {
-        do { try socket.sendAll(bytes) } catch { throw KeychainError(.notAvailable, error) }
+        do {
+            if firstWriteCarriesProcess.load(ordering: .relaxed),
+                firstWriteCarriesProcess.exchange(false, ordering: .acquiringAndReleasing)
+            {
+                try socket.sendAllPassingOwnProcess(bytes)
+            } else {
+                try socket.sendAll(bytes)
+            }
+        } catch { throw KeychainError(.notAvailable, error) }
     }
 
     /// Reads one whole frame body, or nil at a clean end of stream between frames.

@@ -34,8 +34,11 @@ final class IsolationAttackTests: XCTestCase {
 
     /// A session with app1 (a registered Python copy, groups TEAM.app1 and TEAM.shared) holding a
     /// secret in TEAM.shared, an admin keychainctl registered root-owned, and a passphrase set.
-    func victim(passphrase: String = "correct horse") throws -> (UserSession, app1: String) {
+    func victim(
+        passphrase: String = "correct horse", noPeerPidfd: Bool = DaemonHarness.suiteForcesNoPeerPidfd
+    ) throws -> (UserSession, app1: String) {
         let s = try UserSession()
+        s.noPeerPidfd = noPeerPidfd
         let app1 = try s.makeApp("app1")
         try s.registerSystem(
             .init(id: "TEAM.app1", groups: ["TEAM.app1", "TEAM.shared"], executables: [app1]), name: "app1")
@@ -185,8 +188,122 @@ final class IsolationAttackTests: XCTestCase {
                 """, [String(s.daemonPID), app1], exitStatus: nil)
         let response = result["response"] as? [String: Any] ?? [:]
         assertRefused(response, "the child's read")
-        XCTAssertTrue((response["message"] as? String)?.contains("the process that connected") ?? false, "\(response)")
+        // Without SO_PEERPIDFD the child's frame may arrive before the daemon pins the connecting
+        // process: then it is refused for carrying no pidfd of its writer.
+        let message = response["message"] as? String ?? ""
+        XCTAssertTrue(
+            message.contains("the process that connected")
+                || (DaemonHarness.suiteForcesNoPeerPidfd && message.contains("did not carry a pidfd")),
+            "\(response)")
         XCTAssertEqual(result["closed"] as? Bool, true, "the connection is closed")
+    }
+
+    // MARK: 2b. A request left behind by an exited process
+
+    /// Run as root for the pid steering only (an attacker of the user gets the same by forking through
+    /// the pid range; /proc/sys/kernel/ns_last_pid makes it quick): with the daemon stopped, process A
+    /// (the user) connects, writes a `copy` of the victim's secret — with a pidfd of itself attached
+    /// or not — forks B, which keeps the connection, and exits. The registered app is then started
+    /// (as the user) with A's pid, the daemon resumes, and B reads what it answered.
+    static let leftBehindScript = """
+        import json, os, signal, socket, subprocess, sys
+        import kcwire as kw
+        daemon, path, app, uid, with_pidfd = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5] == '1'
+        req = kw.frame({'v': 1, 'id': 1, 'op': 'copy', 'query': kw.item('svc', 'alice', r_Data=True, agrp='TEAM.shared')})
+        def as_user():
+            os.setgroups([]); os.setresgid(uid, uid, uid); os.setresuid(uid, uid, uid)
+        def show(r):
+            out = dict(r)
+            if isinstance(out.get('result'), bytes):
+                out['result'] = out['result'].decode('utf-8', 'replace')
+            return out
+        go_r, go_w = os.pipe()
+        r, w = os.pipe()
+        kw.stop_process(daemon)
+        impostor = None
+        try:
+            a = os.fork()
+            if a == 0:
+                as_user()
+                s = socket.socket(socket.AF_UNIX); s.connect(path)
+                if with_pidfd:
+                    kw.send_identifying(s, req)       # a pidfd of A, which is about to exit
+                else:
+                    s.sendall(req)
+                if os.fork():
+                    os._exit(0)                       # A exits; B keeps the connection
+                os.read(go_r, 1)
+                data = b''
+                try:
+                    while len(data) < 4 or len(data) < 4 + int.from_bytes(data[:4], 'big'):
+                        chunk = s.recv(65536)
+                        if not chunk: break
+                        data += chunk
+                    out = show(kw.decode(data[4:])) if len(data) > 4 else {'status': 'closed'}
+                except OSError:
+                    out = {'status': 'closed'}
+                os.write(w, json.dumps(out).encode() + b'\\n'); os._exit(0)
+            os.waitpid(a, 0)                          # A is reaped: its pid is free
+            for _ in range(50):
+                with open('/proc/sys/kernel/ns_last_pid', 'w') as f: f.write(str(a - 1))
+                p = subprocess.Popen([app, '-c', 'import time; time.sleep(120)'], preexec_fn=as_user)
+                if p.pid == a:
+                    impostor = p; break
+                p.kill(); p.wait()
+        finally:
+            os.kill(daemon, signal.SIGCONT)
+        os.write(go_w, b'g')
+        line = b''
+        while not line.endswith(b'\\n'):
+            line += os.read(r, 65536)
+        if impostor:
+            impostor.kill(); impostor.wait()
+        print(json.dumps({'pid': a, 'recycled': impostor is not None, 'response': json.loads(line)}))
+        """
+
+    func leftBehindRequest(noPeerPidfd: Bool, withPidfd: Bool) throws {
+        let (s, app1) = try victim(noPeerPidfd: noPeerPidfd)
+        let status = try s.script(Self.client + "print(json.dumps(call('status')))", interpreter: app1)
+        let pinning = ((status["result"] as? [String: Any])?["isolation"] as? [String: Any])?["peerPinning"] as? String
+        XCTAssertEqual(
+            pinning?.hasPrefix("SO_PEERPIDFD"), !noPeerPidfd,
+            "the daemon pins peers the way the test means to try: \(pinning ?? "nothing in status")")
+        let out = try runToCompletion(
+            UserSession.python,
+            [
+                "-c", Self.leftBehindScript, String(s.daemonPID), s.socketPath, app1, String(s.uid),
+                withPidfd ? "1" : "0",
+            ], environment: s.environment)
+        XCTAssertEqual(out.status, 0, out.stderr)
+        let line = out.stdout.split(separator: "\n").last.map(String.init) ?? ""
+        let result = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any] ?? [:]
+        XCTAssertEqual(result["recycled"] as? Bool, true, "the registered app got the exited process's pid: \(result)")
+        let response = result["response"] as? [String: Any] ?? [:]
+        assertRefused(response, "the request left behind by pid \(result["pid"] ?? "?")")
+        XCTAssertFalse(line.contains(Self.secret), "the secret reached the attacker: \(line)")
+        if noPeerPidfd {
+            XCTAssertTrue(
+                (response["message"] as? String)?.contains("did not carry a pidfd of the process that wrote it")
+                    ?? false,
+                "\(response)")
+        }
+        // The app itself, and a well-behaved client that sends its first bytes with its pidfd, are served.
+        let back = try s.script(Self.client + "print(json.dumps(read('TEAM.shared')))", interpreter: app1)
+        XCTAssertEqual(back["result"] as? String, Self.secret, "the victim still reads its own secret")
+    }
+
+    func testARequestLeftByAnExitedProcessIsNotAnsweredAsTheAppThatGotItsPid() throws {
+        try leftBehindRequest(noPeerPidfd: false, withPidfd: false)
+    }
+
+    /// The same on a kernel without SO_PEERPIDFD (Debian 12's 6.1, forced here with a seccomp filter).
+    func testARequestLeftByAnExitedProcessIsRefusedWithoutSOPeerPidfd() throws {
+        try leftBehindRequest(noPeerPidfd: true, withPidfd: false)
+    }
+
+    /// …and when the exited process attached a pidfd of itself: that pidfd pins a process that is gone.
+    func testARequestLeftWithItsWritersPidfdIsRefusedWithoutSOPeerPidfd() throws {
+        try leftBehindRequest(noPeerPidfd: true, withPidfd: true)
     }
 
     // MARK: 3b. One connection, many queries of one shape

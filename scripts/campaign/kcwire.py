@@ -8,6 +8,7 @@ minimal CBOR codec instead of clients/python.
 from __future__ import annotations
 
 import os
+import sys
 import socket
 import struct
 import subprocess
@@ -115,6 +116,60 @@ class Closed(Exception):
     pass
 
 
+def send_identifying(sock, data: bytes) -> None:
+    """Sends `data`, its first part with a pidfd of this process (SCM_RIGHTS), as keychaind's
+    clients send a connection's first bytes (docs/protocol.md §1)."""
+    pidfd = os.pidfd_open(os.getpid())
+    try:
+        sent = socket.send_fds(sock, [data], [pidfd])
+    finally:
+        os.close(pidfd)
+    if sent < len(data):
+        sock.sendall(data[sent:])
+
+
+def no_peer_pidfd_filter() -> None:
+    """Makes getsockopt(SO_PEERPIDFD) fail with ENOPROTOOPT in this process and every program it
+    execs (a seccomp filter), as on kernels before 6.5: the daemon then pins peers with pidfd_open
+    after accept. For tests of that path on a newer kernel."""
+    import ctypes, platform
+    arch = {"x86_64": (0xC000003E, 55), "aarch64": (0xC00000B7, 209)}.get(platform.machine())
+    if arch is None:
+        raise OSError(f"no seccomp filter for {platform.machine()}")
+    audit_arch, nr_getsockopt = arch
+    ld, jeq, ret = 0x20, 0x15, 0x06
+    allow, errno_ret, enoprotoopt, so_peerpidfd = 0x7FFF0000, 0x00050000, 92, 77
+    program = [
+        (ld, 0, 0, 4),                       # A = seccomp_data.arch
+        (jeq, 0, 5, audit_arch),             # another ABI: allow
+        (ld, 0, 0, 0),                       # A = seccomp_data.nr
+        (jeq, 0, 3, nr_getsockopt),          # another call: allow
+        (ld, 0, 0, 32),                      # A = low half of args[2] (optname)
+        (jeq, 0, 1, so_peerpidfd),           # another option: allow
+        (ret, 0, 0, errno_ret | enoprotoopt),
+        (ret, 0, 0, allow),
+    ]
+    raw = b"".join(struct.pack("HBBI", *i) for i in program)
+    buf = ctypes.create_string_buffer(raw, len(raw))
+
+    class Fprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    prog = Fprog(len(program), ctypes.addressof(buf))
+    libc = ctypes.CDLL(None, use_errno=True)
+    pr_set_no_new_privs, pr_set_seccomp, seccomp_mode_filter = 38, 22, 2
+    if libc.prctl(pr_set_no_new_privs, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
+    if libc.prctl(pr_set_seccomp, seccomp_mode_filter, ctypes.byref(prog), 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP)")
+
+
+if __name__ == "__main__" and len(sys.argv) > 2 and sys.argv[1] == "--no-peer-pidfd":
+    # python3 kcwire.py --no-peer-pidfd PROGRAM ARGS…: runs PROGRAM under that filter.
+    no_peer_pidfd_filter()
+    os.execv(sys.argv[2], sys.argv[2:])
+
+
 class Conn:
     """One connection; `call` sends one request and waits for its response."""
 
@@ -124,6 +179,7 @@ class Conn:
         self.sock.connect(path)
         self.buf = b""
         self.next_id = 1
+        self.sent_first = False
 
     def close(self):
         try:
@@ -151,7 +207,12 @@ class Conn:
         rid = self.next_id
         self.next_id += 1
         try:
-            self.sock.sendall(frame({"v": 1, "id": rid, "op": op, **fields}))
+            data = frame({"v": 1, "id": rid, "op": op, **fields})
+            if self.sent_first:
+                self.sock.sendall(data)
+            else:
+                self.sent_first = True
+                send_identifying(self.sock, data)
         except OSError as e:
             raise Closed(str(e)) from e
         return rid

@@ -30,6 +30,15 @@ int kc_pass_credentials(int fd);
  * (the kernel never joins data of two writers in one read once SO_PASSCRED is set) and stores that
  * writer's pid in *writer_pid, or 0 when the data carried no credentials. Returns what recvmsg does. */
 long kc_recv_from_writer(int fd, void *buf, size_t len, int32_t *writer_pid);
+/* Like kc_recv_from_writer, and also the first descriptor passed with the bytes (SCM_RIGHTS) in
+ * *passed_fd (close-on-exec, owned by the caller), or -1; any further passed descriptors are closed. */
+long kc_recv_from_writer_with_fd(int fd, void *buf, size_t len, int32_t *writer_pid, int *passed_fd);
+/* sendmsg(MSG_NOSIGNAL) of `len` bytes with `passed_fd` attached (SCM_RIGHTS); returns what sendmsg does. */
+long kc_send_with_fd(int fd, const void *buf, size_t len, int passed_fd);
+/* ioctl(SIOCINQ): the bytes waiting to be read on a stream socket, or -1. */
+int kc_queued_bytes(int fd);
+/* 1 if `fd` is a pidfd (its /proc/self/fd link names one), else 0. */
+int kc_is_pidfd(int fd);
 /* accept4(fd, NULL, NULL, SOCK_CLOEXEC). */
 int kc_accept_cloexec(int fd);
 /* prctl(PR_SET_DUMPABLE, 0) and RLIMIT_CORE = 0. */

@@ -37,6 +37,20 @@ final class DaemonHarness: @unchecked Sendable {
         (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? ""
     }
 
+    /// `KEYCHAIND_TEST_NO_PEER_PIDFD=1`: every daemon of the suite runs with getsockopt(SO_PEERPIDFD)
+    /// failing (a seccomp filter, kcwire.py --no-peer-pidfd), as on Debian 12's kernel (6.1), so
+    /// scripts/test runs the identity tests on both of keychaind's ways to pin a peer.
+    static let suiteForcesNoPeerPidfd = ProcessInfo.processInfo.environment["KEYCHAIND_TEST_NO_PEER_PIDFD"] == "1"
+
+    /// The program and arguments that start `daemon` with `arguments`: through the seccomp filter
+    /// when `noPeerPidfd` (the pid stays the daemon's: the filter's script execs it).
+    static func launch(
+        _ daemon: String, _ arguments: [String], noPeerPidfd: Bool, kcwire: String = campaignDirectory + "/kcwire.py"
+    ) -> (String, [String]) {
+        guard noPeerPidfd else { return (daemon, arguments) }
+        return ("/usr/bin/python3", [kcwire, "--no-peer-pidfd", daemon] + arguments)
+    }
+
     static let defaultApps = [
         App(id: "TEAM.tests", groups: ["TEAM.tests", "TEAM.shared"], executables: [runnerExecutable])
     ]
@@ -52,6 +66,8 @@ final class DaemonHarness: @unchecked Sendable {
     let systemAppsDirectory: String
     let logFile: String
     private(set) var process: Process?
+    /// Whether this daemon runs as on a kernel without SO_PEERPIDFD (`launch`).
+    var noPeerPidfd = DaemonHarness.suiteForcesNoPeerPidfd
 
     init(apps: [App] = DaemonHarness.defaultApps, config: String = "{}", start: Bool = true) throws {
         root = NSTemporaryDirectory() + "keychaind-test-" + UUID().uuidString.prefix(8)
@@ -99,8 +115,9 @@ final class DaemonHarness: @unchecked Sendable {
     /// Launches the daemon and waits until its socket answers.
     func start(extraEnvironment: [String: String] = [:]) throws {
         let p = Process()
-        p.executableURL = URL(fileURLWithPath: Self.daemonPath)
-        p.arguments = arguments
+        let (program, args) = Self.launch(Self.daemonPath, arguments, noPeerPidfd: noPeerPidfd)
+        p.executableURL = URL(fileURLWithPath: program)
+        p.arguments = args
         var env = ProcessInfo.processInfo.environment
         for (k, v) in extraEnvironment { env[k] = v }
         p.environment = env

@@ -27,6 +27,8 @@ final class UserSession: @unchecked Sendable {
     /// Another copy of keychainctl, registered (root-owned, in the system directory) as the admin.
     var adminCLIPath: String { bin + "/admin/keychainctl" }
     private(set) var process: Process?
+    /// Whether the daemon runs as on a kernel without SO_PEERPIDFD (DaemonHarness.launch).
+    var noPeerPidfd = DaemonHarness.suiteForcesNoPeerPidfd
 
     static let python = "/usr/bin/python3"
 
@@ -118,11 +120,13 @@ final class UserSession: @unchecked Sendable {
     func start() throws {
         let p = Process()
         p.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
-        p.arguments =
-            setpriv + [
-                daemonPath, "--socket", socketPath, "--data-dir", dataDirectory, "--config", configFile,
+        let (program, args) = DaemonHarness.launch(
+            daemonPath,
+            [
+                "--socket", socketPath, "--data-dir", dataDirectory, "--config", configFile,
                 "--log-level", "debug", "--system-apps-dir", systemAppsDirectory,
-            ]
+            ], noPeerPidfd: noPeerPidfd, kcwire: bin + "/kcwire.py")
+        p.arguments = setpriv + [program] + args
         p.environment = environment
         let log = FileHandle(forWritingAtPath: logFile)!
         log.seekToEndOfFile()

@@ -44,6 +44,7 @@ class _Connection:
         self._send_lock = threading.Lock()
         self._pending: dict[int, _Pending] = {}
         self._failure: KeychainError | None = None
+        self._sent_first = False  # the first write carries our pidfd (wire.send_identifying)
         self._reader = threading.Thread(target=self._read_loop, name="keychaind-reader", daemon=True)
         self._reader.start()
 
@@ -59,7 +60,11 @@ class _Connection:
             self._pending[request_id] = pending
         try:
             with self._send_lock:
-                self.sock.sendall(data)
+                if self._sent_first:
+                    self.sock.sendall(data)
+                else:
+                    self._sent_first = True
+                    wire.send_identifying(self.sock, data)
         except OSError as e:
             # The daemon may have refused the frame (an id-0 error, e.g. over its maxFrameBytes) and
             # closed: let the reader hand that reason to the waiters before the generic one.

@@ -80,6 +80,26 @@ def connect(path: str, timeout: float | None = None) -> socket.socket:
     return sock
 
 
+def send_identifying(sock: socket.socket, data: bytes) -> None:
+    """Sends all of ``data``, its first part with a pidfd of this process attached (SCM_RIGHTS).
+
+    A connection's first write should go this way (protocol.md §1): on a kernel without
+    ``SO_PEERPIDFD`` keychaind answers bytes that arrived before it pinned the connecting process
+    only when they come with their writer's pidfd. Without ``os.pidfd_open`` the bytes go plain.
+    """
+    try:
+        pidfd = os.pidfd_open(os.getpid())
+    except (AttributeError, OSError):
+        sock.sendall(data)
+        return
+    try:
+        sent = socket.send_fds(sock, [data], [pidfd])
+    finally:
+        os.close(pidfd)
+    if sent < len(data):
+        sock.sendall(memoryview(data)[sent:])
+
+
 def _check(value, depth: int, where: str) -> None:
     """Refuses, before sending, what the daemon would reject as undecodable (which would close the
     connection): only the CBOR subset of protocol.md §3 passes."""

@@ -181,9 +181,14 @@ class Raw:
         self.sock.connect(path)
         self.reader = wire.FrameReader()
         self.eof = False
+        self.sent = False
 
     def send(self, data: bytes) -> None:
-        self.sock.sendall(data)
+        if self.sent:
+            self.sock.sendall(data)
+        else:  # a connection's first bytes carry our pidfd, as protocol.md §1 asks
+            self.sent = True
+            wire.send_identifying(self.sock, bytes(data))
 
     def request(self, request_id: int, op: str, query=None, attributes=None, **arguments) -> None:
         self.send(wire.encode_request(request_id, op, query, attributes, **arguments))

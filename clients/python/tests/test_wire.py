@@ -266,3 +266,33 @@ def test_constants_are_the_wire_strings():
     assert (k.kSecValueData, k.kSecValuePersistentRef) == ("v_Data", "v_PersistentRef")
     assert k.kSecAttrAccessibleAfterFirstUnlock == "ck" and k.kSecAttrAccessibleAfterFirstUnlockThisDeviceOnly == "cku"
     assert (k.errSecDuplicateItem, k.errSecItemNotFound, k.errSecMissingEntitlement, k.errSecParam) == (-25299, -25300, -34018, -50)
+
+
+def test_a_connections_first_bytes_carry_a_pidfd_of_the_sender():
+    # keychaind on a kernel without SO_PEERPIDFD answers bytes that arrived before it pinned the
+    # connecting process only when they come with their writer's pidfd (protocol.md §1).
+    import array
+    import os
+    import socket
+
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    with a, b:
+        data = bytes(wire.encode_request(1, "status"))
+        wire.send_identifying(a, data)
+        fds = array.array("i")
+        got, ancillary, _flags, _addr = b.recvmsg(len(data), socket.CMSG_SPACE(4 * fds.itemsize))
+        assert got == data
+        passed = []
+        for level, kind, payload in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
+                passed.extend(fds)
+        assert len(passed) == 1, ancillary
+        try:
+            link = os.readlink(f"/proc/self/fd/{passed[0]}")
+            assert link == "anon_inode:[pidfd]" or link.startswith("pidfd:"), link
+            with open(f"/proc/self/fdinfo/{passed[0]}") as info:
+                pids = [line.split()[1] for line in info if line.startswith("Pid:")]
+            assert pids == [str(os.getpid())]
+        finally:
+            os.close(passed[0])
