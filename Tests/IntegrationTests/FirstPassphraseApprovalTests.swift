@@ -1,4 +1,6 @@
 import Foundation
+import KeychainCore
+import KeychainWire
 import XCTest
 
 /// Setting the first passphrase approves no registration by itself (docs/security.md §2, "How
@@ -133,6 +135,27 @@ final class FirstPassphraseApprovalTests: XCTestCase {
         XCTAssertTrue(try withoutTerminal(s2, ["status"]).stdout.contains("not set"))
     }
 
+    /// The README's flow from a clone: keychainctl installed root-owned and registered as the admin
+    /// in the user's own apps.d. Without a terminal, `passwd` will not silently leave the admin it
+    /// runs as unapproved; named with --approve, it stays the admin after the passphrase is set.
+    func testAnAdminRegisteredByTheUserStaysAnAdminOnlyWhenApproved() throws {
+        let s = try UserSession()
+        try s.registerUser(
+            .init(id: "keychainctl", groups: ["keychainctl"], executables: [s.adminCLIPath], admin: true),
+            name: "keychainctl")
+        try s.start()
+        let pass = try s.privateFile("pass", "correct horse\n")
+        let refused = try withoutTerminal(s, ["passwd", "--new-passphrase-file", pass])
+        XCTAssertEqual(refused.status, 206, "errSecParam: \(refused.stdout + refused.stderr)")
+        XCTAssertTrue(refused.stderr.contains("--approve keychainctl.json"), refused.stderr)
+        XCTAssertTrue(try withoutTerminal(s, ["status"]).stdout.contains("not set"), "nothing was changed")
+        let set = try withoutTerminal(s, ["passwd", "--new-passphrase-file", pass, "--approve", "keychainctl"])
+        XCTAssertEqual(set.status, 0, set.stderr)
+        XCTAssertEqual(try withoutTerminal(s, ["unlock", "--passphrase-file", pass]).status, 0)
+        let status = try withoutTerminal(s, ["status"])
+        XCTAssertTrue(status.stdout.contains("keychainctl (admin)"), status.stdout)
+    }
+
     /// On a terminal, `passwd` shows each registration in full and asks; only those answered "y" are
     /// approved. (`script` gives keychainctl a pseudo-terminal and types the answers.)
     func testOnATerminalEachRegistrationIsShownAndConfirmed() throws {
@@ -160,6 +183,56 @@ final class FirstPassphraseApprovalTests: XCTestCase {
         XCTAssertEqual(try withoutTerminal(s, ["unlock", "--passphrase-file", pass]).status, 0)
         XCTAssertEqual(try s.script(Self.whoAmI, interpreter: app3)["caller"] as? String, "TEAM.app3")
         XCTAssertTrue(try s.script(Self.whoAmI, interpreter: app4)["caller"] is NSNull)
+    }
+
+    /// The request itself: `passwd`'s `approve` list approves a file only when it still says what the
+    /// admin was shown; one rewritten in between fails the whole change, and the passphrase stays unset.
+    func testTheFirstPassphraseIsNotSetWhenAnApprovedFileChangedSinceItWasShown() throws {
+        let admin = DaemonHarness.App(
+            id: "TEAM.admin", groups: ["TEAM.tests"], executables: [DaemonHarness.runnerExecutable], admin: true)
+        let d = try DaemonHarness(apps: [admin])
+        let other = DaemonHarness.App(id: "TEAM.other", groups: ["TEAM.other"], executables: ["/usr/bin/true"])
+        try d.register(other, name: "other", user: true)
+        let c = try d.connect()
+        let shown = try XCTUnwrap(
+            c.call("approve", arguments: ["file": .text("other.json"), "preview": .bool(true)]).result?.map?[
+                "registration"])
+        try d.register(
+            .init(id: "TEAM.other", groups: ["TEAM.other", "TEAM.tests"], executables: ["/usr/bin/true"]),
+            name: "other",
+            user: true)
+        let stale = try c.call(
+            "passwd",
+            arguments: [
+                "new": .bytes(Array("pw".utf8)),
+                "approve": .array([.map(["file": .text("other.json"), "expect": shown])]),
+            ])
+        XCTAssertEqual(stale.status, .param, "\(stale)")
+        XCTAssertTrue(stale.message?.contains("changed since it was shown") ?? false, "\(stale)")
+        XCTAssertEqual(try c.call("status").result?.map?["passphraseSet"]?.bool, false, "nothing was changed")
+
+        let now = try XCTUnwrap(
+            c.call("approve", arguments: ["file": .text("other.json"), "preview": .bool(true)]).result?.map?[
+                "registration"])
+        let set = try c.call(
+            "passwd",
+            arguments: [
+                "new": .bytes(Array("pw".utf8)),
+                "approve": .array([.map(["file": .text("other.json"), "expect": now])]),
+            ])
+        XCTAssertEqual(set.status, .success, "\(set)")
+        XCTAssertEqual(set.result?.map?["approved"]?.array?.compactMap(\.text), ["TEAM.other"])
+        let listed = try d.connect().call("status").result?.map?["isolation"]?.map?["registrations"]?.array ?? []
+        let entry = listed.compactMap(\.map).first { $0["application-identifier"]?.text == "TEAM.other" }
+        XCTAssertEqual(entry?["trusted"]?.bool, true, "\(listed)")
+        // With a passphrase set, approvals go through `approve`, which needs it.
+        let again = try c.call(
+            "passwd",
+            arguments: [
+                "old": .bytes(Array("pw".utf8)), "new": .bytes(Array("pw2".utf8)),
+                "approve": .array([.map(["file": .text("other.json"), "expect": now])]),
+            ])
+        XCTAssertEqual(again.status, .param, "\(again)")
     }
 
     /// A registration whose executable is an interpreter (judged by the name of the file it resolves
