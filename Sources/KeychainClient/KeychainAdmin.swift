@@ -78,11 +78,18 @@ public struct KeychainAdmin: Sendable {
     }
 
     /// Sets (old = nil, when none is set yet) or changes the passphrase. Setting the first one
-    /// approves the registrations of the user's apps.d that counted until then: their identifiers.
+    /// approves exactly the registration files of the user's apps.d in `approving`, each with what
+    /// the admin was shown of it (`previewApproval`), and nothing else; the daemon refuses the whole
+    /// change (errSecParam) when one of them now says anything else. Returns the identifiers approved.
     @discardableResult
-    public func changePassphrase(old: [UInt8]?, new: [UInt8]) throws(KeychainError) -> [String] {
+    public func changePassphrase(
+        old: [UInt8]?, new: [UInt8], approving: [(file: String, expect: Value)] = []
+    ) throws(KeychainError) -> [String] {
         var args: [String: Value] = ["new": .bytes(new)]
         if let old { args["old"] = .bytes(old) }
+        if !approving.isEmpty {
+            args["approve"] = .array(approving.map { .map(["file": .text($0.file), "expect": $0.expect]) })
+        }
         let result = try connection.call(.passwd, arguments: args)
         return (result?.map?["approved"]?.array ?? []).compactMap(\.text)
     }

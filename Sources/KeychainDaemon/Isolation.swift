@@ -35,6 +35,13 @@ enum Isolation {
                 "\(refused) registered executable\(refused == 1 ? " is" : "s are") refused (the user can modify \(refused == 1 ? "it" : "them"), or another registration names \(refused == 1 ? "it" : "them") first)"
             )
         }
+        let interpreters = registry.registrations.map { Self.interpreters(in: $0.entry.executables) }
+        let naming = interpreters.filter { !$0.isEmpty }.count
+        if naming > 0 {
+            notes.append(
+                "\(naming) registration\(naming == 1 ? " names an interpreter" : "s name interpreters") (python, perl, a shell, java, …): such a registration identifies every script that interpreter runs, so any process of this user can act as that app by running a script; register a program of its own instead (keychainctl apps shows which)"
+            )
+        }
         if let scope = ptraceScope(), scope == 0 {
             notes.append(
                 "kernel.yama.ptrace_scope is 0: any process of this user can attach to a running app and read what it reads; set it to 2 (sysctl kernel.yama.ptrace_scope=2)"
@@ -62,13 +69,14 @@ enum Isolation {
         if withRegistrations {
             report["userAppsDirectory"] = .text(userAppsDirectory)
             report["registrations"] = .array(
-                registry.registrations.map { r in
+                zip(registry.registrations, interpreters).map { r, interpreters in
                     var m: [String: Value] = [
                         "file": .text(r.entry.file), "source": .text(r.source.rawValue),
                         "application-identifier": .text(r.entry.applicationIdentifier),
                         "admin": .bool(r.entry.admin), "trusted": .bool(r.untrusted == nil),
                     ]
                     if let why = r.untrusted { m["reason"] = .text(why) }
+                    if !interpreters.isEmpty { m["interpreters"] = .array(interpreters.map(Value.text)) }
                     if !r.refusedExecutables.isEmpty {
                         m["refused"] = .map(r.refusedExecutables.mapValues(Value.text))
                     }
@@ -76,6 +84,35 @@ enum Isolation {
                 })
         }
         return .map(report)
+    }
+
+    /// The executables of a registration that are interpreters (judged by the name of the file each
+    /// resolves to: /usr/bin/python3 → python3.11), each as "path" or "path (→ resolved)".
+    static func interpreters(in executables: [String]) -> [String] {
+        executables.compactMap { exe in
+            let resolved = FileSystem.realPath(exe) ?? exe
+            guard isInterpreter(String(resolved.split(separator: "/").last ?? "")) else { return nil }
+            return resolved == exe ? exe : "\(exe) (→ \(resolved))"
+        }
+    }
+
+    /// Program names that run scripts given to them (or typed in): the name, optionally followed by a
+    /// version (python3, python3.11, perl5.36.0, lua5.4, tclsh8.6, php8.2, ruby3.1, pypy3).
+    static let interpreterNames: Set<String> = [
+        "python", "pypy", "perl", "ruby", "node", "nodejs", "deno", "bun", "bash", "sh", "dash", "zsh", "ksh",
+        "mksh", "ash", "busybox", "fish", "csh", "tcsh", "rc", "java", "jshell", "php", "php-cgi", "lua", "luajit",
+        "tclsh", "wish", "expect", "rscript", "r", "guile", "gawk", "awk", "mawk", "nawk", "sed", "osascript",
+        "pwsh", "julia", "erl", "escript", "elixir", "racket", "sbcl", "ocaml", "swift", "gjs", "qjs", "irb",
+        "scala", "kotlin", "groovy", "env", "gdb", "vim", "emacs",
+    ]
+
+    static func isInterpreter(_ basename: String) -> Bool {
+        let name = basename.lowercased()
+        if interpreterNames.contains(name) { return true }
+        // A version after the name: digits, dots, dashes (python3.11, perl5.36.0, php8.2, lua5.4).
+        var stem = Substring(name)
+        while let last = stem.last, last.isNumber || last == "." || last == "-" { stem = stem.dropLast() }
+        return stem.count < name.count && interpreterNames.contains(String(stem))
     }
 
     /// `kernel.yama.ptrace_scope`, or nil when the kernel has no Yama.

@@ -86,13 +86,6 @@ final class Registrar: Sendable {
         }
     }
 
-    /// The user registrations that count now (what setting the first passphrase approves).
-    func trustedUserRegistrations() -> [ApprovedRegistration] {
-        current.registry.registrations.filter { $0.source == .user && $0.untrusted == nil }.map {
-            Self.approval($0.entry)
-        }
-    }
-
     static func approval(_ entry: AppEntry) -> ApprovedRegistration {
         ApprovedRegistration(
             applicationIdentifier: entry.applicationIdentifier, accessGroups: entry.accessGroups,

@@ -392,13 +392,21 @@ public final class RequestHandler: Sendable {
             if wasLocked { registrar.reload("unlock") }
             return nil
         case .passwd:
-            try args.expect(["old", "new"])
+            try args.expect(["old", "new", "approve"])
             let old = try args.secret("old", required: false)
             let new = try args.secret("new", required: true)
             let hadPassphrase = items.hasPassphrase
-            // Setting the first passphrase approves the user registrations that counted until now,
-            // so they (and the admin making the change) keep counting afterwards.
-            let approving = hadPassphrase ? nil : registrar.trustedUserRegistrations()
+            // Setting the first passphrase approves exactly the registrations the request names, each
+            // as the admin was shown it, and nothing else: until now any process of the user could
+            // write (and, through the admin tool, approve) a registration. [] replaces any list stored
+            // without a passphrase.
+            let named = try registrationsToApprove(args.values["approve"])
+            if hadPassphrase && !named.isEmpty {
+                throw .param(
+                    "\"approve\" goes with setting the first passphrase only; a passphrase is set: approve registrations with op \"approve\""
+                )
+            }
+            let approving = hadPassphrase || new == nil ? nil : named
             let removed: Int
             do { removed = try items.changePassphrase(old: old, new: new, approving: approving) } catch {
                 if error.status == .authFailed { Log.warning("passphrase change refused") }
@@ -442,27 +450,11 @@ public final class RequestHandler: Sendable {
             return .map(["restored": .int(Int64(counts.restored)), "skipped": .int(Int64(counts.skipped))])
         case .approve:
             try args.expect(["file", "expect", "preview", Arguments.presenceKey])
-            guard case .text(let name)? = args.values["file"], !name.isEmpty, !name.contains("/"),
-                name.hasSuffix(".json"), !name.hasPrefix(".")
-            else {
+            guard case .text(let name)? = args.values["file"] else {
                 throw .param(
                     "op \"approve\" needs \"file\": the name of a *.json file in \(registrar.userAppsDirectory)")
             }
-            let entry: AppEntry
-            do { entry = try AppFiles.parse(file: registrar.userAppsDirectory + "/" + name) } catch {
-                throw KeychainError(.param, "cannot approve: \(error)")
-            }
-            let principal = TrustedPaths.Principal.current()
-            if principal.uid != 0 {
-                for exe in entry.executables {
-                    if let problem = TrustedPaths.modifiableProblem(exe, by: principal) {
-                        throw KeychainError(
-                            .param,
-                            "cannot approve \(name): executable \(exe) can be modified by this user (\(problem)); install it root-owned (for example under /usr/local/bin) and register that path"
-                        )
-                    }
-                }
-            }
+            let entry = try readForApproval(name)
             // What the file says now, shown before the passphrase is asked for (`preview`) and
             // compared with what the admin saw (`expect`): the file is the user's, so any process of
             // the user may rewrite it between the admin's look and this read.
@@ -510,6 +502,57 @@ public final class RequestHandler: Sendable {
         default:
             throw .param("op \"\(action.rawValue)\" is not an admin operation")
         }
+    }
+
+    /// The registration file `name` of the user's apps.d as it is now, refused when it cannot be
+    /// approved (not a plain *.json name, unreadable, or an executable the user can modify).
+    private func readForApproval(_ name: String) throws(KeychainError) -> AppEntry {
+        guard !name.isEmpty, !name.contains("/"), name.hasSuffix(".json"), !name.hasPrefix(".") else {
+            throw .param(
+                "cannot approve \"\(Arguments.printable(name))\": not the name of a *.json file in \(registrar.userAppsDirectory)"
+            )
+        }
+        let entry: AppEntry
+        do { entry = try AppFiles.parse(file: registrar.userAppsDirectory + "/" + name) } catch {
+            throw KeychainError(.param, "cannot approve: \(error)")
+        }
+        let principal = TrustedPaths.Principal.current()
+        if principal.uid != 0 {
+            for exe in entry.executables {
+                if let problem = TrustedPaths.modifiableProblem(exe, by: principal) {
+                    throw KeychainError(
+                        .param,
+                        "cannot approve \(name): executable \(exe) can be modified by this user (\(problem)); install it root-owned (for example under /usr/local/bin) and register that path"
+                    )
+                }
+            }
+        }
+        return entry
+    }
+
+    /// `passwd`'s "approve": a list of {"file": name in the user's apps.d, "expect": the registration
+    /// as the admin was shown it}. Each file must say exactly what was shown (as for `approve`), or
+    /// nothing is changed. Later entries for one application-identifier replace earlier ones.
+    private func registrationsToApprove(_ value: Value?) throws(KeychainError) -> [ApprovedRegistration] {
+        guard let value else { return [] }
+        let usage =
+            "\"approve\" must be a list of maps {\"file\": a *.json name in \(registrar.userAppsDirectory), \"expect\": the registration as shown}"
+        guard case .array(let requested) = value else { throw .param(usage) }
+        var list: [ApprovedRegistration] = []
+        for item in requested {
+            guard case .map(let m) = item, m.count == 2, case .text(let name)? = m["file"], let expected = m["expect"]
+            else { throw .param(usage) }
+            let entry = try readForApproval(name)
+            guard Self.matches(expected, entry) else {
+                throw KeychainError(
+                    .param,
+                    "cannot approve \(name): it changed since it was shown (it now says \(Self.describe(entry))); nothing was changed — look at the file and try again"
+                )
+            }
+            list.removeAll { $0.applicationIdentifier.utf8.elementsEqual(entry.applicationIdentifier.utf8) }
+            list.append(Registrar.approval(entry))
+        }
+        return list
     }
 
     private func approvals() throws(KeychainError) -> [ApprovedRegistration] {

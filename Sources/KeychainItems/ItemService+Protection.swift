@@ -91,8 +91,8 @@ extension ItemService {
     /// re-wraps the item key of every item of those classes under them (the items' attributes and
     /// secrets are not touched), so a copy of the keyring from before the change opens nothing written
     /// after it. Every change also draws a fresh registry key and re-seals the approved registrations
-    /// under it: `approving` replaces them (setting the first passphrase passes the registrations
-    /// trusted until then); nil keeps the stored list (a stored list that no longer opens is replaced
+    /// under it: `approving` replaces them (setting the first passphrase passes those the admin
+    /// confirmed, possibly none); nil keeps the stored list (a stored list that no longer opens is replaced
     /// by an empty one). Removing the passphrase deletes every `akpu` item instead (Apple: they exist
     /// only while a passcode is set) and keeps the other class keys.
     ///

@@ -26,7 +26,11 @@ enum Verb: String, CaseIterable {
         case .status, .lock, .apps, .help: return []
         case .unlock: return [.passphraseFile, .passphraseFD, .ifLocked]
         case .backup, .restore: return [.passphraseFile, .passphraseFD, .keychainPassphraseFile]
-        case .passwd: return [.passphraseFile, .passphraseFD, .newPassphraseFile, .newPassphraseFD, .ifSet]
+        case .passwd:
+            return [
+                .passphraseFile, .passphraseFD, .newPassphraseFile, .newPassphraseFD, .ifSet, .approveRegistration,
+                .approveNone,
+            ]
         case .register: return [.appID, .group, .executable, .admin, .keychainPassphraseFile]
         case .approve, .unregister: return [.keychainPassphraseFile]
         }
@@ -34,7 +38,11 @@ enum Verb: String, CaseIterable {
 
     /// Options that may be given more than once (their values are kept in order).
     var repeatable: Set<Opt> {
-        self == .register ? [.group, .executable] : []
+        switch self {
+        case .register: return [.group, .executable]
+        case .passwd: return [.approveRegistration]
+        default: return []
+        }
     }
 
     /// How many positional arguments the verb takes (and their names for messages); "[X]" is optional.
@@ -66,7 +74,7 @@ enum Verb: String, CaseIterable {
         case .unlock: return "keychainctl unlock [--passphrase-file FILE | --passphrase-fd N] [--if-locked]"
         case .passwd:
             return
-                "keychainctl passwd [--passphrase-file OLD_FILE | --passphrase-fd N] [--new-passphrase-file NEW_FILE | --new-passphrase-fd N] [--if-set]"
+                "keychainctl passwd [--passphrase-file OLD_FILE | --passphrase-fd N] [--new-passphrase-file NEW_FILE | --new-passphrase-fd N] [--if-set] [--approve NAME]… [--approve-none]"
         case .backup:
             return
                 "keychainctl backup FILE [--passphrase-file FILE | --passphrase-fd N] [--keychain-passphrase-file FILE]"
@@ -152,6 +160,16 @@ enum Verb: String, CaseIterable {
                 descriptors are the same, its first line is the current passphrase and its second the new one.
                 --if-set changes only a passphrase that is already set and does nothing (exit 0) when none
                 is. Once a passphrase is set the daemon starts locked.
+
+                Setting the first passphrase approves no registration of your apps.d by itself: until then
+                any process of yours could write one. On a terminal each registration is shown in full
+                (application-identifier, groups, executables, whether it is an admin) and approved only
+                when you answer y; --approve NAME approves apps.d/NAME(.json) without asking (repeatable,
+                showing what it approves), and --approve-none approves none. Without a terminal only the
+                registrations named with --approve are approved. A file changed between being shown and
+                the passphrase being set is refused and nothing is changed. Those not approved stop
+                counting (approve them later with `keychainctl approve NAME`); if this keychainctl is an
+                admin only through one of them, it is no longer one afterwards.
                 """
         case .backup:
             return """
@@ -219,7 +237,7 @@ func pad(_ s: String) -> String { s + String(repeating: " ", count: max(1, 30 - 
 enum Opt: CaseIterable {
     case service, account, group, secret, printSecret, stdin, accessible, label, comment, description
     case updateExisting, all, passphraseFile, newPassphraseFile, passphraseFD, newPassphraseFD, ifLocked, ifSet
-    case keychainPassphraseFile, appID, executable, admin
+    case keychainPassphraseFile, appID, executable, admin, approveRegistration, approveNone
 
     var spellings: [String] {
         switch self {
@@ -244,12 +262,14 @@ enum Opt: CaseIterable {
         case .appID: return ["-i", "--id"]
         case .executable: return ["-e", "--executable"]
         case .admin: return ["--admin"]
+        case .approveRegistration: return ["--approve"]
+        case .approveNone: return ["--approve-none"]
         }
     }
 
     var takesValue: Bool {
         switch self {
-        case .printSecret, .stdin, .updateExisting, .all, .ifLocked, .ifSet, .admin: return false
+        case .printSecret, .stdin, .updateExisting, .all, .ifLocked, .ifSet, .admin, .approveNone: return false
         default: return true
         }
     }
@@ -294,6 +314,9 @@ enum Opt: CaseIterable {
         case .appID: return pad(names + " ID") + "the app's application-identifier (TEAMID.bundle.id)"
         case .executable: return pad(names + " PATH") + "an absolute path of the app's executable (repeatable)"
         case .admin: return pad(names) + "make the app an administrator"
+        case .approveRegistration:
+            return pad(names + " NAME") + "setting the first passphrase: approve apps.d/NAME(.json) (repeatable)"
+        case .approveNone: return pad(names) + "setting the first passphrase: approve no registration, ask nothing"
         }
     }
 }
@@ -430,6 +453,9 @@ struct Invocation {
                 throw usageError("executable \(exe) must be an absolute path")
             }
         default: break
+        }
+        if inv.repeated[.approveRegistration] != nil && inv.has(.approveNone) {
+            throw usageError("--approve and --approve-none exclude each other")
         }
         if inv.value(.passphraseFile) != nil && inv.value(.passphraseFD) != nil {
             throw usageError("--passphrase-file and --passphrase-fd exclude each other")

@@ -202,6 +202,22 @@ enum Prompt {
         return try read()
     }
 
+    /// Asks `question` on the terminal `tty` and reads the answer (echoed): true for y or yes, false
+    /// for anything else, an empty line or the end of input.
+    static func confirm(_ tty: FileDescriptor, _ question: String) throws(KeychainError) -> Bool {
+        IO.writeAll(tty.rawValue, Array(question.utf8))
+        let stream = FileDescriptor.standard(tty.rawValue)
+        var answer: [UInt8] = []
+        while true {
+            let byte: UInt8?
+            do { byte = try stream.readByte() } catch { throw KeychainError(.io, "cannot read the answer", error) }
+            guard let byte, byte != 10 else { break }
+            if answer.count < 64 && byte != 32 && byte != 9 && byte != 13 { answer.append(byte) }
+        }
+        let text = String(decoding: answer, as: UTF8.self).lowercased()
+        return text == "y" || text == "yes"
+    }
+
     /// Asks twice and insists the two agree (new secrets and passphrases).
     static func readNewSecret(_ prompt: String, _ again: String, missing: KeychainError = noSecret)
         throws(KeychainError) -> [UInt8]

@@ -356,6 +356,9 @@ struct Command {
                             ?? (r["refused"]?.map ?? [:]).values.compactMap(\.text).joined(separator: "; "))
                 ))
         }
+        for r in registrations {
+            if let warning = Self.interpreterWarning(r) { rows.append(("interpreter", warning)) }
+        }
         out.line(Human.aligned(rows))
     }
 
@@ -395,7 +398,18 @@ struct Command {
             for (_, why) in (r["refused"]?.map ?? [:]).sorted(by: { $0.key < $1.key }) {
                 if let why = why.text { out.line("  \(r["file"]?.text ?? "?"): \(why)") }
             }
+            if let warning = Self.interpreterWarning(r) { out.line("  " + warning) }
         }
+    }
+
+    /// For a listed registration whose executables include an interpreter: that every script it
+    /// runs is that app.
+    static func interpreterWarning(_ r: [String: Value]) -> String? {
+        let interpreters = (r["interpreters"]?.array ?? []).compactMap(\.text)
+        guard !interpreters.isEmpty else { return nil }
+        let id = r["application-identifier"]?.text ?? "?"
+        return
+            "\(r["file"]?.text ?? "?"): \(interpreters.joined(separator: ", ")) \(interpreters.count == 1 ? "is an interpreter" : "are interpreters"): every script \(interpreters.count == 1 ? "it runs" : "they run") is \(id), whoever wrote it"
     }
 
     /// Writes NAME.json into the daemon's user apps.d and approves it.
@@ -630,7 +644,8 @@ struct Command {
         var early = try givenPassphrase(file: .newPassphraseFile, fd: .newPassphraseFD)
         defer { if early != nil { IO.wipe(&early!) } }
         let admin = KeychainAdmin(connection: connection)
-        if inv.has(.ifSet), try !admin.status().passphraseSet {
+        let s = try admin.status()
+        if inv.has(.ifSet), !s.passphraseSet {
             if inv.json {
                 out.line("{\"ok\":true,\"changed\":false}")
             } else {
@@ -638,7 +653,14 @@ struct Command {
             }
             return
         }
-        if old == nil, try admin.status().passphraseSet {
+        if s.passphraseSet && (inv.repeated[.approveRegistration] != nil || inv.has(.approveNone)) {
+            throw .param(
+                "--approve and --approve-none go with setting the first passphrase; a passphrase is set: approve a registration with `keychainctl approve NAME`"
+            )
+        }
+        // Before any prompt for the new passphrase: what is approved is decided on what was shown.
+        let choice = s.passphraseSet ? FirstApprovals() : try firstApprovals(admin, s)
+        if old == nil, s.passphraseSet {
             old = try Prompt.readSecret(
                 "current passphrase: ", missing: noPassphrase(file: .passphraseFile, fd: .passphraseFD))
         }
@@ -652,14 +674,101 @@ struct Command {
         }
         defer { IO.wipe(&new) }
         guard !new.isEmpty else { throw .param("the new passphrase must not be empty") }
-        let approved = try admin.changePassphrase(old: old, new: new)
+        let approved = try admin.changePassphrase(old: old, new: new, approving: choice.approve)
         if inv.json {
-            out.line("{\"ok\":true,\"approved\":\(JSON.encode(.array(approved.map(Value.text))))}")
-        } else if !approved.isEmpty {
             out.line(
-                "passphrase set; these registrations in your apps.d counted until now and stay approved: \(approved.joined(separator: ", "))"
+                "{\"ok\":true,\"approved\":\(JSON.encode(.array(approved.map(Value.text)))),\"notApproved\":\(JSON.encode(.array(choice.left.map(Value.text))))}"
+            )
+            return
+        }
+        if !s.passphraseSet { out.line("passphrase set") }
+        if !approved.isEmpty { out.line("approved with it: \(approved.joined(separator: ", "))") }
+        if !choice.left.isEmpty {
+            out.line(
+                "not approved, so no longer counting: \(choice.left.joined(separator: ", ")) (look at each and run `keychainctl approve NAME` for those you trust)"
             )
         }
+    }
+
+    /// What setting the first passphrase approves: files of the user's apps.d with the registration
+    /// each was shown as (`approve`), and the files left out (`left`).
+    private struct FirstApprovals {
+        var approve: [(file: String, expect: Value)] = []
+        var left: [String] = []
+    }
+
+    /// Decides which of the user's registrations the first passphrase approves: those named with
+    /// --approve (shown as they are approved), none with --approve-none, else — on a terminal — each
+    /// shown in full and approved only when the user answers y; without a terminal none. Until the
+    /// passphrase is set any process of the user may have written a registration, so nothing is
+    /// approved that the user did not see or name.
+    private mutating func firstApprovals(_ admin: KeychainAdmin, _ s: KeychainDaemonStatus) throws(KeychainError)
+        -> FirstApprovals
+    {
+        let registrations = (s.raw["isolation"]?.map?["registrations"]?.array ?? []).compactMap(\.map)
+        let user = registrations.filter { $0["source"]?.text == "user" }
+        func base(_ path: String) -> String { String(path.split(separator: "/").last ?? "") }
+        var files: [String] = []
+        for r in user { if let f = r["file"]?.text.map(base), !files.contains(f) { files.append(f) } }
+        files.sort()
+        var choice = FirstApprovals()
+        func add(_ name: String, _ registration: Value) {
+            choice.approve.removeAll { $0.file == name }
+            choice.approve.append((name, registration))
+        }
+        // This keychainctl as an admin through a file of the user's apps.d only: approving nothing
+        // leaves no admin once the passphrase is set.
+        let own =
+            s.admin
+            ? user.filter { $0["application-identifier"]?.text == s.caller }.compactMap { $0["file"]?.text.map(base) }
+            : []
+        let ownOnly =
+            !own.isEmpty
+            && !registrations.contains {
+                $0["source"]?.text != "user" && $0["application-identifier"]?.text == s.caller
+                    && $0["admin"]?.bool == true
+            }
+        if let named = inv.repeated[.approveRegistration] {
+            for n in named {
+                let name = n.hasSuffix(".json") ? n : n + ".json"
+                let registration = try admin.previewApproval(file: name)
+                if !inv.json { out.line("approving \(name): \(Self.describe(registration))") }
+                add(name, registration)
+            }
+        } else if !inv.has(.approveNone), !files.isEmpty {
+            if let tty = Terminal.open() {
+                defer { withExtendedLifetime(tty) {} }
+                let say = { (text: String) in IO.writeAll(tty.rawValue, Array(text.utf8)) }
+                say(
+                    "Setting the first passphrase approves only the registrations of your apps.d you confirm now (any process of yours could have written one):\n"
+                )
+                for name in files {
+                    let registration: Value
+                    do { registration = try admin.previewApproval(file: name) } catch {
+                        say("\(name): cannot be approved: \(error.message)\n")
+                        continue
+                    }
+                    let id = registration.map?["application-identifier"]?.text ?? "?"
+                    say("\(id) (\(name)): \(Self.describe(registration))\n")
+                    let listed = user.first { $0["file"]?.text.map(base) == name }
+                    for exe in (listed?["interpreters"]?.array ?? []).compactMap(\.text) {
+                        say("  warning: \(exe) is an interpreter: this registration identifies every script it runs\n")
+                    }
+                    if try Prompt.confirm(tty, "approve? [y/N] ") { add(name, registration) }
+                }
+            } else if ownOnly {
+                throw .param(
+                    "this keychainctl is an admin only through \(own.joined(separator: ", ")) in your apps.d, which setting the passphrase without a terminal does not approve: look at it and pass --approve \(own[0]), or --approve-none to set the passphrase without an admin of your own"
+                )
+            }
+        }
+        choice.left = files.filter { f in !choice.approve.contains { $0.file == f } }
+        if ownOnly && own.allSatisfy(choice.left.contains) && !inv.json {
+            out.line(
+                "this keychainctl is an admin only through \(own.joined(separator: ", ")), not approved: it is no admin once the passphrase is set"
+            )
+        }
+        return choice
     }
 
     private mutating func backup() throws(KeychainError) {

@@ -744,7 +744,9 @@ def test_item_signals_reach_only_callers_of_that_group(ss):
 def set_passphrase(d, passphrase="pass phrase"):
     path = d.root / "pw"
     path.write_text(passphrase + "\n")
-    r = d.run([d.keychainctl, "passwd", "--new-passphrase-file", str(path)])
+    # The admin registration (apps.d/admin.json) is approved by name: the first passphrase approves
+    # nothing it is not told to.
+    r = d.run([d.keychainctl, "passwd", "--new-passphrase-file", str(path), "--approve", "admin"])
     assert r.returncode == 0, r.stderr
     return path
 
