@@ -29,7 +29,8 @@ public enum TrustedPaths {
             if st.uid != 0 { return "\(component) is owned by uid \(st.uid), not by root" }
             let sticky = st.kind == .directory && st.isSticky
             if st.permissions & 0o022 != 0 && !(sticky && !isLast) {
-                let acl = st.kind == .symbolicLink ? nil : try? FileSystem.accessControlList(component, followLinks: false)
+                let acl =
+                    st.kind == .symbolicLink ? nil : try? FileSystem.accessControlList(component, followLinks: false)
                 if let writers = acl.map(namedWriters), !writers.isEmpty {
                     return "\(component) is writable by others: its ACL grants write to \(writers)"
                 }
