@@ -121,6 +121,8 @@ public enum TrustedPaths {
 
         func isSafe(_ path: String, _ stamps: [Stamp]) -> Bool { lock.withLock { safe[path] == stamps } }
         func remember(_ path: String, _ stamps: [Stamp]) { lock.withLock { safe[path] = stamps } }
+        /// How many paths are remembered as safe.
+        var count: Int { lock.withLock { safe.count } }
     }
 
     /// How long a component must have been unchanged before its stamp is cached, in nanoseconds. The
@@ -132,7 +134,9 @@ public enum TrustedPaths {
     /// executable (`/proc/<pid>/exe`: absolute, symlinks resolved). One `lstat` per component; the
     /// owners, mode bits and ACLs are judged again only when a component's stamp differs from the one
     /// it had when last found safe (or changed less than a second before that).
-    static func modifiableProblemNow(_ path: String, by principal: Principal, cache: UnmodifiableCache) -> String? {
+    static func modifiableProblemNow(
+        _ path: String, by principal: Principal, cache: UnmodifiableCache, settled: Int64 = settledNanoseconds
+    ) -> String? {
         let components = chain(of: path)
         var stamps: [Stamp] = []
         var statuses: [FileStatus] = []
@@ -153,8 +157,8 @@ public enum TrustedPaths {
                 return problem
             }
         }
-        let settled = Int64(WallClock.now() * 1e9) - settledNanoseconds
-        if stamps.allSatisfy({ $0.changeTime < settled }) { cache.remember(path, stamps) }
+        let before = Int64(WallClock.now() * 1e9) - settled
+        if stamps.allSatisfy({ $0.changeTime < before }) { cache.remember(path, stamps) }
         return nil
     }
 
