@@ -102,10 +102,12 @@ public enum TrustedPaths {
         let uid: UInt32
         let gid: UInt32
 
-        init(_ st: FileStatus) {
+        /// `judgedByOwnerAlone`: a sticky directory above the entry, judged by its owner and mode
+        /// (its ACL is not read), whose change time moves with every entry made in it (/tmp).
+        init(_ st: FileStatus, judgedByOwnerAlone: Bool) {
             device = st.device
             inode = st.inode
-            changeTime = st.changeTime
+            changeTime = judgedByOwnerAlone ? 0 : st.changeTime
             permissions = st.permissions
             uid = st.uid
             gid = st.gid
@@ -142,13 +144,13 @@ public enum TrustedPaths {
         var statuses: [FileStatus] = []
         stamps.reserveCapacity(components.count)
         statuses.reserveCapacity(components.count)
-        for (component, _) in components {
+        for (component, isLast) in components {
             guard let st = try? FileSystem.status(component, followLinks: false) else {
                 return "\(component) cannot be read"
             }
             // Not a resolved path any more (a directory replaced by a symlink): judge it in full.
             if st.kind == .symbolicLink { return modifiableProblem(path, by: principal) }
-            stamps.append(Stamp(st))
+            stamps.append(Stamp(st, judgedByOwnerAlone: st.kind == .directory && st.isSticky && !isLast))
             statuses.append(st)
         }
         if cache.isSafe(path, stamps) { return nil }

@@ -111,25 +111,40 @@ extension FileSystem {
     /// Throws when it cannot be read, or does not parse (the error's code is then EINVAL).
     public static func accessControlList(_ path: String, followLinks: Bool = true) throws(Errno) -> AccessControlList? {
         let name = "system.posix_acl_access"
-        let call = followLinks ? "getxattr \(path)" : "lgetxattr \(path)"
-        func get(_ buffer: UnsafeMutableRawPointer?, _ size: Int) -> Int {
-            kc_get_xattr(path, name, buffer, size, followLinks ? 1 : 0)
+        let follow: Int32 = followLinks ? 1 : 0
+        func call() -> String { followLinks ? "getxattr \(path)" : "lgetxattr \(path)" }
+        // Most files have none: one call into a small buffer (16 entries), and nothing built for ENODATA
+        // (this runs for every directory above a registered executable on every identification).
+        var code: Int32 = 0
+        let small = withUnsafeTemporaryAllocation(byteCount: 4 + 16 * 8, alignment: 8) { buffer -> [UInt8]? in
+            let n = kc_get_xattr(path, name, buffer.baseAddress, buffer.count, follow)
+            if n < 0 {
+                code = errno
+                return nil
+            }
+            return Array(UnsafeRawBufferPointer(rebasing: buffer[0..<n]))
         }
+        if let small {
+            guard let acl = AccessControlList(attribute: small) else { throw Errno(EINVAL, call: call()) }
+            return acl
+        }
+        if code == ENODATA || code == EOPNOTSUPP { return nil }
+        guard code == ERANGE || code == EINTR else { throw Errno(code, call: call()) }
         while true {
             let size: Int
-            do throws(Errno) { size = try valueOrErrno(call) { get(nil, 0) } } catch {
+            do throws(Errno) { size = try valueOrErrno(call()) { kc_get_xattr(path, name, nil, 0, follow) } } catch {
                 if error.code.rawValue == ENODATA || error.code.rawValue == EOPNOTSUPP { return nil }
                 throw error
             }
             var bytes = [UInt8](repeating: 0, count: size)
-            let n = bytes.withUnsafeMutableBytes { get($0.baseAddress, $0.count) }
+            let n = bytes.withUnsafeMutableBytes { kc_get_xattr(path, name, $0.baseAddress, $0.count, follow) }
             if n < 0 {
                 // ERANGE: it grew between the two calls; ENODATA: it was removed.
                 if errno == ERANGE || errno == EINTR { continue }
                 if errno == ENODATA { return nil }
-                throw Errno.current(call)
+                throw Errno.current(call())
             }
-            guard let acl = AccessControlList(attribute: Array(bytes[0..<n])) else { throw Errno(EINVAL, call: call) }
+            guard let acl = AccessControlList(attribute: Array(bytes[0..<n])) else { throw Errno(EINVAL, call: call()) }
             return acl
         }
     }
