@@ -463,7 +463,8 @@ final class IsolationAttackTests: XCTestCase {
     /// Registrations of executables in root-owned 0755 directories with ACLs: one granting the user
     /// rwx, one granting a group of the user's rwx, one granting another uid rwx. The first two are
     /// refused when the registry is read, `keychainctl status` names the directory, and their apps get
-    /// −34018; the third is the app it says.
+    /// −34018; the third is the app it says. A system registration file whose ACL lets the user
+    /// write it does not count either.
     func testARegistrationInADirectoryTheUserMayWriteByACLIsRefused() throws {
         let s = try UserSession()
         var apps: [String: String] = [:]
@@ -477,6 +478,10 @@ final class IsolationAttackTests: XCTestCase {
             try s.registerSystem(.init(id: "TEAM.\(name)", groups: ["TEAM.\(name)"], executables: [app]), name: name)
             apps[name] = app
         }
+        let planted = try s.makeApp("planted")
+        try s.registerSystem(
+            .init(id: "TEAM.planted", groups: ["TEAM.planted"], executables: [planted]), name: "planted")
+        try Self.grantACL(s.systemAppsDirectory + "/planted.json", user: s.uid)
         // setpriv --regid=UID --clear-groups: the user's only group is gid UID.
         try Self.grantACL(s.root + "/byuser", user: s.uid)
         try Self.grantACL(s.root + "/bygroup", group: s.uid)
@@ -494,6 +499,12 @@ final class IsolationAttackTests: XCTestCase {
             XCTAssertTrue((r["message"] as? String)?.contains("\(s.root)/\(name) is writable") ?? false, "\(r)")
         }
         XCTAssertFalse(status.stdout.contains("\(s.root)/byother"), status.stdout)
+        XCTAssertTrue(
+            status.stdout.contains("planted.json is writable by others: its ACL grants write to uid \(s.uid)"),
+            status.stdout)
+        let plantedCaller = try s.script(
+            Self.client + "print(json.dumps({'caller': call('status')['result'].get('caller')}))", interpreter: planted)
+        XCTAssertTrue(plantedCaller["caller"] is NSNull, "\(plantedCaller)")
         let other = try s.script(
             Self.client + "print(json.dumps({'caller': call('status')['result'].get('caller')}))",
             interpreter: apps["byother"]!)
