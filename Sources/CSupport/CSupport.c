@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/xattr.h>
 #include <sys/random.h>
 #include <sys/ioctl.h>
 #include <linux/sockios.h>
@@ -197,6 +198,10 @@ unsigned kc_umask_private(void) {
 
 int kc_pipe2(int fds[2], int flags) {
     return pipe2(fds, flags);
+}
+
+long kc_get_xattr(const char *path, const char *name, void *value, size_t size, int follow_links) {
+    return follow_links ? getxattr(path, name, value, size) : lgetxattr(path, name, value, size);
 }
 
 int kc_open_path_flag(void) {

@@ -72,6 +72,14 @@ public struct AppRegistry: Sendable {
     private let refused: [[UInt8]: KeychainIdentityError]
     /// How to register `exe`, for the message an unregistered executable gets.
     private let howToRegister: @Sendable (String) -> String
+    /// The user whose power over registered executables is judged again at identification (nil:
+    /// not judged — keychaind runs as root, or a registry of given entries).
+    private let principal: TrustedPaths.Principal?
+    /// Real paths judged at identification: every registered one but the built-in keychainctl's
+    /// (whose group is everyone's anyway).
+    private let judged: Set<[UInt8]>
+    /// Paths found unmodifiable at identification, while nothing on the way to them changed.
+    private let unmodifiable = TrustedPaths.UnmodifiableCache()
 
     /// A registry of the given entries, all trusted, on the bus too (tests, and `--check-config`).
     public init(apps: [AppEntry], bundledCLI: String?) {
@@ -81,11 +89,12 @@ public struct AppRegistry: Sendable {
                 entry.onBus = true
                 return Registration(entry: entry, source: .user)
             }, bundledCLI: bundledCLI,
-            howToRegister: { "add an apps.d/*.json entry naming \($0)" })
+            howToRegister: { "add an apps.d/*.json entry naming \($0)" }, principal: nil)
     }
 
     private init(
-        registrations input: [Registration], bundledCLI: String?, howToRegister: @escaping @Sendable (String) -> String
+        registrations input: [Registration], bundledCLI: String?, howToRegister: @escaping @Sendable (String) -> String,
+        principal: TrustedPaths.Principal?
     ) {
         var registrations = input
         var map: [[UInt8]: AppEntry] = [:]
@@ -112,6 +121,7 @@ public struct AppRegistry: Sendable {
                 }
             }
         }
+        let judged = Set(map.keys)
         if let cli = bundledCLI, map[Array(cli.utf8)] == nil {
             let entry = AppEntry(
                 applicationIdentifier: "keychainctl", accessGroups: [Self.bundledGroup],
@@ -124,6 +134,8 @@ public struct AppRegistry: Sendable {
         self.byExecutable = map
         self.refused = refused
         self.howToRegister = howToRegister
+        self.principal = principal
+        self.judged = judged
     }
 
     /// Reads every registration and decides which count (docs/security.md §2): system files when they and every
@@ -179,8 +191,7 @@ public struct AppRegistry: Sendable {
                     continue
                 }
                 if principal.uid != 0, let problem = TrustedPaths.modifiableProblem(exe, by: principal) {
-                    registrations[i].refusedExecutables[exe] =
-                        "registered executable \(exe) can be modified by this user (\(problem)), so it cannot carry an identity; install it root-owned (for example under /usr/local/bin) and register that path"
+                    registrations[i].refusedExecutables[exe] = Self.modifiable(exe, problem)
                     continue
                 }
                 owners[key] = i
@@ -198,7 +209,9 @@ public struct AppRegistry: Sendable {
                 ? "register it root-owned in /etc/keychaind/apps.d/, or with `keychainctl register` (an admin, with the keychain passphrase)"
                 : "add an apps.d/*.json entry in \(userDirectory) with \"application-identifier\", \"keychain-access-groups\" and \"executables\": [\"\(exe)\"] (keychaind reads it as soon as it is written)"
         }
-        return AppRegistry(registrations: registrations, bundledCLI: context.bundledCLI, howToRegister: how)
+        return AppRegistry(
+            registrations: registrations, bundledCLI: context.bundledCLI, howToRegister: how,
+            principal: principal.uid != 0 ? principal : nil)
     }
 
     /// The registration an identified peer runs, or why the peer is not one.
@@ -220,7 +233,20 @@ public struct AppRegistry: Sendable {
                     "pid \(peer.pid) does not run the file registered at \(exe) (it was replaced, or another file is mounted over that path)"
                 ))
         }
+        // And that file, and every directory above it, must still be beyond the user's reach now: a
+        // directory that became writable (an ACL added after the registry was read) lets the user
+        // rename any file over the registered path, and the test above passes for it.
+        if let principal, judged.contains(key),
+            let problem = TrustedPaths.modifiableProblemNow(exe, by: principal, cache: unmodifiable)
+        {
+            return .failure(KeychainIdentityError(Self.modifiable(exe, problem)))
+        }
         return .success(entry)
+    }
+
+    /// Why `exe`, which the user can change (`problem` says how), carries no identity.
+    static func modifiable(_ exe: String, _ problem: String) -> String {
+        "registered executable \(exe) can be modified by this user (\(problem)), so it cannot carry an identity; install it root-owned (for example under /usr/local/bin) and register that path"
     }
 
     /// Registrations that do not count, for logs and status.

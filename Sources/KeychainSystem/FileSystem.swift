@@ -21,6 +21,9 @@ public struct FileStatus: Sendable, Equatable {
     public let inode: UInt64
     /// The number of hard links to the file.
     public let linkCount: UInt64
+    /// When the inode last changed (`st_ctim`, nanoseconds since the epoch): a change of mode,
+    /// owner, ACL or link count sets it to the current time, and no unprivileged call can set it back.
+    public let changeTime: Int64
 
     init(_ st: stat) {
         switch st.st_mode & S_IFMT {
@@ -37,6 +40,7 @@ public struct FileStatus: Sendable, Equatable {
         device = UInt64(st.st_dev)
         inode = UInt64(st.st_ino)
         linkCount = UInt64(st.st_nlink)
+        changeTime = Int64(st.st_ctim.tv_sec) &* 1_000_000_000 &+ Int64(st.st_ctim.tv_nsec)
     }
 
     /// The sticky bit (in a directory: only a file's owner may remove or rename it).

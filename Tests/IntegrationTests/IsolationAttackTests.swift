@@ -522,4 +522,109 @@ final class IsolationAttackTests: XCTestCase {
         XCTAssertEqual(r["status"] as? Int, -34018, "\(r)")
         XCTAssertTrue((r["message"] as? String)?.contains("\(own) can be modified by this user") ?? false, "\(r)")
     }
+
+    // MARK: 7. ACLs
+
+    /// Gives `path` a POSIX ACL (as root, through the `system.posix_acl_access` attribute, which is
+    /// what `setfacl -m u:UID:rwx,g:GID:rwx` writes): rwx for the named user and group, r-x for the
+    /// owning group and others, the mask rwx.
+    static func grantACL(_ path: String, user: UInt32? = nil, group: UInt32? = nil) throws {
+        var entries = [(1, 7, UInt32.max)]
+        if let user { entries.append((2, 7, user)) }
+        entries.append((4, 5, UInt32.max))
+        if let group { entries.append((8, 7, group)) }
+        entries += [(0x10, 7, UInt32.max), (0x20, 5, UInt32.max)]
+        let list = entries.map { "(\($0.0), \($0.1), \($0.2))" }.joined(separator: ", ")
+        let out = try runToCompletion(
+            "/usr/bin/python3",
+            [
+                "-c",
+                "import os, struct, sys; os.setxattr(sys.argv[1], 'system.posix_acl_access', struct.pack('<I', 2) + b''.join(struct.pack('<HHI', *e) for e in [\(list)]))",
+                path,
+            ], environment: [:])
+        guard out.status == 0 else { throw HarnessError("setting the ACL of \(path) failed: \(out.stderr)") }
+    }
+
+    /// The registered app's directory is root's and 0755, but an ACL gives the user rwx on it (added
+    /// after keychaind read its registrations: nothing reloads). The user renames another program over
+    /// the registered path and runs it: the file at the path is the one it runs, so only judging the
+    /// path again at identification tells it is not the app's.
+    func testAnExecutableReplacedThroughAnACLIsNotThatApp() throws {
+        let (s, app1) = try victim()
+        let reads = s.log.components(separatedBy: "why=").count
+        try Self.grantACL(s.bin, user: s.uid)
+        let python = try XCTUnwrap(AppPaths.realPath(UserSession.python))
+        let swapped = try s.script(
+            Self.client + """
+                import shutil
+                shutil.copy(sys.argv[1], sys.argv[2] + '.new')
+                os.chmod(sys.argv[2] + '.new', 0o755)
+                os.rename(sys.argv[2] + '.new', sys.argv[2])
+                print(json.dumps({'owner': os.stat(sys.argv[2]).st_uid}))
+                """, [python, app1])
+        XCTAssertEqual(swapped["owner"] as? Int, Int(s.uid), "the user replaced the registered file")
+        let attempt = try s.script(
+            Self.client + "print(json.dumps({'shared': read('TEAM.shared'), 'own': read('TEAM.app1')}))",
+            interpreter: app1)
+        for (group, r) in attempt {
+            let r = r as? [String: Any] ?? [:]
+            assertRefused(r, "read of \(group) by the replaced app1")
+            XCTAssertEqual(r["status"] as? Int, -34018, "\(r)")
+            XCTAssertTrue(
+                (r["message"] as? String)?.contains("\(s.bin) is writable by uid \(s.uid) through its ACL") ?? false,
+                "\(r)")
+        }
+        XCTAssertEqual(s.log.components(separatedBy: "why=").count, reads, "no reload: \(s.log)")
+    }
+
+    /// Registrations of executables in root-owned 0755 directories with ACLs: one granting the user
+    /// rwx, one granting a group of the user's rwx, one granting another uid rwx. The first two are
+    /// refused when the registry is read, `keychainctl status` names the directory, and their apps get
+    /// −34018; the third is the app it says. A system registration file whose ACL lets the user
+    /// write it does not count either.
+    func testARegistrationInADirectoryTheUserMayWriteByACLIsRefused() throws {
+        let s = try UserSession()
+        var apps: [String: String] = [:]
+        for name in ["byuser", "bygroup", "byother"] {
+            let dir = s.root + "/" + name
+            try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: false)
+            chmod(dir, 0o755)
+            let app = dir + "/app"
+            try FileManager.default.copyItem(atPath: try XCTUnwrap(AppPaths.realPath(UserSession.python)), toPath: app)
+            chmod(app, 0o755)
+            try s.registerSystem(.init(id: "TEAM.\(name)", groups: ["TEAM.\(name)"], executables: [app]), name: name)
+            apps[name] = app
+        }
+        let planted = try s.makeApp("planted")
+        try s.registerSystem(
+            .init(id: "TEAM.planted", groups: ["TEAM.planted"], executables: [planted]), name: "planted")
+        try Self.grantACL(s.systemAppsDirectory + "/planted.json", user: s.uid)
+        // setpriv --regid=UID --clear-groups: the user's only group is gid UID.
+        try Self.grantACL(s.root + "/byuser", user: s.uid)
+        try Self.grantACL(s.root + "/bygroup", group: s.uid)
+        try Self.grantACL(s.root + "/byother", user: s.uid + 1, group: s.uid + 1)
+        try s.start()
+        let status = try s.run(s.cliPath, ["status"])
+        XCTAssertEqual(status.status, 0, status.stderr)
+        for name in ["byuser", "bygroup"] {
+            XCTAssertTrue(
+                status.stdout.contains("\(s.root)/\(name) is writable by uid \(s.uid) through its ACL"), status.stdout)
+            let r = try s.script(
+                Self.client + "print(json.dumps(show(call('copy', query=kw.item('svc', 'x', r_Data=True)))))",
+                interpreter: apps[name]!)
+            XCTAssertEqual(r["status"] as? Int, -34018, "\(r)")
+            XCTAssertTrue((r["message"] as? String)?.contains("\(s.root)/\(name) is writable") ?? false, "\(r)")
+        }
+        XCTAssertFalse(status.stdout.contains("\(s.root)/byother"), status.stdout)
+        XCTAssertTrue(
+            status.stdout.contains("planted.json is writable by others: its ACL grants write to uid \(s.uid)"),
+            status.stdout)
+        let plantedCaller = try s.script(
+            Self.client + "print(json.dumps({'caller': call('status')['result'].get('caller')}))", interpreter: planted)
+        XCTAssertTrue(plantedCaller["caller"] is NSNull, "\(plantedCaller)")
+        let other = try s.script(
+            Self.client + "print(json.dumps({'caller': call('status')['result'].get('caller')}))",
+            interpreter: apps["byother"]!)
+        XCTAssertEqual(other["caller"] as? String, "TEAM.byother", "\(other)")
+    }
 }

@@ -51,6 +51,10 @@ int kc_open_path_flag(void);
 /* pipe2(2) (a GNU extension the Swift Glibc module does not show): 0, or -1 with errno. */
 int kc_pipe2(int fds[2], int flags);
 
+/* getxattr(2) of `name`, or lgetxattr(2) when `follow_links` is 0 (<sys/xattr.h>, which the Swift
+ * Glibc module does not show): the value's size, or -1 with errno. */
+long kc_get_xattr(const char *path, const char *name, void *value, size_t size, int follow_links);
+
 /* Installs handlers for SIGTERM, SIGINT and SIGHUP that write the signal number as one byte to
  * `write_fd` (a non-blocking pipe): the self-pipe pattern, async-signal-safe in any thread. */
 int kc_install_signal_pipe(int write_fd);
