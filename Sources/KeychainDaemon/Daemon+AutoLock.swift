@@ -44,7 +44,9 @@ extension Daemon {
                     var why: String?
                     if limit > 0 && idle >= limit {
                         why = "auto-lock"
-                    } else if boundMs > 0 && open >= boundMs {
+                    } else if boundMs > 0 && unlocked && open >= boundMs {
+                        // `unlocked`: this check has seen the unlock and stamped it when it had to; a
+                        // keychain that became unlocked since is stamped by the next check first.
                         why = "max-unlocked"
                     }
                     guard let why, self.items.lockIfUnlocked() else { return (idle, nil) }

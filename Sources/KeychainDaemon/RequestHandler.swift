@@ -440,6 +440,8 @@ public final class RequestHandler: Sendable {
                 throw error
             }
             registrar.reload("passwd")
+            // The first passphrase makes an open keychain lockable: `maxUnlockedSeconds` counts from here.
+            if !hadPassphrase { unlockedAt.store(MonotonicClock.milliseconds(), ordering: .relaxed) }
             if new == nil {
                 if hadPassphrase {
                     Log.write(.notice, "passphrase removed: akpu items destroyed", [("items", String(removed))])
