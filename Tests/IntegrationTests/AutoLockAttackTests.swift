@@ -1,10 +1,11 @@
 import Foundation
 import XCTest
 
-/// Who can keep the keychain unlocked (docs/security.md, "What keeps the keychain unlocked"): run
-/// for real, keychaind as a throwaway uid with a passphrase set and the "attacker" as that same uid.
-/// Failing requests do not count as activity for `autoLockSeconds`, and `maxUnlockedSeconds` locks
-/// whatever the activity. Every wait is for the lock itself (status polled until it says locked).
+/// Who can keep the keychain unlocked (docs/security.md §2, "Successful requests keep the keychain
+/// unlocked"), run for real: keychaind as a throwaway uid with a passphrase set, the "attacker" as
+/// that same uid. Failing requests do not count as activity for `autoLockSeconds`, and
+/// `maxUnlockedSeconds` locks whatever the activity. Every wait is for the lock itself (status
+/// polled until it says locked).
 final class AutoLockAttackTests: XCTestCase {
     static let passphrase = "correct horse"
 
