@@ -20,8 +20,12 @@ public struct Settings: Sendable {
     public var maxConnections = 4096
     /// Seconds a connection may stay silent before the daemon closes it (0 = never).
     public var idleTimeoutSeconds = 900
-    /// Seconds without a request after which the daemon locks the keychain (0 = never).
+    /// Seconds without a successful request of an identified app after which the daemon locks the
+    /// keychain (0 = never).
     public var autoLockSeconds = 0
+    /// Seconds after an unlock after which the daemon locks the keychain whatever the activity
+    /// (0 = no bound, the default: the keychain stays open until locked, as GNOME Keyring's does).
+    public var maxUnlockedSeconds = 0
     /// Argon2id costs for new passphrases and backups: `moderate` (default: 3 passes over 256 MiB,
     /// ≈0.35 s per unlock on the 2-core VM) or `interactive` (2 over 64 MiB, ≈65 ms; tests, small machines).
     public var kdfProfile: KDFProfile = .moderate
@@ -180,7 +184,8 @@ enum JSONFile {
 extension Settings {
     static let knownKeys = [
         "socket", "dataDirectory", "maxFrameBytes", "maxConnections",
-        "idleTimeoutSeconds", "autoLockSeconds", "kdfProfile", "lookupCacheEntries", "maxBufferedBytes", "logLevel",
+        "idleTimeoutSeconds", "autoLockSeconds", "maxUnlockedSeconds", "kdfProfile", "lookupCacheEntries",
+        "maxBufferedBytes", "logLevel",
         "secretService", "secretServiceUnregistered",
     ]
 
@@ -199,6 +204,8 @@ extension Settings {
                 idleTimeoutSeconds = try JSONFile.int(value, key: key, file: path, range: 0...86400 * 7)
             case "autoLockSeconds":
                 autoLockSeconds = try JSONFile.int(value, key: key, file: path, range: 0...86400 * 365)
+            case "maxUnlockedSeconds":
+                maxUnlockedSeconds = try JSONFile.int(value, key: key, file: path, range: 0...86400 * 365)
             case "lookupCacheEntries":
                 lookupCacheEntries = try JSONFile.int(value, key: key, file: path, range: 0...1_000_000)
             case "maxBufferedBytes":

@@ -25,8 +25,8 @@ extension Daemon {
         return (registry.identify(peer), generation)
     }
 
-    /// An item request from an identified caller: restarts the auto-lock idle clock, as socket
-    /// requests do.
+    /// A successful item call of an identified caller: restarts the auto-lock idle clock, as
+    /// successful socket requests do.
     public func noteActivity() {
         handler.lastActivity.store(MonotonicClock.milliseconds(), ordering: .relaxed)
     }

@@ -64,7 +64,8 @@ public final class Daemon: Sendable {
         appsWatcher = watch.map { AppsWatcher(watch: $0, registrar: registrar) }
         handler = RequestHandler(
             items: items, registrar: registrar, maxFrameBytes: settings.maxFrameBytes,
-            maxBufferedBytes: settings.maxBufferedBytes)
+            maxBufferedBytes: settings.maxBufferedBytes,
+            lockSettings: (settings.autoLockSeconds, settings.maxUnlockedSeconds))
         if let inherited = try Listener.inherited() {
             listener = inherited
         } else {

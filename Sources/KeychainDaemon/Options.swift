@@ -61,8 +61,9 @@ public struct Options: Sendable {
           -h, --help         this text
 
         Settings in keychaind.json: socket, dataDirectory, maxFrameBytes (1048576), maxConnections (4096),
-        idleTimeoutSeconds (900; 0 = never), autoLockSeconds (0 = never), kdfProfile (moderate|interactive),
-        lookupCacheEntries (4096; 0 = off), maxBufferedBytes (67108864), logLevel, secretService (false),
+        idleTimeoutSeconds (900; 0 = never), autoLockSeconds (0 = never), maxUnlockedSeconds (0 = no bound),
+        kdfProfile (moderate|interactive), lookupCacheEntries (4096; 0 = off), maxBufferedBytes (67108864),
+        logLevel, secretService (false),
         secretServiceUnregistered (shared: processes that are not registered apps share one collection, the
         access group secret-service, as on every desktop today; refuse: only registered apps are served).
 

@@ -18,9 +18,21 @@ public final class RequestHandler: Sendable {
     /// Of those, the connections of programs that were not registered apps when they connected
     /// (limited to a quarter of `maxConnections`: Daemon.admit).
     let unregisteredConnections = Atomic<Int>(0)
-    /// Monotonic milliseconds of the last request that counts as activity for auto-lock: an item
-    /// request or an unlock from an identified app (never `status`, never an unidentified peer).
+    /// Monotonic milliseconds of the last request that counts as activity for auto-lock: a
+    /// successful one of an identified app — an item returned, added, updated or deleted, or an
+    /// unlock with the right passphrase (never a failing request, never `status`, never an
+    /// unidentified peer).
     let lastActivity = Atomic<Int64>(MonotonicClock.milliseconds())
+    /// Monotonic milliseconds of the unlock that `maxUnlockedSeconds` counts from: the last unlock
+    /// with the right passphrase, or when the auto-lock thread first saw the keychain unlocked
+    /// otherwise (a credential at start, the first passphrase set). Daemon+AutoLock.swift.
+    let unlockedAt = Atomic<Int64>(MonotonicClock.milliseconds())
+    /// Held by an unlock from its passphrase check until `unlockedAt` and `lastActivity` say so, and
+    /// by the auto-lock thread while it decides to lock: a right passphrase is never followed by a
+    /// lock counted from before it.
+    let unlockGate = Lock()
+    /// `autoLockSeconds` and `maxUnlockedSeconds`, as `status` reports them (0: off).
+    let lockSettings: (autoLock: Int, maxUnlocked: Int)
 
     /// The largest request frame accepted (`maxFrameBytes`): a backup must fit in a restore request.
     private let maxFrameBytes: Int
@@ -32,11 +44,12 @@ public final class RequestHandler: Sendable {
 
     init(
         items: ItemService, registrar: Registrar, maxFrameBytes: Int = Frame.defaultMaxBytes,
-        maxBufferedBytes: Int = 64 << 20
+        maxBufferedBytes: Int = 64 << 20, lockSettings: (autoLock: Int, maxUnlocked: Int) = (0, 0)
     ) {
         self.items = items
         self.registrar = registrar
         self.maxFrameBytes = maxFrameBytes
+        self.lockSettings = lockSettings
         budget = BufferBudget(limit: maxBufferedBytes)
     }
 
@@ -172,16 +185,17 @@ public final class RequestHandler: Sendable {
         let account = UnsafeRawBufferPointer(rebasing: query[accountRange])
         guard CBOR.isText(service), CBOR.isText(account) else { return false }
         if items.copiesInPlace(base) && !memo.noteRecompiled(query, hash: hash) {
-            touch()
+            let found: Bool
             if items.lendsData(base) {
-                answer(id, into: &output) { (place) throws(KeychainError) in
+                found = answer(id, into: &output) { (place) throws(KeychainError) in
                     try items.withData(of: base, service: service, account: account, into: place)
                 }
             } else {
-                answer(id, into: &output) { () throws(KeychainError) in
+                found = answer(id, into: &output) { () throws(KeychainError) in
                     try items.copy(base, service: service, account: account)
                 }
             }
+            if found { touch() }
             return true
         }
         guard let serviceText = CBOR.text(service), let accountText = CBOR.text(account),
@@ -197,42 +211,51 @@ public final class RequestHandler: Sendable {
         return true
     }
 
-    /// A compiled `copy` run for request `id`: activity counted, then the rows read now.
+    /// A compiled `copy` run for request `id`: the rows read now, activity counted when it found some.
     private func served(
         _ compiled: ItemService.CompiledCopy, _ id: Int64, peer: ConnectionPeer, into output: inout SecretBytes
     ) {
-        touch()
-        if items.lendsData(compiled) {
-            answer(id, into: &output) { (place) throws(KeychainError) in try items.withData(of: compiled, into: place) }
-        } else {
-            answer(id, into: &output) { () throws(KeychainError) in try items.copy(compiled, answers: peer.answers) }
-        }
+        let found =
+            items.lendsData(compiled)
+            ? answer(id, into: &output) { (place) throws(KeychainError) in
+                try items.withData(of: compiled, into: place)
+            }
+            : answer(id, into: &output) { () throws(KeychainError) in try items.copy(compiled, answers: peer.answers) }
+        if found { touch() }
     }
 
-    /// The answer to request `id`: `result`'s value, or the error it threw.
-    private func answer(_ id: Int64, into output: inout SecretBytes, _ result: () throws(KeychainError) -> Value?) {
+    /// The answer to request `id`: `result`'s value, or the error it threw. Returns whether it succeeded.
+    @discardableResult
+    private func answer(_ id: Int64, into output: inout SecretBytes, _ result: () throws(KeychainError) -> Value?)
+        -> Bool
+    {
         do {
             Response(id: id, result: try result()).appendFrame(to: &output)
+            return true
         } catch {
             Response(id: id, error: error).appendFrame(to: &output)
+            return false
         }
     }
 
     /// The answer to request `id` whose result is one item's data, which `open` opens straight into
     /// its place in the answer's frame; or the error `open` threw. (Whatever was framed before a
     /// throw is taken back and zeroed, so the answer is the error alone.)
+    @discardableResult
     private func answer(
         _ id: Int64, into output: inout SecretBytes,
         data open: (ItemService.DataPlacement) throws(KeychainError) -> Void
-    ) {
+    ) -> Bool {
         let start = output.count
         do {
             try open { (count, fill) throws(KeychainError) in
                 try Response.appendSuccess(id: id, count: count, to: &output, filling: fill)
             }
+            return true
         } catch {
             output.removeLast(output.count - start)
             Response(id: id, error: error).appendFrame(to: &output)
+            return false
         }
     }
 
@@ -270,15 +293,19 @@ public final class RequestHandler: Sendable {
             break
         }
         if action.isItemOperation, let c = caller {
-            // Activity for auto-lock, counted before the work so a slow request is not followed by a lock.
-            touch()
             caller = try withPresence(c, args, passphraseSet: passphraseSet)
         }
+        // Item requests count as activity for auto-lock once they succeed (a failing one, such as a
+        // lookup of an item that does not exist, must not keep the keychain unlocked).
         switch action {
         case .copy:
-            guard let slot else { return try item(action, request, caller: caller!, answers: peer.answers) }
+            guard let slot else {
+                let result = try item(action, request, caller: caller!, answers: peer.answers)
+                touch()
+                return result
+            }
             let token = CopyMemo.Token(registryGeneration: peer.generation, passphraseSet: passphraseSet)
-            return try item(action, request, caller: caller!, answers: peer.answers) { compiled in
+            let result = try item(action, request, caller: caller!, answers: peer.answers) { compiled in
                 slot.memo.store(slot.query, token: token, compiled: compiled)
                 if let template = QueryTemplate.scan(slot.query) {
                     slot.memo.store(
@@ -286,8 +313,12 @@ public final class RequestHandler: Sendable {
                         markers: template.markers)
                 }
             }
+            touch()
+            return result
         case .add, .update, .delete:
-            return try item(action, request, caller: caller!, answers: peer.answers)
+            let result = try item(action, request, caller: caller!, answers: peer.answers)
+            touch()
+            return result
         case .status:
             return try status(app: app, identified: identified)
         case .lock, .unlock, .passwd, .backup, .restore, .approve, .revoke:
@@ -381,12 +412,16 @@ public final class RequestHandler: Sendable {
             }
             let wasLocked = items.isLocked
             do {
-                try items.unlock(passphrase: passphrase)
+                // A right passphrase starts `maxUnlockedSeconds` again (Daemon+AutoLock.swift).
+                try unlockGate.withLock { () throws(KeychainError) in
+                    try items.unlock(passphrase: passphrase)
+                    unlockedAt.store(MonotonicClock.milliseconds(), ordering: .relaxed)
+                    touch()
+                }
             } catch {
                 Log.warning("unlock refused", [("failures", String(items.protectionStatus.failedUnlocks))])
                 throw error
             }
-            touch()
             Log.info("keychain unlocked")
             // The approved registrations are sealed under the passphrase: readable from now on.
             if wasLocked { registrar.reload("unlock") }
@@ -413,6 +448,8 @@ public final class RequestHandler: Sendable {
                 throw error
             }
             registrar.reload("passwd")
+            // The first passphrase makes an open keychain lockable: `maxUnlockedSeconds` counts from here.
+            if !hadPassphrase { unlockedAt.store(MonotonicClock.milliseconds(), ordering: .relaxed) }
             if new == nil {
                 if hadPassphrase {
                     Log.write(.notice, "passphrase removed: akpu items destroyed", [("items", String(removed))])
@@ -632,6 +669,8 @@ public final class RequestHandler: Sendable {
             "uptime": .float(MonotonicClock.now() - started),
             // The auto-lock idle clock: seconds since the last request that counts as activity.
             "idleSeconds": .float(Double(MonotonicClock.milliseconds() - lastActivity.load(ordering: .relaxed)) / 1000),
+            "autoLockSeconds": .int(Int64(lockSettings.autoLock)),
+            "maxUnlockedSeconds": .int(Int64(lockSettings.maxUnlocked)),
             "connections": .int(Int64(openConnections.load(ordering: .relaxed))),
             "bufferedBytes": .int(Int64(budget.inUse)),
             "classes": .map(protection.classes.mapValues(Value.bool)),
@@ -645,6 +684,11 @@ public final class RequestHandler: Sendable {
                 extraNotes: bus.map { [$0.note] } ?? []),
         ]
         if let bus { result["secretService"] = .map(bus.fields) }
+        if protection.passphraseSet && !protection.locked {
+            // What `maxUnlockedSeconds` counts: seconds since the unlock.
+            let since = MonotonicClock.milliseconds() - unlockedAt.load(ordering: .relaxed)
+            result["unlockedSeconds"] = .float(Double(max(0, since)) / 1000)
+        }
         if case .failure(let why) = identified { result["unidentified"] = .text(why.message) }
         return .map(result)
     }

@@ -13,7 +13,7 @@ final class BusCaller {
     var decision: Result<Caller, KeychainError> {
         didSet { collections = Self.collections(of: decision) }
     }
-    /// A registered app (its requests count as activity for auto-lock).
+    /// A registered app (its successful item calls count as activity for auto-lock).
     var registered: Bool
     /// The caller's collections: one per access group, the first named `login` (the `default`
     /// alias), the others after their group.

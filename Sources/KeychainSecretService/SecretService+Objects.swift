@@ -112,11 +112,16 @@ extension SecretService {
         do throws(KeychainError) { return try body() } catch { throw Self.busError(error) }
     }
 
-    /// The access policy's word on an action for this caller; item calls of registered apps count as
-    /// activity for auto-lock (as on the socket: never those of unregistered processes).
+    /// The access policy's word on an action for this caller.
     func allow(_ action: Operation, _ known: BusCaller, _ caller: Caller) throws(BusError) {
         if case .deny(let e) = AccessPolicy.decideOnBus(action, caller: caller) { throw Self.busError(e) }
-        if known.registered && action.isItemOperation { daemon.noteActivity() }
+    }
+
+    /// An item call that succeeded — found, read, created, changed or deleted an item — counts as
+    /// activity for auto-lock when a registered app made it (as on the socket: never a failing call,
+    /// never one of an unregistered process).
+    func counted(_ known: BusCaller) {
+        if known.registered { daemon.noteActivity() }
     }
 
     // MARK: Serving one call
@@ -218,6 +223,7 @@ extension SecretService {
             let found = try store { () throws(KeychainError) in
                 try items.secretServiceSearch(query, groups: collections.map(\.group), caller: caller)
             }
+            if !found.unlocked.isEmpty || !found.locked.isEmpty { counted(known) }
             reply = try bus.newReturn(to: m)
             try reply.append(objectPaths: found.unlocked.map { paths(collections, $0) })
             try reply.append(objectPaths: found.locked.map { paths(collections, $0) })
@@ -229,6 +235,7 @@ extension SecretService {
             reply = try bus.newReturn(to: m)
             try reply.open("a", "{o(oayays)}")
             var replyBytes = 0
+            var read = false
             for path in Set(paths).sorted() {
                 guard case .item(let c, let id)? = try? resolve(path, known) else { continue }
                 let found: (secret: SecretBytes, contentType: String)?
@@ -250,8 +257,10 @@ extension SecretService {
                 try appendSecret(
                     reply, secret.secret, contentType: secret.contentType, session: session.path, session.session)
                 try reply.close()
+                read = true
             }
             try reply.close()
+            if read { counted(known) }
         case "Unlock":
             try m.expect("ao")
             // Each path once: a pending prompt keeps its list, and a list of one path repeated a
@@ -345,6 +354,7 @@ extension SecretService {
             let found = try store { () throws(KeychainError) in
                 try items.secretServiceSearch(query, groups: [c.group], caller: caller)
             }
+            if !found.unlocked.isEmpty || !found.locked.isEmpty { counted(known) }
             reply = try bus.newReturn(to: m)
             try reply.append(objectPaths: (found.unlocked + found.locked).map { c.itemPath($0.id) })
         case "CreateItem":
@@ -382,6 +392,7 @@ extension SecretService {
                     group: c.group, label: label, attributes: attributes, secret: secret,
                     contentType: contentType, replace: replace, caller: caller)
             }
+            counted(known)
             reply = try bus.newReturn(to: m)
             try reply.append(string: c.itemPath(made.id), type: "o")
             try reply.append(string: Self.noPrompt, type: "o")
@@ -392,6 +403,7 @@ extension SecretService {
             let gone = try store { () throws(KeychainError) in
                 try items.secretServiceDeleteAll(group: c.group, caller: caller)
             }
+            if !gone.isEmpty { counted(known) }
             reply = try bus.newReturn(to: m)
             try reply.append(string: Self.noPrompt, type: "o")
             for id in gone { emit("ItemDeleted", group: c.group, id: id) }
@@ -425,6 +437,7 @@ extension SecretService {
             reply = try bus.newReturn(to: m)
             try appendSecret(
                 reply, found.secret, contentType: found.contentType, session: session.path, session.session)
+            counted(known)
         case "SetSecret":
             try m.expect("(oayays)")
             let (secret, contentType) = try readSecret(m, known)
@@ -436,6 +449,7 @@ extension SecretService {
                     )
                 })
             else { throw .unknownObject(path) }
+            counted(known)
             reply = try bus.newReturn(to: m)
             emit("ItemChanged", group: c.group, id: id)
         case "Delete":
@@ -448,6 +462,7 @@ extension SecretService {
             else {
                 throw .unknownObject(path)
             }
+            counted(known)
             reply = try bus.newReturn(to: m)
             try reply.append(string: Self.noPrompt, type: "o")
             emit("ItemDeleted", group: c.group, id: id)

@@ -123,6 +123,7 @@ extension SecretService {
             else {
                 throw .unknownObject(c.itemPath(id))
             }
+            counted(known)
             if wanted("Locked") { out.append(("Locked", .bool(item.locked))) }
             if wanted("Attributes") { out.append(("Attributes", .attributes(item.attributes))) }
             if wanted("Label") { out.append(("Label", .string(item.label))) }
@@ -153,6 +154,7 @@ extension SecretService {
             else {
                 throw .unknownObject(c.itemPath(id))
             }
+            counted(known)
             emit("ItemChanged", group: c.group, id: id)
         case (.item(let c, let id), "Attributes"):
             guard contents == "a{ss}" else { throw .invalidArgs("Attributes must be a{ss}") }
@@ -166,6 +168,7 @@ extension SecretService {
                         id: id, groups: [c.group], attributes: attributes, caller: caller)
                 })
             else { throw .unknownObject(c.itemPath(id)) }
+            counted(known)
             emit("ItemChanged", group: c.group, id: id)
         case (.collection, "Label"):
             throw BusError(

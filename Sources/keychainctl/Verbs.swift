@@ -317,6 +317,9 @@ struct Command {
                     : "not set: keys are protected by the device key file alone (set one with `keychainctl passwd`)"
             ),
             ("items", String(s.items)),
+        ]
+        if s.passphraseSet { rows.append(("auto-lock", Self.autoLock(s.raw))) }
+        rows += [
             ("uptime", Human.duration(s.uptime)),
             ("connections", String(s.connections)),
         ]
@@ -360,6 +363,23 @@ struct Command {
             if let warning = Self.interpreterWarning(r) { rows.append(("interpreter", warning)) }
         }
         out.line(Human.aligned(rows))
+    }
+
+    /// When the keychain locks by itself: after `autoLockSeconds` without a successful request, at
+    /// most `maxUnlockedSeconds` after the unlock.
+    static func autoLock(_ raw: [String: Value]) -> String {
+        var parts: [String] = []
+        if case .int(let idle)? = raw["autoLockSeconds"], idle > 0 {
+            var part = "after \(Human.duration(Double(idle))) without a successful request"
+            if case .float(let now)? = raw["idleSeconds"] { part += " (idle \(Human.duration(now)))" }
+            parts.append(part)
+        }
+        if case .int(let bound)? = raw["maxUnlockedSeconds"], bound > 0 {
+            var part = "at most \(Human.duration(Double(bound))) unlocked"
+            if case .float(let open)? = raw["unlockedSeconds"] { part += " (unlocked \(Human.duration(open)) ago)" }
+            parts.append(part)
+        }
+        return parts.isEmpty ? "off (locks only with keychainctl lock)" : parts.joined(separator: "; ")
     }
 
     // MARK: Registrations

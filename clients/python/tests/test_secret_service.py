@@ -845,6 +845,46 @@ def test_secret_tool_lock_locks_the_keychain(fresh):
     assert d.locked()
 
 
+def test_failing_searches_of_a_registered_app_do_not_postpone_auto_lock(fresh):
+    # A registered bus app searching every 0.3 s for attributes nothing has kept a 2-second
+    # auto-lock from ever striking: a failing (empty) search is not activity, so it locks anyway.
+    d = fresh({"autoLockSeconds": 2})
+    app = d._copy(interpreter(), "bus-app")
+    d._app("bus-app", "T.bus", ["T.bus"], [app], system=True, secret_service=True)
+    pw = set_passphrase(d)
+    assert d.run([d.keychainctl, "unlock", "--passphrase-file", str(pw)]).returncode == 0
+    code = """
+import json, sys, time
+from jeepney import DBusAddress, new_method_call
+from jeepney.io.blocking import open_dbus_connection
+conn = open_dbus_connection(bus='SESSION')
+svc = DBusAddress('/org/freedesktop/secrets', bus_name='org.freedesktop.secrets', interface='org.freedesktop.Secret.Service')
+(alias,) = conn.send_and_get_reply(new_method_call(svc, 'ReadAlias', 's', ('default',)), timeout=30).body
+props = DBusAddress(alias, bus_name='org.freedesktop.secrets', interface='org.freedesktop.DBus.Properties')
+(label,) = conn.send_and_get_reply(new_method_call(props, 'Get', 'ss', ('org.freedesktop.Secret.Collection', 'Label')), timeout=30).body
+print(json.dumps({'collection': label[1]}), flush=True)
+while True:
+    reply = conn.send_and_get_reply(new_method_call(svc, 'SearchItems', 'a{ss}', ({'service': 'no-such-service'},)), timeout=30)
+    print(json.dumps({'found': sum(len(paths) for paths in reply.body)}), flush=True)
+    time.sleep(0.3)
+"""
+    env = python_env(dict(DBUS_SESSION_BUS_ADDRESS=d.bus.address, KEYCHAIND_SOCKET=d.socket))
+    searcher = subprocess.Popen([app, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        # It is the registered app that asks (its default collection is its own group, not the
+        # shared one), and its searches run and find nothing.
+        first = json.loads(searcher.stdout.readline() or "{}")
+        assert first == {"collection": "T.bus"}, (first, searcher.stderr.read() if not first else "")
+        assert json.loads(searcher.stdout.readline() or "{}") == {"found": 0}
+        assert d.run([d.keychainctl, "unlock", "--passphrase-file", str(pw)]).returncode == 0
+        wait_for("auto-lock with failing searches running", d.locked)
+        assert searcher.poll() is None, searcher.stderr.read()
+        assert "by=auto-lock" in d.log_text()
+    finally:
+        searcher.kill()
+        searcher.wait()
+
+
 # MARK: bad input on the bus
 
 
