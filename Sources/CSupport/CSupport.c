@@ -181,6 +181,10 @@ int kc_is_pidfd(int fd) {
     return strcmp(target, "anon_inode:[pidfd]") == 0 || strncmp(target, "pidfd:", 6) == 0;
 }
 
+long kc_getrandom(void *buf, size_t len) {
+    return (long)getrandom(buf, len, 0);
+}
+
 int kc_accept_cloexec(int fd) {
     return accept4(fd, NULL, NULL, SOCK_CLOEXEC);
 }

@@ -39,6 +39,8 @@ long kc_send_with_fd(int fd, const void *buf, size_t len, int passed_fd);
 int kc_queued_bytes(int fd);
 /* 1 if `fd` is a pidfd (its /proc/self/fd link names one), else 0. */
 int kc_is_pidfd(int fd);
+/* getrandom(buf, len, 0): bytes from the kernel's CSPRNG (blocks only until it is seeded). */
+long kc_getrandom(void *buf, size_t len);
 /* accept4(fd, NULL, NULL, SOCK_CLOEXEC). */
 int kc_accept_cloexec(int fd);
 /* prctl(PR_SET_DUMPABLE, 0) and RLIMIT_CORE = 0. */
