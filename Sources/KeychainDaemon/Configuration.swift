@@ -41,6 +41,19 @@ public struct Settings: Sendable {
     public var secretService = false
     /// What processes that are not registered apps get on the bus: the shared collection or a refusal.
     public var secretServiceUnregistered: AccessPolicy.UnregisteredBusCallers = .shared
+    /// Lock the keychain when logind says one of the user's sessions locked, and before the machine
+    /// sleeps (`lockWithSession`; SessionLock.swift in KeychainSecretService). Off in a build from
+    /// source; the Debian package builds with `-DKEYCHAIND_LOCK_WITH_SESSION` (debian/rules), so on.
+    public var lockWithSession = Settings.lockWithSessionDefault
+
+    /// `lockWithSession` when keychaind.json does not say: the build's choice.
+    public static var lockWithSessionDefault: Bool {
+        #if KEYCHAIND_LOCK_WITH_SESSION
+            return true
+        #else
+            return false
+        #endif
+    }
 
     /// The folder of app drop-ins: `apps.d/` beside the configuration file in use.
     public var appsDirectory: String {
@@ -186,7 +199,7 @@ extension Settings {
         "socket", "dataDirectory", "maxFrameBytes", "maxConnections",
         "idleTimeoutSeconds", "autoLockSeconds", "maxUnlockedSeconds", "kdfProfile", "lookupCacheEntries",
         "maxBufferedBytes", "logLevel",
-        "secretService", "secretServiceUnregistered",
+        "secretService", "secretServiceUnregistered", "lockWithSession",
     ]
 
     /// Applies `keychaind.json` when it exists. Unknown keys and wrong types are errors.
@@ -235,6 +248,11 @@ extension Settings {
                         file: path, reason: "\"secretServiceUnregistered\" must be shared or refuse")
                 }
                 secretServiceUnregistered = mode
+            case "lockWithSession":
+                guard JSONFile.isBool(value), let b = value as? Bool else {
+                    throw ConfigurationError(file: path, reason: "\"lockWithSession\" must be true or false")
+                }
+                lockWithSession = b
             default:
                 throw ConfigurationError(
                     file: path, reason: "unknown key \"\(key)\" (known: \(Self.knownKeys.joined(separator: ", ")))")

@@ -65,7 +65,9 @@ public struct Options: Sendable {
         kdfProfile (moderate|interactive), lookupCacheEntries (4096; 0 = off), maxBufferedBytes (67108864),
         logLevel, secretService (false),
         secretServiceUnregistered (shared: processes that are not registered apps share one collection, the
-        access group secret-service, as on every desktop today; refuse: only registered apps are served).
+        access group secret-service, as on every desktop today; refuse: only registered apps are served),
+        lockWithSession (\(Settings.lockWithSessionDefault) in this build; true in the Debian package: lock when
+        logind says a session of the user locked, and before the machine sleeps).
 
         Apps: registrations in the system directories count when root-owned; those in apps.d beside the
         config file count as they are while no passphrase is set, and afterwards only when approved with

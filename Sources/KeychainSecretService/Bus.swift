@@ -252,18 +252,27 @@ final class BusMessage {
     }
 }
 
-/// A connection to the session bus (sd-bus), used from one thread only.
+/// A connection to the session bus (the Secret Service's) or the system bus (logind's; SessionLock),
+/// used from one thread only.
 final class BusConnection {
     let raw: OpaquePointer
 
-    /// Connects to the session bus (`$DBUS_SESSION_BUS_ADDRESS`).
-    init() throws(BusError) {
+    enum Kind { case session, system }
+
+    /// Connects to the session bus (`$DBUS_SESSION_BUS_ADDRESS`), or to the system bus
+    /// (`$DBUS_SYSTEM_BUS_ADDRESS`, else /run/dbus/system_bus_socket).
+    init(_ kind: Kind = .session) throws(BusError) {
         var bus: OpaquePointer?
-        let r = sd_bus_open_user(&bus)
+        let r = kind == .session ? sd_bus_open_user(&bus) : sd_bus_open_system(&bus)
         guard r >= 0, let bus else {
-            throw .failed(
-                "cannot connect to the session bus (\(BusConnection.describe(r))); is DBUS_SESSION_BUS_ADDRESS set? (dbus-user-session on a desktop, dbus-run-session elsewhere)"
-            )
+            switch kind {
+            case .session:
+                throw .failed(
+                    "cannot connect to the session bus (\(BusConnection.describe(r))); is DBUS_SESSION_BUS_ADDRESS set? (dbus-user-session on a desktop, dbus-run-session elsewhere)"
+                )
+            case .system:
+                throw .failed("cannot connect to the system bus (\(BusConnection.describe(r)))")
+            }
         }
         raw = bus
     }

@@ -80,6 +80,12 @@ public final class FileDescriptor: Sendable {
         return FileDescriptor(adopting: fd)
     }
 
+    /// A close-on-exec copy of `fd`, a descriptor someone else owns (one a library lends for as long
+    /// as its message lives, such as a D-Bus reply's `h`).
+    public static func duplicate(_ fd: Int32) throws(Errno) -> FileDescriptor {
+        FileDescriptor(adopting: try valueOrErrno("fcntl F_DUPFD_CLOEXEC") { fcntl(fd, F_DUPFD_CLOEXEC, 0) })
+    }
+
     /// Reads once into `buffer`: the bytes read, 0 at end of file.
     public func read(into buffer: UnsafeMutableRawBufferPointer) throws(Errno) -> Int {
         try withDescriptor("read") { (fd) throws(Errno) in

@@ -127,5 +127,8 @@ case .run(let options):
         daemon.onShutdown { secretService.stop() }
         secretService.start()
     }
+    // Locking with the session (logind on the system bus): watching before the daemon reports ready;
+    // without a system bus or logind, a log line and nothing else.
+    if settings.lockWithSession { _ = SessionLock.start(daemon: daemon) }
     CurrentProcess.exit(daemon.run())
 }
