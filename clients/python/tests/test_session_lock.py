@@ -285,8 +285,10 @@ def test_sleep_locks_first_and_releases_the_inhibitor_then_takes_it_again(world)
     wait_for("the keychain to lock on the next sleep", lambda: locked_out(d))
 
 
-def test_with_the_setting_off_nothing_locks(world):
-    logind, d = world({"lockWithSession": False})
+@pytest.mark.parametrize("config", [{}, {"lockWithSession": False}], ids=["default", "false"])
+def test_with_the_setting_off_nothing_locks(world, config):
+    # Off by default in a build from source (the Debian package builds it on: debian/rules).
+    logind, d = world(config)
     # Serving (the watcher starts before that): keychaind never joined the system bus.
     assert logind.connections_of(d.process.pid) == []
     assert logind.keychaind_inhibitors() == []
@@ -302,3 +304,12 @@ def test_without_a_system_bus_the_daemon_says_so_and_keeps_serving(world):
     assert d.read() == b"kept"
     d.ctl("lock")
     assert locked_out(d)
+
+
+def test_a_setting_that_is_not_a_boolean_is_refused(tmp_path):
+    config = tmp_path / "keychaind.json"
+    config.write_text(json.dumps({"lockWithSession": "yes"}))
+    r = subprocess.run([str(daemon_binary()), "--config", str(config), "--check-config"], capture_output=True,
+                       timeout=DEADLINE)
+    assert r.returncode == 1
+    assert '"lockWithSession" must be true or false' in r.stderr.decode()
