@@ -312,6 +312,7 @@ public final class Vault: Sendable {
         /// Its schedule; nil without AES-NI.
         public let prepared: PreparedGCMKey?
 
+        /// `key` with its schedule (nil: opened without one).
         public init(key: SecureBytes, prepared: PreparedGCMKey?) {
             self.key = key
             self.prepared = prepared
@@ -371,7 +372,8 @@ public final class Vault: Sendable {
     /// What `indexer()` throws before the first unlock.
     public static let notUnlockedSinceStart = KeychainError(
         .interactionNotAllowed,
-        "the keychain has not been unlocked since keychaind started: only Always (dk, dku) items can be found until then")
+        "the keychain has not been unlocked since keychaind started: only Always (dk, dku) items can be found until then"
+    )
 
     /// Whether the rows' digests are keyed by a key that is not in memory yet (a passphrase index
     /// key, before the first unlock): only the Always items can be found, by opening them.

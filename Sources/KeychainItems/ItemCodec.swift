@@ -144,7 +144,8 @@ struct ItemCodec: Sendable {
     /// The checks every open makes (class, id, item-key layout), then `body` with the item key opened
     /// into a stack buffer (zeroed afterwards). A locked class is errSecInteractionNotAllowed.
     private func withItemKey<R>(
-        _ c: StoredItem.SealedColumns, protectionClass: UInt8, classKey given: ((ProtectionClass) -> SecureBytes?)? = nil,
+        _ c: StoredItem.SealedColumns, protectionClass: UInt8,
+        classKey given: ((ProtectionClass) -> SecureBytes?)? = nil,
         _ body: (ProtectionClass, UnsafeRawBufferPointer, ItemSealing) throws(KeychainError) -> R
     ) throws(KeychainError) -> R {
         guard let protection = ProtectionClass(rawValue: protectionClass) else {

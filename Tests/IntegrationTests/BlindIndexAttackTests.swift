@@ -64,12 +64,12 @@ final class BlindIndexAttackTests: XCTestCase {
 
     static let app1Client =
         IsolationAttackTests.client + """
-        def add(account, pdmn, secret):
-            return show(call('add', query=kw.item('bank.example', account, v_Data=secret.encode(), agrp='TEAM.shared', pdmn=pdmn)))
-        def get(account):
-            return show(call('copy', query=kw.item('bank.example', account, r_Data=True, agrp='TEAM.shared')))
+            def add(account, pdmn, secret):
+                return show(call('add', query=kw.item('bank.example', account, v_Data=secret.encode(), agrp='TEAM.shared', pdmn=pdmn)))
+            def get(account):
+                return show(call('copy', query=kw.item('bank.example', account, r_Data=True, agrp='TEAM.shared')))
 
-        """
+            """
 
     func app1(_ s: UserSession, _ app: String, _ code: String) throws -> [String: Any] {
         try s.script(Self.app1Client + code, interpreter: app)

@@ -61,7 +61,8 @@ import Testing
         }
 
         func confirmed(attribute name: String, _ value: String) -> Bool {
-            attributeIndexes.contains(deviceIndex.secretServiceAttribute(name: Array(name.utf8), value: Array(value.utf8)))
+            attributeIndexes.contains(
+                deviceIndex.secretServiceAttribute(name: Array(name.utf8), value: Array(value.utf8)))
         }
     }
 
@@ -79,7 +80,8 @@ import Testing
             try fx.add("vpn.example", "carol", secret: "s3", pdmn: "ak")
             _ = try fx.service.secretServiceCreate(
                 group: "TEAM.app", label: "L",
-                attributes: SecretServiceAttributes(strings: [("xdg:schema", "org.example.Password"), ("user", "dave")]),
+                attributes: SecretServiceAttributes(strings: [("xdg:schema", "org.example.Password"), ("user", "dave")]
+                ),
                 secret: SecretBytes(Array("s4".utf8)), contentType: "text/plain", replace: false, caller: Fixture.app)
             try fx.service.lock()
             fx.service.close()
@@ -89,7 +91,9 @@ import Testing
                     stolen.confirmed(group: "TEAM.app", service: service, account: account) == [],
                     "\(service) \(account)")
             }
-            #expect(!stolen.confirmed(attribute: "user", "dave") && !stolen.confirmed(attribute: "xdg:schema", "org.example.Password"))
+            #expect(
+                !stolen.confirmed(attribute: "user", "dave")
+                    && !stolen.confirmed(attribute: "xdg:schema", "org.example.Password"))
             #expect(!stolen.attributeIndexes.contains(stolen.deviceIndex.secretServiceItemMark))
             try fx.reopen()
             try fx.service.unlock(passphrase: pass("pw"))

@@ -181,7 +181,8 @@ import Testing
             try fx.add("svc", "alice")
             let parsed = try ParsedQuery(query("svc", "alice", ["r_Data": .bool(true)]), for: .copy)
             let scope = try AccessPolicy.scope(naming: parsed.attributes[.accessGroup]?.text, Fixture.app)
-            let filter = fx.service.rowFilter(parsed, scope: scope, withSecret: true, indexer: try fx.service.vault.indexer())
+            let filter = fx.service.rowFilter(
+                parsed, scope: scope, withSecret: true, indexer: try fx.service.vault.indexer())
             #expect(filter.uniqueIndexes?.count == 2)  // one digest per caller group
             let plan = try explain(fx, filter.sql, parameters: filter.uniqueIndexes!)
             #expect(plan.contains("USING INDEX sqlite_autoindex_items_2"), "\(plan)")
