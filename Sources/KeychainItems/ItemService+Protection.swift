@@ -121,14 +121,19 @@ extension ItemService {
         _ w: StoreWriter, indexer: BlindIndexer, openWith: ((ProtectionClass) -> SecureBytes?)?,
         sealWith: ((ProtectionClass) -> SecureBytes?)?, afterRow: (@Sendable (Int) throws(KeychainError) -> Void)?
     ) throws(KeychainError) -> Int {
-        var refs: [[UInt8]] = []
+        // The refs laid end to end in one array (16 bytes an item, no array per item), then each row
+        // read, opened and written one at a time: memory stays flat but for them.
+        var refs: [UInt8] = []
         try w.reader.forEach(RowFilter(includeSecret: false, includeSearchIndexes: false, includeAttributes: false)) {
             (row) throws(KeychainError) -> Bool in
-            refs.append(row.ref)
+            let ref = row.ref
+            guard ref.count == PersistentRef.idLength else { return true }  // damaged: no row opens it
+            refs.append(contentsOf: ref)
             return true
         }
         var count = 0
-        for ref in refs {
+        for at in stride(from: 0, to: refs.count, by: PersistentRef.idLength) {
+            let ref = Array(refs[at..<at + PersistentRef.idLength])
             var found: StoredItem?
             try w.reader.forEach(RowFilter(ref: ref, includeSecret: true, includeSearchIndexes: false)) {
                 (row) throws(KeychainError) -> Bool in
