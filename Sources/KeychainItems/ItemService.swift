@@ -109,10 +109,26 @@ public final class ItemService: Sendable {
     /// Number of items of every group and class (status and tests).
     public func itemCount() throws(KeychainError) -> Int { try store.itemCount() }
 
-    /// Items the caller can see: every item for an admin, else those of its access groups.
+    /// Items the caller can see: every item for an admin, else those of its access groups. Before
+    /// the first unlock of a keychain with a passphrase the groups' digests cannot be computed: an
+    /// app's count is then of its Always (dk, dku) items only, found by opening them.
     public func itemCount(visibleTo caller: Caller) throws(KeychainError) -> Int {
         if caller.isAdmin { return try store.itemCount() }
-        let index = try vault.indexer()
+        guard let index = try? vault.indexer() else {
+            let always = ProtectionClass.allCases.filter(\.isAlways).map(\.rawValue)
+            var count = 0
+            try store.read { (r) throws(KeychainError) in
+                try r.forEach(RowFilter(classes: always, includeSearchIndexes: false)) {
+                    (row) throws(KeychainError) -> Bool in
+                    let group = try? codec.open(row, withSecret: false).attributes["agrp"]?.text
+                    if let group, caller.accessGroups.contains(where: { AccessPolicy.sameGroup($0, group) }) {
+                        count += 1
+                    }
+                    return true
+                }
+            }
+            return count
+        }
         let indexes = caller.accessGroups.map { index.column(.accessGroup, Array($0.utf8)) }
         return try store.read { (r) throws(KeychainError) in try r.itemCount(groupIndexes: indexes) }
     }

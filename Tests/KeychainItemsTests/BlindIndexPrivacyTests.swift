@@ -120,6 +120,8 @@ import Testing
             try fx.reopen()
 
             // Before the first unlock.
+            #expect(try fx.service.itemCount(visibleTo: Fixture.app) == 1, "the app's dk item only")
+            #expect(try fx.service.itemCount(visibleTo: Fixture.admin) == 4)
             #expect(try fx.secret("svc", "dk-item") == "d")
             #expect(try fx.secret("svc", "dk-item", ["pdmn": .text("dk")]) == "d")
             #expect(status { try fx.secret("svc", "ck-item") } == .interactionNotAllowed)
@@ -139,6 +141,7 @@ import Testing
             // After the first unlock, locked again.
             try fx.service.unlock(passphrase: pass("pw"))
             try fx.service.lock()
+            #expect(try fx.service.itemCount(visibleTo: Fixture.app) == 4)
             #expect(fx.service.isLocked)
             #expect(status { try fx.secret("svc", "ak-item") } == .interactionNotAllowed)
             #expect(status { try fx.secret("svc", "missing") } == .itemNotFound)
