@@ -375,12 +375,6 @@ public final class Vault: Sendable {
         "the keychain has not been unlocked since keychaind started: only Always (dk, dku) items can be found until then"
     )
 
-    /// Whether the rows' digests are keyed by a key that is not in memory yet (a passphrase index
-    /// key, before the first unlock): only the Always items can be found, by opening them.
-    public var indexUnavailable: Bool {
-        state.withLock { $0.keyring.wrappedPassphraseIndex != nil && $0.passphraseIndex == nil }
-    }
-
     /// Locked in Apple's sense: a passphrase is set and the WhenUnlocked keys are not in memory.
     public var isLocked: Bool {
         state.withLock { $0.keyring.source == .passphrase && $0.classKeys[.whenUnlocked] == nil }

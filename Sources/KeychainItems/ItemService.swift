@@ -711,10 +711,10 @@ public final class ItemService: Sendable {
     /// Always item (their keys are in memory), each then checked by its opened attributes.
     func rowFilter(_ query: ParsedQuery, scope: [String]?, withSecret: Bool, indexer: BlindIndexer?) -> RowFilter {
         var filter = RowFilter(includeSecret: withSecret, includeSearchIndexes: false)
-        let always = ProtectionClass.allCases.filter(\.isAlways).map(\.rawValue)
         if let ref = query.persistentRef {
             filter.ref = ref
         } else if indexer == nil {
+            let always = ProtectionClass.allCases.filter(\.isAlways).map(\.rawValue)
             filter.classes = always
             if let code = query.attributes[.accessible]?.text, let protection = ProtectionClass(code: code) {
                 filter.classes = always.filter { $0 == protection.rawValue }
