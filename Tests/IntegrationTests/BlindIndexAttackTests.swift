@@ -8,30 +8,40 @@ import XCTest
 /// must be confirmable by nothing; and the daemon must still answer lookups while locked as Apple's.
 final class BlindIndexAttackTests: XCTestCase {
     /// The attacker: reads the files, unwraps the keyring's "index" entry with the device key
-    /// (XChaCha20-Poly1305: HChaCha20 here, ChaCha20-Poly1305 from `cryptography`), computes the
-    /// digests keychaind's blind index would store for each guess (KeychainCrypto/KeyedHash.swift)
-    /// and says which are in the copied database. argv: data directory, then JSON guesses
-    /// [[group, service, account], …]. Prints {"confirmed": [[what…] per guess]}.
+    /// (XChaCha20-Poly1305, decrypted here in plain Python: HChaCha20, then the ChaCha20 keystream
+    /// from block 1; the tag is not checked — wrong bytes would only confirm nothing, and the check
+    /// without a passphrase shows they are right), computes the digests keychaind's blind index would
+    /// store for each guess (KeychainCrypto/KeyedHash.swift) and says which are in the copied
+    /// database. argv: data directory, then JSON guesses [[group, service, account], …]. Prints
+    /// {"confirmed": [[what…] per guess]}.
     static let attacker = """
         import hashlib, json, os, shutil, sqlite3, struct, sys, tempfile
         import kcwire as kw
-        from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
         M = 0xffffffff
+        SIGMA = [0x61707865, 0x3320646e, 0x79622d32, 0x6b206574]
         def rotl(v, c): return ((v << c) & M) | (v >> (32 - c))
         def qr(s, a, b, c, d):
             s[a] = (s[a] + s[b]) & M; s[d] = rotl(s[d] ^ s[a], 16)
             s[c] = (s[c] + s[d]) & M; s[b] = rotl(s[b] ^ s[c], 12)
             s[a] = (s[a] + s[b]) & M; s[d] = rotl(s[d] ^ s[a], 8)
             s[c] = (s[c] + s[d]) & M; s[b] = rotl(s[b] ^ s[c], 7)
-        def hchacha(key, n):
-            s = [0x61707865, 0x3320646e, 0x79622d32, 0x6b206574] + list(struct.unpack('<8I', key)) + list(struct.unpack('<4I', n))
+        def rounds(s):
             for _ in range(10):
                 qr(s, 0, 4, 8, 12); qr(s, 1, 5, 9, 13); qr(s, 2, 6, 10, 14); qr(s, 3, 7, 11, 15)
                 qr(s, 0, 5, 10, 15); qr(s, 1, 6, 11, 12); qr(s, 2, 7, 8, 13); qr(s, 3, 4, 9, 14)
+        def hchacha(key, n):
+            s = SIGMA + list(struct.unpack('<8I', key)) + list(struct.unpack('<4I', n))
+            rounds(s)
             return struct.pack('<8I', *(s[0:4] + s[12:16]))
-        def xopen(key, box, ad):
+        def block(key, counter, nonce):
+            s = SIGMA + list(struct.unpack('<8I', key)) + [counter] + list(struct.unpack('<3I', nonce))
+            w = list(s)
+            rounds(w)
+            return struct.pack('<16I', *[(a + b) & M for a, b in zip(w, s)])
+        def xdecrypt(key, box, length):
             n = box[:24]
-            return ChaCha20Poly1305(hchacha(key, n[:16])).decrypt(b'\\0' * 4 + n[16:], box[24:], ad)
+            stream = block(hchacha(key, n[:16]), 1, b'\\0' * 4 + n[16:])
+            return bytes(a ^ b for a, b in zip(box[24:24 + length], stream))
         def kh(key, domain, parts, size):
             h = hashlib.blake2b(key=key, digest_size=size)
             h.update(bytes([domain]))
@@ -50,7 +60,7 @@ final class BlindIndexAttackTests: XCTestCase {
         for row in db.execute('SELECT agrp_ix, svce_ix, acct_ix, key_ix FROM items'):
             columns.update(bytes(c) for c in row)
         kek = kh(device_key, 0xD0, [b'keychaind device-kek v1'], 32)
-        index = xopen(kek, keyring['index'], b'keychaind keyring v1 index')
+        index = xdecrypt(kek, keyring['index'], 32)
         confirmed = []
         for g, s, a in guesses:
             g, s, a = g.encode(), s.encode(), a.encode()
