@@ -116,10 +116,16 @@ public struct BlindIndexer: Sendable {
         case secretServiceItem = 6
     }
 
-    private let key: SecureBytes
+    let key: SecureBytes
 
     /// An indexer keyed by `key` (guarded memory, kept for the indexer's life).
     public init(key: SecureBytes) { self.key = key }
+
+    /// Whether `other` is keyed by the same key (the same guarded memory).
+    public func sameKey(as other: BlindIndexer) -> Bool { key === other.key }
+
+    /// The key wrapped under `kek` as the keyring holds it.
+    func wrapped(under kek: SecureBytes, name: String) -> [UInt8] { Vault.wrap(key, under: kek, name: name) }
 
     /// Digest of one attribute value for its search column.
     public func column(_ column: Column, _ value: [UInt8]) -> [UInt8] {

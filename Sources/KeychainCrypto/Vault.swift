@@ -6,18 +6,34 @@ import Synchronization
 ///
 /// ```
 /// device.key (32 random bytes, file 0600)
-///  ├─ device KEK      = BLAKE2b(device key, "device-kek")                 wraps: dk, dku, blind-index key
+///  ├─ device KEK      = BLAKE2b(device key, "device-kek")                 wraps: dk, dku, device index key
 ///  └─ master key      = no passphrase: BLAKE2b(device key, "master-from-device")
 ///                       passphrase:    BLAKE2b(Argon2id(passphrase, salt), "master-from-passphrase" ‖ device KEK)
-///                                                                           wraps: ak, ck, registry key
+///                                                                           wraps: ak, ck, registry key,
+///                                                                                  passphrase index key
 ///      └─ this-device KEK = BLAKE2b(master, "this-device-only" ‖ device KEK)   wraps: aku, cku, akpu
 /// class key (one per accessibility class) wraps each item's random key; the item key seals the row.
 /// registry key seals the approved app registrations (`meta` row "apps").
 /// ```
 ///
 /// The wrapped keys form the *keyring*, a CBOR map the store keeps in its `meta` table:
-/// `{"v": 1, "master": "device"|"passphrase", "kdf": {…} (passphrase only), "ak": sealed, …, "index": sealed,
-/// "apps": sealed (absent in keyrings written before it existed)}`.
+/// `{"v": 1 or 2, "master": "device"|"passphrase", "kdf": {…} (passphrase only), "ak": sealed, …, "index": sealed,
+/// "apps": sealed (absent in keyrings written before it existed), "pindex": sealed (version 2 only)}`.
+///
+/// **Blind indexes.** The search and uniqueness digests of the rows (KeyedHash.swift) are keyed by
+/// one of two keys. Without a passphrase, by the *device index key* ("index", wrapped by the device
+/// KEK): nothing is private against `device.key` then anyway. With a passphrase, by the *passphrase
+/// index key* ("pindex", wrapped by the master key, so only the passphrase opens it; keyring
+/// version 2): a copy of `device.key` and the database confirms no guess of an item's group,
+/// service, account or Secret Service attribute. (A keyring whose passphrase was removed keeps it,
+/// wrapped by the device-derived master.) It is unwrapped by the first unlock and stays in
+/// guarded memory until the vault goes away, like the registry key: lookups while locked still find
+/// locked items (and answer errSecInteractionNotAllowed for them). Until the first unlock no digest
+/// can be computed (`indexer()` throws); the item layer then finds only the Always items by opening
+/// them. A passphrase keyring of version 1 (no "pindex", its rows keyed by the device index key) is
+/// migrated by the first unlock (`unlock(passphrase:)` returns a `PendingIndex`); setting the first
+/// passphrase draws a fresh passphrase index key (`PendingChange.reindexes`: every row's digests are
+/// computed again in the transaction); changing or removing the passphrase re-wraps it.
 ///
 /// **Rotation.** Setting or changing the passphrase draws fresh class keys for the five
 /// master-protected classes (ak, ck, aku, cku, akpu) and a fresh registry key; the caller re-wraps
@@ -40,15 +56,22 @@ public final class Vault: Sendable {
         case passphrase = "passphrase"
     }
 
-    /// The keyring format version written (`"v"`); a keyring with another version fails to open as errSecDecode.
+    /// The keyring format version written when there is no passphrase index key (`"v"`); one with
+    /// it is version 2, which an older keychaind refuses (it would search its rows with the wrong key).
+    /// A keyring of another version fails to open as errSecDecode.
     public static let keyringVersion: Int64 = 1
+    /// The version of a keyring holding the passphrase index key ("pindex").
+    public static let keyringVersionWithPassphraseIndex: Int64 = 2
     /// The classes whose keys the master key (rather than the device KEK) protects.
     public static let masterProtected: [ProtectionClass] = ProtectionClass.allCases.filter { !$0.isAlways }
     /// The keyring entry of the registry key.
     static let registryName = "apps"
+    /// The keyring entry of the passphrase index key.
+    static let passphraseIndexName = "pindex"
 
-    /// Keyed BLAKE2b for the database's search and uniqueness columns.
-    public let blindIndex: BlindIndexer
+    /// Keyed BLAKE2b for the database's search and uniqueness columns under the device index key:
+    /// the rows' digests when the keyring has no passphrase index key (`indexer()`).
+    public let deviceIndex: BlindIndexer
     /// Keys the row-state digest (KeychainStore/RowState.swift). Derived from the device key alone, so
     /// the rows are checked at open even while a passphrase keeps the keychain locked.
     public let rowStateKey: SecureBytes
@@ -59,6 +82,13 @@ public final class Vault: Sendable {
     /// `state.keyring.source == .passphrase`, stored with every keyring change (under the lock) so
     /// that `hasPassphrase`, asked on every `copy`, reads one atomic instead of taking the lock.
     private let passphraseSet: Atomic<Bool>
+    /// Bumped (under the lock) whenever the blind index in force changes (`indexer()`), read
+    /// without it: a connection's memo keeps compiled queries only for one value.
+    private let indexChanges = Atomic<Int>(0)
+
+    /// Changes whenever the blind index in force changes: the first unlock, an index migration,
+    /// setting or removing the passphrase. Digests computed under an earlier value are stale.
+    public var indexGeneration: Int { indexChanges.load(ordering: .acquiring) }
 
     /// What the keyring in the database says, decoded.
     struct Keyring {
@@ -68,14 +98,20 @@ public final class Vault: Sendable {
         var wrappedIndex: [UInt8]
         /// The registry key, wrapped by the master key (nil in keyrings from before it existed).
         var wrappedRegistry: [UInt8]?
+        /// The passphrase index key, wrapped by the master key: present when the rows are keyed by it
+        /// (nil in a keyring that never had a passphrase, and before the migration of a version-1
+        /// keyring with one).
+        var wrappedPassphraseIndex: [UInt8]? = nil
 
         var encoded: [UInt8] {
             var map: [String: Value] = [
-                "v": .int(keyringVersion), "master": .text(source.rawValue), "index": .bytes(wrappedIndex),
+                "v": .int(wrappedPassphraseIndex == nil ? keyringVersion : keyringVersionWithPassphraseIndex),
+                "master": .text(source.rawValue), "index": .bytes(wrappedIndex),
             ]
             for (c, w) in wrapped { map[c.code] = .bytes(w) }
             if let kdf { map["kdf"] = kdf.value }
             if let wrappedRegistry { map[Vault.registryName] = .bytes(wrappedRegistry) }
+            if let wrappedPassphraseIndex { map[Vault.passphraseIndexName] = .bytes(wrappedPassphraseIndex) }
             return CBOR.encode(.map(map))
         }
 
@@ -95,7 +131,9 @@ public final class Vault: Sendable {
             do { decoded = try CBOR.decode(bytes) } catch {
                 throw KeychainError(.decode, "the keyring in the database is damaged")
             }
-            guard let map = decoded.map, map["v"]?.int == keyringVersion else {
+            guard let map = decoded.map, let version = map["v"]?.int,
+                version == keyringVersion || version == keyringVersionWithPassphraseIndex
+            else {
                 throw KeychainError(.decode, "the keyring in the database has an unknown format (newer keychaind?)")
             }
             guard let sourceName = map["master"]?.text, let source = MasterSource(rawValue: sourceName) else {
@@ -126,6 +164,12 @@ public final class Vault: Sendable {
             case .bytes(let w)?: wrappedRegistry = w
             default: throw KeychainError(.decode, "the keyring's registry key is damaged")
             }
+            if version == keyringVersionWithPassphraseIndex {
+                guard let w = map[Vault.passphraseIndexName]?.bytes else {
+                    throw KeychainError(.decode, "the keyring's passphrase index key is missing or damaged")
+                }
+                wrappedPassphraseIndex = w
+            }
         }
     }
 
@@ -133,6 +177,8 @@ public final class Vault: Sendable {
     private struct Unwrapped {
         var classKeys: [ProtectionClass: SecureBytes]
         var registry: SecureBytes?
+        /// The passphrase index key, when the keyring has one.
+        var passphraseIndex: BlindIndexer?
     }
 
     private struct State {
@@ -150,6 +196,8 @@ public final class Vault: Sendable {
         /// Whether the master key has been available since open (no passphrase, or it was given):
         /// until then the registrations cannot be read.
         var registryReadable: Bool
+        /// The passphrase index key, from the first unlock on (never dropped by a lock).
+        var passphraseIndex: BlindIndexer?
         /// Set while a passphrase removal is being committed: akpu writes are refused from then on.
         var removingPassphrase = false
         /// Bumped by every adopted keyring change, so an unlock computed against an older keyring is dropped.
@@ -194,7 +242,7 @@ public final class Vault: Sendable {
     ) throws(KeychainError) {
         self.deviceKey = deviceKey
         self.deviceKEK = deviceKEK
-        self.blindIndex = BlindIndexer(key: indexKey)
+        self.deviceIndex = BlindIndexer(key: indexKey)
         self.rowStateKey = try KeyedHash.deriveKey(from: deviceKey, label: "keychaind row-state v1")
         self.state = Locked(
             State(
@@ -264,7 +312,8 @@ public final class Vault: Sendable {
         /// Its schedule; nil without AES-NI.
         public let prepared: PreparedGCMKey?
 
-        init(key: SecureBytes, prepared: PreparedGCMKey?) {
+        /// `key` with its schedule (nil: opened without one).
+        public init(key: SecureBytes, prepared: PreparedGCMKey?) {
             self.key = key
             self.prepared = prepared
         }
@@ -309,6 +358,23 @@ public final class Vault: Sendable {
         state.withLock { $0.keyring.source == .passphrase && !$0.removingPassphrase }
     }
 
+    /// The blind index the rows' digests are keyed by now: the device index key when the keyring has
+    /// no passphrase index key, else the passphrase index key once the first unlock has put it in
+    /// memory. Before that, `errSecInteractionNotAllowed`: no digest can be computed.
+    public func indexer() throws(KeychainError) -> BlindIndexer {
+        let current: BlindIndexer? = state.withLock { s in
+            s.keyring.wrappedPassphraseIndex == nil ? deviceIndex : s.passphraseIndex
+        }
+        guard let current else { throw Self.notUnlockedSinceStart }
+        return current
+    }
+
+    /// What `indexer()` throws before the first unlock.
+    public static let notUnlockedSinceStart = KeychainError(
+        .interactionNotAllowed,
+        "the keychain has not been unlocked since keychaind started: only Always (dk, dku) items can be found until then"
+    )
+
     /// Locked in Apple's sense: a passphrase is set and the WhenUnlocked keys are not in memory.
     public var isLocked: Bool {
         state.withLock { $0.keyring.source == .passphrase && $0.classKeys[.whenUnlocked] == nil }
@@ -349,13 +415,55 @@ public final class Vault: Sendable {
     }
 
     /// Derives the master key from `passphrase` with the stored parameters (Argon2id: slow on
-    /// purpose) and unwraps every class key and the registry key. A wrong passphrase is
-    /// errSecAuthFailed and changes nothing. Without a passphrase set, succeeds without looking at it.
-    public func unlock(passphrase: SecureBytes) throws(KeychainError) {
+    /// purpose) and unwraps every class key, the registry key and the passphrase index key. A wrong
+    /// passphrase is errSecAuthFailed and changes nothing. Without a passphrase set, succeeds without
+    /// looking at it. A keyring without a passphrase index key (written before it existed) comes
+    /// back with a fresh one to migrate to: re-key every row's digests with `PendingIndex.indexer`
+    /// and store `PendingIndex.keyring` in one transaction, then `adopt` it.
+    @discardableResult
+    public func unlock(passphrase: SecureBytes) throws(KeychainError) -> PendingIndex? {
         let (keyring, generation) = state.withLock { ($0.keyring, $0.generation) }
-        guard keyring.source == .passphrase else { return }
-        let keys = try unwrapWithPassphrase(keyring, passphrase)
+        guard keyring.source == .passphrase else { return nil }
+        guard let kdf = keyring.kdf else {
+            throw KeychainError(.decode, "the keyring lacks its key-derivation parameters")
+        }
+        let master = try masterFromPassphrase(try PasswordHash.derive(passphrase, kdf))
+        let keys: Unwrapped
+        do { keys = try Self.unwrapAll(keyring, master: master, deviceKEK: deviceKEK) } catch
+            where error.status == .decode
+        {
+            throw KeychainError(.authFailed, "wrong passphrase")
+        }
         install(keys, generation: generation)
+        guard keyring.wrappedPassphraseIndex == nil else { return nil }
+        let key = try SecureBytes(random: BlindIndexer.keyLength)
+        var next = keyring
+        next.wrappedPassphraseIndex = Self.wrap(key, under: master, name: Self.passphraseIndexName)
+        return PendingIndex(keyring: next.encoded, indexer: BlindIndexer(key: key), decoded: next)
+    }
+
+    /// A passphrase index key for a keyring that had none, computed but not yet in force.
+    public struct PendingIndex: Sendable {
+        /// The keyring bytes to persist, in the transaction that re-keys every row's digests.
+        public let keyring: [UInt8]
+        /// The new blind index: every row's digests are computed with it.
+        public let indexer: BlindIndexer
+        fileprivate let decoded: Keyring
+    }
+
+    /// Puts a persisted index migration in force: the rows are searched with its key from now on.
+    /// Dropped (false) when the keyring changed meanwhile.
+    @discardableResult
+    public func adopt(_ change: PendingIndex) -> Bool {
+        state.withLock { s in
+            guard s.keyring.source == .passphrase, s.keyring.wrappedPassphraseIndex == nil else { return false }
+            s.keyring.wrappedPassphraseIndex = change.decoded.wrappedPassphraseIndex
+            s.passphraseIndex = change.indexer
+            s.generation += 1
+            s.rotation &+= 1  // a row sealed with the old digests must be sealed again before it is written
+            indexChanges.add(1, ordering: .releasing)
+            return true
+        }
     }
 
     /// Checks `passphrase` against the keyring without changing any state.
@@ -464,9 +572,22 @@ public final class Vault: Sendable {
         public let registryKey: SecureBytes
         /// The registry key before the change (nil when the keyring had none).
         public let previousRegistryKey: SecureBytes?
+        /// Whether the blind-index key changes (setting a passphrase where none was draws a fresh
+        /// passphrase index key): every row's digests must be computed again with
+        /// `indexer`, so every row is sealed again (`previousClassKey` opens it, `classKey` seals it).
+        /// Otherwise the digests stay and only the item keys of `rotatedClasses` are re-wrapped.
+        public let reindexes: Bool
+        /// The blind index after the change.
+        public let indexer: BlindIndexer
+        fileprivate let passphraseIndex: BlindIndexer?
         fileprivate let decoded: Keyring
         fileprivate let classKeys: [ProtectionClass: SecureBytes]
         fileprivate let previousClassKeys: [ProtectionClass: SecureBytes]
+
+        /// The key of class `c` before the change (opens the rows as they are).
+        public func previousClassKey(_ c: ProtectionClass) -> SecureBytes? { previousClassKeys[c] }
+        /// The key of class `c` after the change (seals the rows re-keyed for it).
+        public func classKey(_ c: ProtectionClass) -> SecureBytes? { classKeys[c] }
 
         /// An item key sealed under the class key before the change, sealed again under the new one
         /// with the same associated data and the same construction (`ItemSealing`: the row's secret and
@@ -546,9 +667,26 @@ public final class Vault: Sendable {
         }
         let registry = try SecureBytes(random: AEAD.keyBytes)
         next.wrappedRegistry = Self.wrap(registry, under: master, name: Self.registryName)
+        // The passphrase index key: re-wrapped by a change of the passphrase; drawn afresh when a
+        // passphrase is set where none was (a key wrapped under the device-derived master is known to
+        // anyone holding device.key) or the keyring has none yet; kept, wrapped under the
+        // device-derived master, when the passphrase is removed (nothing is private against
+        // device.key then, and no row changes).
+        let previousIndexer = unwrapped.passphraseIndex ?? deviceIndex
+        var passphraseIndex: BlindIndexer? = nil
+        if let kept = unwrapped.passphraseIndex, new == nil || current.source == .passphrase {
+            passphraseIndex = kept
+            next.wrappedPassphraseIndex = kept.wrapped(under: master, name: Self.passphraseIndexName)
+        } else if new != nil {
+            let key = try SecureBytes(random: BlindIndexer.keyLength)
+            passphraseIndex = BlindIndexer(key: key)
+            next.wrappedPassphraseIndex = Self.wrap(key, under: master, name: Self.passphraseIndexName)
+        }
+        let indexer = passphraseIndex ?? deviceIndex
         return PendingChange(
             keyring: next.encoded, removesPassphrase: new == nil && current.source == .passphrase,
             rotatedClasses: rotated, registryKey: registry, previousRegistryKey: unwrapped.registry,
+            reindexes: !indexer.sameKey(as: previousIndexer), indexer: indexer, passphraseIndex: passphraseIndex,
             decoded: next, classKeys: keys, previousClassKeys: unwrapped.classKeys)
     }
 
@@ -575,6 +713,8 @@ public final class Vault: Sendable {
             }
             s.registryKey = change.registryKey
             s.registryReadable = true
+            s.passphraseIndex = change.passphraseIndex
+            if change.reindexes { indexChanges.add(1, ordering: .releasing) }
         }
     }
 
@@ -620,7 +760,17 @@ public final class Vault: Sendable {
         let registry = keyring.wrappedRegistry.flatMap {
             try? unwrap($0, under: master, name: registryName, length: AEAD.keyBytes)
         }
-        return Unwrapped(classKeys: keys, registry: registry)
+        // The passphrase index key, unlike the registry key, must open: without it no row is found.
+        var passphraseIndex: BlindIndexer? = nil
+        if let w = keyring.wrappedPassphraseIndex {
+            do {
+                passphraseIndex = BlindIndexer(
+                    key: try unwrap(w, under: master, name: passphraseIndexName, length: BlindIndexer.keyLength))
+            } catch {
+                throw KeychainError(.decode, "the keyring's passphrase index key does not open (a damaged keyring)")
+            }
+        }
+        return Unwrapped(classKeys: keys, registry: registry, passphraseIndex: passphraseIndex)
     }
 
     private static func unwrapClass(_ c: ProtectionClass, _ keyring: Keyring, under kek: SecureBytes)
@@ -640,6 +790,10 @@ public final class Vault: Sendable {
             s.classKeys = keys.classKeys
             s.registryKey = keys.registry
             s.registryReadable = true
+            if let p = keys.passphraseIndex, s.passphraseIndex == nil {
+                s.passphraseIndex = p
+                indexChanges.add(1, ordering: .releasing)
+            }
         }
     }
 

@@ -12,9 +12,9 @@ import KeychainWire
 /// (the store, its lookup cache and the class keys decide), so writes, locks and row damage show at once.
 ///
 /// What makes a memo entry valid is everything the skipped work depended on besides the query bytes:
-/// the caller (which app the connection's peer is, fixed for a registry generation) and whether a
-/// keychain passphrase is set (an administrator's presence). An entry records both and is used only
-/// while both are unchanged; any reload of the registrations (approve, revoke, passwd, unlock,
+/// the caller (which app the connection's peer is, fixed for a registry generation), whether a
+/// keychain passphrase is set (an administrator's presence) and the blind index in force (the
+/// digests' key). An entry records all three and is used only while they are unchanged; any reload of the registrations (approve, revoke, passwd, unlock,
 /// SIGHUP) makes every entry stale. Nothing secret is kept: queries carrying `v_Data` are not
 /// remembered, and a compiled query holds digests and attribute filters only.
 ///
@@ -32,6 +32,8 @@ final class CopyMemo {
     struct Token: Equatable {
         var registryGeneration: Int
         var passphraseSet: Bool
+        /// `ItemService.indexGeneration`: the blind index its digests were computed with.
+        var indexGeneration: Int
     }
 
     private final class Entry {

@@ -170,7 +170,9 @@ public final class RequestHandler: Sendable {
         _ query: UnsafeRawBufferPointer, id: Int64, memo: CopyMemo, peer: ConnectionPeer, into output: inout SecretBytes
     ) -> Bool {
         guard peer.isIdentified(in: registrar) else { return false }
-        let token = CopyMemo.Token(registryGeneration: peer.generation, passphraseSet: items.hasPassphrase)
+        let token = CopyMemo.Token(
+            registryGeneration: peer.generation, passphraseSet: items.hasPassphrase,
+            indexGeneration: items.indexGeneration)
         let hash = CopyMemo.hash(query)
         if let compiled = memo.lookup(query, hash: hash, token: token) {
             served(compiled, id, peer: peer, into: &output)
@@ -304,7 +306,9 @@ public final class RequestHandler: Sendable {
                 touch()
                 return result
             }
-            let token = CopyMemo.Token(registryGeneration: peer.generation, passphraseSet: passphraseSet)
+            let token = CopyMemo.Token(
+                registryGeneration: peer.generation, passphraseSet: passphraseSet,
+                indexGeneration: items.indexGeneration)
             let result = try item(action, request, caller: caller!, answers: peer.answers) { compiled in
                 slot.memo.store(slot.query, token: token, compiled: compiled)
                 if let template = QueryTemplate.scan(slot.query) {

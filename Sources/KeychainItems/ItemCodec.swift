@@ -80,11 +80,18 @@ struct ItemCodec: Sendable {
 
     /// Opens a row: the attributes always, the secret when `withSecret`. A locked class is
     /// errSecInteractionNotAllowed; anything damaged or moved is errSecDecode.
-    func open(_ row: StoredItem, withSecret: Bool, withAttributes: Bool = true) throws(KeychainError) -> OpenedItem {
+    /// `classKey` opens the item key instead of the vault's key of its class (a key change opens the
+    /// rows with the keys from before it).
+    func open(
+        _ row: StoredItem, withSecret: Bool, withAttributes: Bool = true,
+        classKey: ((ProtectionClass) -> SecureBytes?)? = nil
+    ) throws(KeychainError) -> OpenedItem {
         let protectionClass = row.protectionClass
         // The columns in place: a row's getters copy, and every row a read finds is opened.
         let opened = try row.withSealedColumns { (c) throws(KeychainError) in
-            try open(c, protectionClass: protectionClass, withSecret: withSecret, withAttributes: withAttributes)
+            try open(
+                c, protectionClass: protectionClass, withSecret: withSecret, withAttributes: withAttributes,
+                classKey: classKey)
         }
         return OpenedItem(
             row: row, protection: opened.protection, attributes: opened.attributes, secret: opened.secret)
@@ -93,12 +100,13 @@ struct ItemCodec: Sendable {
     /// `open` of a row given as its class and sealed columns in place (a key-only read opens them
     /// straight from the store, without a row): the same checks, in the same order.
     func open(
-        _ c: StoredItem.SealedColumns, protectionClass: UInt8, withSecret: Bool, withAttributes: Bool
+        _ c: StoredItem.SealedColumns, protectionClass: UInt8, withSecret: Bool, withAttributes: Bool,
+        classKey: ((ProtectionClass) -> SecureBytes?)? = nil
     ) throws(KeychainError) -> (protection: ProtectionClass, attributes: [String: Value], secret: SecretBytes?) {
         // The secret comes back beside the attributes (a variable set from inside the closures would
         // cost a runtime exclusivity check on every open).
         typealias Opened = (protection: ProtectionClass, attributes: [String: Value], secret: SecretBytes?)
-        return try withItemKey(c, protectionClass: protectionClass) {
+        return try withItemKey(c, protectionClass: protectionClass, classKey: classKey) {
             (protection, ik, sealing) throws(KeychainError) -> Opened in
             let attributes =
                 withAttributes ? try openAttributes(c, protection: protection, itemKey: ik, sealing: sealing) : [:]
@@ -137,6 +145,7 @@ struct ItemCodec: Sendable {
     /// into a stack buffer (zeroed afterwards). A locked class is errSecInteractionNotAllowed.
     private func withItemKey<R>(
         _ c: StoredItem.SealedColumns, protectionClass: UInt8,
+        classKey given: ((ProtectionClass) -> SecureBytes?)? = nil,
         _ body: (ProtectionClass, UnsafeRawBufferPointer, ItemSealing) throws(KeychainError) -> R
     ) throws(KeychainError) -> R {
         guard let protection = ProtectionClass(rawValue: protectionClass) else {
@@ -148,7 +157,15 @@ struct ItemCodec: Sendable {
         guard let sealing = ItemSealing(sealedItemKey: c.wrappedKey) else {
             throw KeychainError(.decode, "an item in the database is damaged (its item key has no known layout)")
         }
-        let classKey = try vault.openingKey(protection)
+        let classKey: Vault.OpeningKey
+        if let given {
+            guard let key = given(protection) else {
+                throw KeychainError(.internal, "no \(protection.code) class key to open an item with")
+            }
+            classKey = Vault.OpeningKey(key: key, prepared: nil)
+        } else {
+            classKey = try vault.openingKey(protection)
+        }
         return try classKey.key.withUnsafeBytes { (ck) throws(KeychainError) -> R in
             try Self.withAssociatedData(
                 ref: c.ref, protection: protection, part: .itemKey, uniqueIndex: c.uniqueIndex, sealing: sealing
@@ -191,13 +208,15 @@ struct ItemCodec: Sendable {
     /// (nil: the vault's current one).
     func seal(
         ref: [UInt8], protection: ProtectionClass, attributes: [String: Value], secret: SecretBytes,
-        rowid: Int64 = 0, classKey given: SecureBytes? = nil
+        rowid: Int64 = 0, classKey given: SecureBytes? = nil, indexer givenIndexer: BlindIndexer? = nil
     ) throws(KeychainError) -> StoredItem {
         let classKey: SecureBytes
         if let given { classKey = given } else { classKey = try vault.classKey(protection) }
+        let indexer: BlindIndexer
+        if let givenIndexer { indexer = givenIndexer } else { indexer = try vault.indexer() }
         var plain = CBOR.encode(.map(attributes))
         defer { Sodium.zero(&plain) }
-        let index = indexes(for: attributes)
+        let index = indexes(for: attributes, indexer)
         let parts = try withUnsafeTemporaryAllocation(byteCount: AEAD.keyBytes, alignment: 16) {
             (buffer) throws(KeychainError) -> (wrapped: [UInt8], attributes: [UInt8], secret: [UInt8]) in
             defer { Sodium.zero(buffer) }
@@ -229,18 +248,17 @@ struct ItemCodec: Sendable {
             rowid: rowid, ref: ref, protectionClass: protection.rawValue,
             accessGroupIndex: index.group, serviceIndex: index.service, accountIndex: index.account,
             uniqueIndex: index.unique, wrappedKey: parts.wrapped, attributes: parts.attributes,
-            secret: parts.secret, attributeIndexes: SecretServiceFields.indexes(for: attributes, vault.blindIndex))
+            secret: parts.secret, attributeIndexes: SecretServiceFields.indexes(for: attributes, indexer))
     }
 
     /// The blind-index columns of an item.
-    func indexes(for attributes: [String: Value]) -> (
+    func indexes(for attributes: [String: Value], _ b: BlindIndexer) -> (
         group: [UInt8], service: [UInt8], account: [UInt8], unique: [UInt8]
     ) {
         let group = attributes["agrp"].flatMap(Attribute.bytes(of:)) ?? []
         let service = attributes["svce"].flatMap(Attribute.bytes(of:)) ?? []
         let account = attributes["acct"].flatMap(Attribute.bytes(of:)) ?? []
         let sync = attributes["sync"]?.bool ?? false
-        let b = vault.blindIndex
         return (
             b.column(.accessGroup, group), b.column(.service, service), b.column(.account, account),
             b.uniqueKey(accessGroup: group, service: service, account: account, synchronizable: sync)

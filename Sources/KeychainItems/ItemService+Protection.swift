@@ -69,17 +69,101 @@ extension ItemService {
     /// errSecAuthFailed and counts towards the escalating delay; while a delay is in force the
     /// passphrase is not even tried (errSecAuthFailed at once, saying how long to wait). Without a
     /// passphrase set this succeeds: the keychain is always unlocked then.
+    ///
+    /// The first unlock of a keychain whose rows are still searched with the device index key (its
+    /// passphrase was set by a keychaind without the passphrase index key) migrates it: every row is
+    /// sealed again with its digests keyed by a fresh passphrase index key, in one transaction with
+    /// the keyring that holds that key, so a crash leaves the old or the new index, never a mix. A
+    /// failure there is reported, and the keychain stays unlocked and searchable as before; the next
+    /// unlock tries again.
     public func unlock(passphrase: SecureBytes) throws(KeychainError) {
         try protectionLock.withLock { (_) throws(KeychainError) in
             guard vault.hasPassphrase else { return }
             try checkNoDelay()
+            let migration: Vault.PendingIndex?
             do throws(KeychainError) {
-                try vault.unlock(passphrase: passphrase)
+                migration = try vault.unlock(passphrase: passphrase)
             } catch  where error.status == .authFailed {
                 throw try recordFailure()
             }
             try clearFailures()
+            if let migration { try migrateIndex(migration) }
         }
+    }
+
+    /// Re-keys every row's digests with `migration.indexer` and stores its keyring, then puts it in force.
+    private func migrateIndex(_ migration: Vault.PendingIndex) throws(KeychainError) {
+        let afterRow = testHooks.withLock { $0.afterRewrappedRow }
+        do {
+            try store.writeAlone(
+                { (w) throws(KeychainError) in
+                    try w.setMeta("keyring", migration.keyring)
+                    try reseal(w, indexer: migration.indexer, openWith: nil, sealWith: nil, afterRow: afterRow)
+                }, committed: { vault.adopt(migration) })
+        } catch {
+            throw KeychainError(
+                error.status,
+                "the keychain is unlocked, but moving its search index under the passphrase failed (it stays under device.key until the next unlock tries again): \(error.message)"
+            )
+        }
+        // The digests keyed by the device index key are still in the WAL: fold it into the database
+        // (secure_delete overwrote the freed pages) and truncate it.
+        store.truncateLog()
+    }
+
+    /// Seals every row again (a fresh item key, the same attributes and secret) with its digests
+    /// computed by `indexer`, one row at a time in rowid order: the item keys open with `openWith`
+    /// (nil: the vault's keys) and are sealed under `sealWith` (nil: the vault's). A row that does not
+    /// open because it is damaged is left as it is (it did not open before either); any other error
+    /// fails the caller's transaction. Runs inside the caller's transaction; returns how many rows.
+    @discardableResult
+    func reseal(
+        _ w: StoreWriter, indexer: BlindIndexer, openWith: ((ProtectionClass) -> SecureBytes?)?,
+        sealWith: ((ProtectionClass) -> SecureBytes?)?, afterRow: (@Sendable (Int) throws(KeychainError) -> Void)?
+    ) throws(KeychainError) -> Int {
+        // The refs laid end to end in one array (16 bytes an item, no array per item), then each row
+        // read, opened and written one at a time: memory stays flat but for them.
+        var refs: [UInt8] = []
+        try w.reader.forEach(RowFilter(includeSecret: false, includeSearchIndexes: false, includeAttributes: false)) {
+            (row) throws(KeychainError) -> Bool in
+            let ref = row.ref
+            guard ref.count == PersistentRef.idLength else { return true }  // damaged: no row opens it
+            refs.append(contentsOf: ref)
+            return true
+        }
+        var count = 0
+        for at in stride(from: 0, to: refs.count, by: PersistentRef.idLength) {
+            let ref = Array(refs[at..<at + PersistentRef.idLength])
+            var found: StoredItem?
+            try w.reader.forEach(RowFilter(ref: ref, includeSecret: true, includeSearchIndexes: false)) {
+                (row) throws(KeychainError) -> Bool in
+                found = row
+                return false
+            }
+            guard let row = found else { continue }
+            let item: OpenedItem
+            do throws(KeychainError) {
+                item = try codec.open(row, withSecret: true, classKey: openWith)
+            } catch  where error.status == .decode {
+                continue
+            }
+            let classKey: SecureBytes?
+            if let sealWith {
+                guard let k = sealWith(item.protection) else {
+                    throw KeychainError(.internal, "no \(item.protection.code) class key to seal an item with")
+                }
+                classKey = k
+            } else {
+                classKey = nil
+            }
+            let resealed = try codec.seal(
+                ref: row.ref, protection: item.protection, attributes: item.attributes,
+                secret: item.secret ?? SecretBytes(), rowid: row.rowid, classKey: classKey, indexer: indexer)
+            try w.update(resealed)
+            count += 1
+            try afterRow?(count)
+        }
+        return count
     }
 
     // MARK: Passphrase
@@ -136,8 +220,14 @@ extension ItemService {
                             pending.removesPassphrase
                             ? try w.deleteItems(protectionClass: ProtectionClass.whenPasscodeSetThisDeviceOnly.rawValue)
                             : 0
+                        if pending.reindexes {
+                            // The digests' key changes: every row sealed again (under the new class keys).
+                            try reseal(
+                                w, indexer: pending.indexer, openWith: { pending.previousClassKey($0) },
+                                sealWith: { pending.classKey($0) }, afterRow: afterRow)
+                        }
                         var rewrapped = 0
-                        try w.rewrapItemKeys(classes: pending.rotatedClasses.map(\.rawValue)) {
+                        try w.rewrapItemKeys(classes: pending.reindexes ? [] : pending.rotatedClasses.map(\.rawValue)) {
                             (row) throws(KeychainError) -> [UInt8]? in
                             guard let protection = ProtectionClass(rawValue: row.protectionClass),
                                 let sealing = ItemSealing(sealedItemKey: row.sealed)

@@ -52,9 +52,12 @@ extension ItemService {
         group: String, digest: [UInt8]
     )] {
         var out: [(group: String, digest: [UInt8])] = []
+        // Before the first unlock of a keychain with a passphrase no digest can be computed:
+        // errSecInteractionNotAllowed, as for a locked collection.
+        let index = try vault.indexer()
         for g in groups {
             try AccessPolicy.checkEntitlement(g, caller)
-            out.append((g, vault.blindIndex.column(.accessGroup, Array(g.utf8))))
+            out.append((g, index.column(.accessGroup, Array(g.utf8))))
         }
         return out
     }
@@ -113,9 +116,9 @@ extension ItemService {
     /// and — when the search names only `service` and `account` — the other items through their
     /// service and account columns. Every item of the groups when the search is empty.
     private func searchFilters(_ query: SecretServiceAttributes, groupIndexes: [[UInt8]], withSecret: Bool = false)
-        -> [RowFilter]
+        throws(KeychainError) -> [RowFilter]
     {
-        let index = vault.blindIndex
+        let index = try vault.indexer()
         guard !query.isEmpty else { return [RowFilter(accessGroupIndexes: groupIndexes, includeSecret: withSecret)] }
         // The first digest drives the query: not one of the names that many items share.
         let common: Set<[UInt8]> = [Array("xdg:schema".utf8), Array("application".utf8)]
@@ -187,7 +190,7 @@ extension ItemService {
         var unlocked: [SecretServiceMatch] = []
         var locked: [SecretServiceMatch] = []
         try store.read { (r) throws(KeychainError) in
-            for filter in searchFilters(query, groupIndexes: digests.map(\.digest)) {
+            for filter in try searchFilters(query, groupIndexes: digests.map(\.digest)) {
                 try r.forEach(filter) { (row) throws(KeychainError) -> Bool in
                     let groupIndex = row.accessGroupIndex  // once: a row's getters copy the column
                     guard let group = digests.first(where: { $0.digest == groupIndex })?.group else {
@@ -273,7 +276,7 @@ extension ItemService {
         return try store.write { (w) throws(KeychainError) -> (id: [UInt8], replaced: Bool) in
             if replace {
                 var match: OpenedItem?
-                for filter in searchFilters(attributes, groupIndexes: digests.map(\.digest)) where match == nil {
+                for filter in try searchFilters(attributes, groupIndexes: digests.map(\.digest)) where match == nil {
                     try w.reader.forEach(filter) { (row) throws(KeychainError) -> Bool in
                         let item = try codec.open(row, withSecret: false)
                         guard let v = view(item, group: group), v.attributes == attributes else { return true }

@@ -109,10 +109,27 @@ public final class ItemService: Sendable {
     /// Number of items of every group and class (status and tests).
     public func itemCount() throws(KeychainError) -> Int { try store.itemCount() }
 
-    /// Items the caller can see: every item for an admin, else those of its access groups.
+    /// Items the caller can see: every item for an admin, else those of its access groups. Before
+    /// the first unlock of a keychain with a passphrase the groups' digests cannot be computed: an
+    /// app's count is then of its Always (dk, dku) items only, found by opening them.
     public func itemCount(visibleTo caller: Caller) throws(KeychainError) -> Int {
         if caller.isAdmin { return try store.itemCount() }
-        let indexes = caller.accessGroups.map { vault.blindIndex.column(.accessGroup, Array($0.utf8)) }
+        guard let index = try? vault.indexer() else {
+            let always = ProtectionClass.allCases.filter(\.isAlways).map(\.rawValue)
+            var count = 0
+            try store.read { (r) throws(KeychainError) in
+                try r.forEach(RowFilter(classes: always, includeSearchIndexes: false)) {
+                    (row) throws(KeychainError) -> Bool in
+                    let group = try? codec.open(row, withSecret: false).attributes["agrp"]?.text
+                    if let group, caller.accessGroups.contains(where: { AccessPolicy.sameGroup($0, group) }) {
+                        count += 1
+                    }
+                    return true
+                }
+            }
+            return count
+        }
+        let indexes = caller.accessGroups.map { index.column(.accessGroup, Array($0.utf8)) }
         return try store.read { (r) throws(KeychainError) in try r.itemCount(groupIndexes: indexes) }
     }
 
@@ -192,6 +209,14 @@ public final class ItemService: Sendable {
         let sync: SyncFilter
         let scope: [String]?
         let filter: RowFilter
+        /// The blind index its digests were computed with (the one in force when it was compiled:
+        /// a compiled query outlives no change of it, see `indexGeneration`); nil when compiled before
+        /// the first unlock, when no digest could be computed: its filter then finds the Always
+        /// items only, by opening them.
+        let indexer: BlindIndexer?
+        /// Compiled before the first unlock for a query that may match items of passphrase classes,
+        /// which cannot be searched then: no match, or a list, is errSecInteractionNotAllowed.
+        let incomplete: Bool
         /// The caller the query was scoped to; a compiled query is run only for it.
         public let caller: Caller
         /// The query names `v_Data`: its compiled form holds those bytes and must not be remembered.
@@ -204,8 +229,9 @@ public final class ItemService: Sendable {
 
         init(
             check: RowCheck, limit: MatchLimit, returns: ReturnFlags, sync: SyncFilter, carriesSecret: Bool,
-            scope: [String]?, filter: RowFilter, caller: Caller
+            scope: [String]?, filter: RowFilter, indexer: BlindIndexer?, incomplete: Bool = false, caller: Caller
         ) {
+            self.incomplete = incomplete
             self.check = check
             self.limit = limit
             self.returns = returns
@@ -213,6 +239,7 @@ public final class ItemService: Sendable {
             self.carriesSecret = carriesSecret
             self.scope = scope
             self.filter = filter
+            self.indexer = indexer
             self.caller = caller
         }
 
@@ -220,7 +247,8 @@ public final class ItemService: Sendable {
         convenience init(_ base: CompiledCopy, check: RowCheck, filter: RowFilter) {
             self.init(
                 check: check, limit: base.limit, returns: base.returns, sync: base.sync,
-                carriesSecret: base.carriesSecret, scope: base.scope, filter: filter, caller: base.caller)
+                carriesSecret: base.carriesSecret, scope: base.scope, filter: filter, indexer: base.indexer,
+                incomplete: base.incomplete, caller: base.caller)
         }
     }
 
@@ -231,6 +259,11 @@ public final class ItemService: Sendable {
         let scope = try AccessPolicy.scope(naming: parsed.attributes[.accessGroup]?.text, caller)
         return compiled(parsed, scope: scope, caller: caller)
     }
+
+    /// Changes whenever the blind index the rows are searched with changes (the first unlock, an
+    /// index migration, setting or removing the passphrase): a compiled query from an earlier value
+    /// holds digests of another key, and must be compiled again.
+    public var indexGeneration: Int { vault.indexGeneration }
 
     /// `base` with its service and account filters replaced by these two strings: what `compileCopy`
     /// gives for `base`'s query with these values in place of its own, when both were text strings
@@ -249,9 +282,9 @@ public final class ItemService: Sendable {
             // The base's filter has no other condition: without digests it would match every row
             // (normalize keeps text text, so they are always made; refused here all the same, and the
             // caller then takes the full path).
-            guard
+            guard let index = base.indexer,
                 let digests = Self.uniqueIndexes(
-                    vault.blindIndex, scope: scope, service: serviceValue, account: accountValue, base.sync)
+                    index, scope: scope, service: serviceValue, account: accountValue, base.sync)
             else { throw KeychainError(.internal, "a point lookup without its digests") }
             var filter = base.filter
             filter.uniqueIndexes = digests
@@ -276,7 +309,8 @@ public final class ItemService: Sendable {
     }
 
     private func compiled(_ parsed: ParsedQuery, scope: [String]?, caller: Caller) -> CompiledCopy {
-        var filter = rowFilter(parsed, scope: scope, withSecret: parsed.returns.data)
+        let indexer = try? vault.indexer()
+        var filter = rowFilter(parsed, scope: scope, withSecret: parsed.returns.data, indexer: indexer)
         // A point lookup by the uniqueness digest that asks for no attributes and filters on nothing
         // but the key and the class needs no attribute re-check: the item key's associated data
         // authenticates the row's digest, and the digest was computed from the query and the caller's
@@ -288,7 +322,10 @@ public final class ItemService: Sendable {
         filter.includeAttributes = !keyOnly
         return CompiledCopy(
             check: keyOnly ? .keyOnly : .attributes(parsed), limit: parsed.limit, returns: parsed.returns,
-            sync: parsed.sync, carriesSecret: parsed.secret != nil, scope: scope, filter: filter, caller: caller)
+            sync: parsed.sync, carriesSecret: parsed.secret != nil, scope: scope, filter: filter, indexer: indexer,
+            incomplete: indexer == nil && parsed.persistentRef == nil
+                && !(parsed.attributes[.accessible]?.text.flatMap(ProtectionClass.init(code:))?.isAlways ?? false),
+            caller: caller)
     }
 
     /// Runs a compiled `copy`: reads and opens the matching rows now (the store, the lookup cache and
@@ -303,7 +340,7 @@ public final class ItemService: Sendable {
     /// point lookup that needs no attribute re-check (`keyOnly`), which is what `recompile` makes of
     /// it too, its digests aside.
     public func copiesInPlace(_ base: CompiledCopy) -> Bool {
-        guard base.keyOnly, !base.carriesSecret, let scope = base.scope,
+        guard base.keyOnly, !base.carriesSecret, let scope = base.scope, base.indexer != nil,
             let digests = base.filter.uniqueIndexes
         else { return false }
         return digests.count == scope.count * (base.sync == .any ? 2 : 1)
@@ -329,7 +366,7 @@ public final class ItemService: Sendable {
         _ base: CompiledCopy, service: UnsafeRawBufferPointer, account: UnsafeRawBufferPointer,
         _ body: (Digests) throws(KeychainError) -> R
     ) throws(KeychainError) -> R {
-        guard copiesInPlace(base), let scope = base.scope else {
+        guard copiesInPlace(base), let scope = base.scope, let index = base.indexer else {
             throw KeychainError(.internal, "a compiled copy that cannot be run for other values in place")
         }
         precondition(BlindIndexer.uniqueKeyLength == Digests.length, "digest lengths differ")
@@ -340,7 +377,7 @@ public final class ItemService: Sendable {
             // In the order `uniqueIndexes` gives: per group, not synchronizable first.
             var at = 0
             func digest(_ group: UnsafeRawBufferPointer, _ synchronizable: Bool) {
-                vault.blindIndex.uniqueKey(
+                index.uniqueKey(
                     accessGroup: group, service: service, account: account, synchronizable: synchronizable,
                     into: UnsafeMutableRawBufferPointer(rebasing: buffer[at..<at + Digests.length]))
                 at += Digests.length
@@ -495,7 +532,9 @@ public final class ItemService: Sendable {
                 return (first == nil ? 0 : 1) + others.count < maximum
             }
         }
-        guard let first else { throw Self.notFound }
+        guard let first else { throw compiled.incomplete ? Vault.notUnlockedSinceStart : Self.notFound }
+        // Before the first unlock a list would leave out the items of passphrase classes.
+        if compiled.incomplete && compiled.limit.returnsArray { throw Vault.notUnlockedSinceStart }
         let caller = compiled.caller
         if returns.data && caller.isAdmin && !caller.hasPresence {
             // The group of a key-only match is the one the query's digest was computed for.
@@ -566,9 +605,12 @@ public final class ItemService: Sendable {
         // The matches are read without their secrets: an update over many large items kept every
         // sealed secret in memory at once (300 items of 1 MB: 300 MB per update), outside any budget.
         // Each secret is read by its item's reference when it is sealed again, one at a time.
-        let filter = rowFilter(parsed, scope: scope, withSecret: false)
         do {
             try store.write { (w) throws(KeychainError) in
+                // The rows are sealed again with their digests: none can be computed before the first
+                // unlock. (Taken with the writer held: an index migration commits with it held too.)
+                let index = try vault.indexer()
+                let filter = rowFilter(parsed, scope: scope, withSecret: false, indexer: index)
                 if newProtection == .whenPasscodeSetThisDeviceOnly { try checkPasscodeItemsAccepted() }
                 var matches: [OpenedItem] = []
                 try w.reader.forEach(filter) { (row) throws(KeychainError) -> Bool in
@@ -604,7 +646,7 @@ public final class ItemService: Sendable {
                     }
                     let row = try codec.seal(
                         ref: item.row.ref, protection: protection, attributes: merged,
-                        secret: changes.secret ?? opened, rowid: item.row.rowid)
+                        secret: changes.secret ?? opened, rowid: item.row.rowid, indexer: index)
                     try w.update(row)
                 }
             }
@@ -622,8 +664,11 @@ public final class ItemService: Sendable {
     public func delete(_ query: [String: Value], caller: Caller) throws(KeychainError) {
         let parsed = try ParsedQuery(query, for: .delete)
         let scope = try AccessPolicy.scope(naming: parsed.attributes[.accessGroup]?.text, caller)
-        let filter = rowFilter(parsed, scope: scope, withSecret: false)
+        // Before the first unlock, only by persistent reference (a search would miss the items of
+        // passphrase classes, and a delete must remove every match).
         try store.write { (w) throws(KeychainError) in
+            let index = parsed.persistentRef == nil ? try vault.indexer() : try? vault.indexer()
+            let filter = rowFilter(parsed, scope: scope, withSecret: false, indexer: index)
             var rowids: [Int64] = []
             var groups: [String] = []
             try w.reader.forEach(filter) { (row) throws(KeychainError) -> Bool in
@@ -662,14 +707,21 @@ public final class ItemService: Sendable {
     /// The SQL side of a query: indexed columns only. The hot path — service and account known, one
     /// synchronizable value — becomes a point lookup on the UNIQUE index, one digest per group.
     /// The rows come without their search digests: the calls match the opened attributes instead.
-    func rowFilter(_ query: ParsedQuery, scope: [String]?, withSecret: Bool) -> RowFilter {
+    /// Without `indexer` (before the first unlock) no digest can be computed: the filter reads every
+    /// Always item (their keys are in memory), each then checked by its opened attributes.
+    func rowFilter(_ query: ParsedQuery, scope: [String]?, withSecret: Bool, indexer: BlindIndexer?) -> RowFilter {
         var filter = RowFilter(includeSecret: withSecret, includeSearchIndexes: false)
         if let ref = query.persistentRef {
             filter.ref = ref
-        } else {
+        } else if indexer == nil {
+            let always = ProtectionClass.allCases.filter(\.isAlways).map(\.rawValue)
+            filter.classes = always
+            if let code = query.attributes[.accessible]?.text, let protection = ProtectionClass(code: code) {
+                filter.classes = always.filter { $0 == protection.rawValue }
+            }
+        } else if let index = indexer {
             let service = query.attributes[.service]
             let account = query.attributes[.account]
-            let index = vault.blindIndex
             if let service, let account, let scope,
                 let digests = Self.uniqueIndexes(index, scope: scope, service: service, account: account, query.sync)
             {

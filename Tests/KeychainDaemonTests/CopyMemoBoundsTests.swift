@@ -16,7 +16,7 @@ struct CopyMemoBoundsTests {
         let directory: String
         let items: ItemService
         let caller = Caller(applicationIdentifier: "TEAM.app", accessGroups: ["TEAM.app"])
-        let token = CopyMemo.Token(registryGeneration: 1, passphraseSet: false)
+        let token = CopyMemo.Token(registryGeneration: 1, passphraseSet: false, indexGeneration: 0)
 
         init() throws {
             directory = try FileSystem.makeTemporaryDirectory(in: NSTemporaryDirectory(), prefix: "kc-memo-")
@@ -144,7 +144,7 @@ struct CopyMemoBoundsTests {
         }
         // The second shape's entry is the last; a query of the first is found by its scan, and
         // both by theirs afterwards, under their token only.
-        let stale = CopyMemo.Token(registryGeneration: 2, passphraseSet: false)
+        let stale = CopyMemo.Token(registryGeneration: 2, passphraseSet: false, indexGeneration: 0)
         for (i, shape) in [(0, [:]), (1, ["r_PersistentRef": Value.bool(true)]), (0, [:])] {
             let bytes = CBOR.encode(.map(query("other service", shape)))
             let found = try #require(bytes.withUnsafeBytes { memo.lookup(templateOf: $0, token: token) })

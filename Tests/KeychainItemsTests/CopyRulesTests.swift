@@ -181,7 +181,8 @@ import Testing
             try fx.add("svc", "alice")
             let parsed = try ParsedQuery(query("svc", "alice", ["r_Data": .bool(true)]), for: .copy)
             let scope = try AccessPolicy.scope(naming: parsed.attributes[.accessGroup]?.text, Fixture.app)
-            let filter = fx.service.rowFilter(parsed, scope: scope, withSecret: true)
+            let filter = fx.service.rowFilter(
+                parsed, scope: scope, withSecret: true, indexer: try fx.service.vault.indexer())
             #expect(filter.uniqueIndexes?.count == 2)  // one digest per caller group
             let plan = try explain(fx, filter.sql, parameters: filter.uniqueIndexes!)
             #expect(plan.contains("USING INDEX sqlite_autoindex_items_2"), "\(plan)")
@@ -190,7 +191,7 @@ import Testing
             // and the service, for the rowids alone (the index covers it).
             let svcOnly = fx.service.rowFilter(
                 try ParsedQuery(["class": .text("genp"), "svce": .text("svc")], for: .copy), scope: scope,
-                withSecret: false)
+                withSecret: false, indexer: try fx.service.vault.indexer())
             let plan2 = try explain(fx, svcOnly.sql, parameters: [svcOnly.serviceIndex!] + svcOnly.accessGroupIndexes!)
             #expect(
                 plan2.contains(
@@ -223,12 +224,12 @@ import Testing
             for withSecret in [false, true] {
                 let all = fx.service.rowFilter(
                     try ParsedQuery(["class": .text("genp"), "m_Limit": .text("m_LimitAll")], for: .copy), scope: scope,
-                    withSecret: withSecret)
+                    withSecret: withSecret, indexer: try fx.service.vault.indexer())
                 expectIndexedWithoutSort(try explain(fx, all.sql, parameters: all.accessGroupIndexes!), "(agrp_ix=?)")
             }
             let byAccount = fx.service.rowFilter(
                 try ParsedQuery(["class": .text("genp"), "acct": .text("alice")], for: .copy), scope: scope,
-                withSecret: true)
+                withSecret: true, indexer: try fx.service.vault.indexer())
             expectIndexedWithoutSort(
                 try explain(fx, byAccount.sql, parameters: [byAccount.accountIndex!] + byAccount.accessGroupIndexes!),
                 "(agrp_ix=?)")
@@ -237,7 +238,7 @@ import Testing
             let oneGroup = try AccessPolicy.scope(naming: nil, Caller(accessGroups: ["TEAM.app"]))
             let byService = fx.service.rowFilter(
                 try ParsedQuery(["class": .text("genp"), "svce": .text("svc")], for: .copy), scope: oneGroup,
-                withSecret: true)
+                withSecret: true, indexer: try fx.service.vault.indexer())
             expectIndexedWithoutSort(
                 try explain(fx, byService.sql, parameters: [byService.serviceIndex!] + byService.accessGroupIndexes!),
                 "(agrp_ix=? AND svce_ix=?)")

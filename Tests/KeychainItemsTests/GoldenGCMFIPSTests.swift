@@ -76,6 +76,14 @@ import Testing
         let directory = try GoldenGCMKeychainTests.copy(to: temporary)
         let passphrase = GoldenGCMKeychainTests.secure(GoldenGCMKeychainTests.keychainPassphrase)
         let written = GoldenGCMKeychainTests.Item(account: "written in FIPS mode", protection: "ak", secret: "new")
+        // The first unlock moves the rows' digests under the passphrase index key, sealing every row
+        // again: done first, outside FIPS mode and with AES-256-GCM, so the rows the change below
+        // re-wraps are GCM rows still.
+        do {
+            let service = try ItemService(directory: directory, kdfProfile: .interactive, sealing: .aes256GCM)
+            defer { service.close() }
+            try service.unlock(passphrase: passphrase)
+        }
         try AEAD.withLibgcryptForGCM { () throws in
             // New rows as a machine without AES-NI seals them: XChaCha20-Poly1305.
             let service = try ItemService(directory: directory, kdfProfile: .interactive, sealing: .xchacha20Poly1305)

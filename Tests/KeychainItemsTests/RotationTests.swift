@@ -318,21 +318,13 @@ struct RotationTests {
     /// still its own errSecDecode, and every other item is re-wrapped.
     @Test func aDamagedRowDoesNotStopAChangeAndStaysDamaged() throws {
         try withProtectedKeychain { fx in
+            try fx.service.changePassphrase(old: nil, new: pass("one"))
             for a in ["a", "b", "c"] { try fx.add("svc", a, secret: a, pdmn: "ck") }
-            var itemKey = try fx.rawColumns()[1].itemKey
-            itemKey[30] ^= 0x01
-            fx.service.close()
-            let db = try SQLiteConnection(path: fx.directory + "/" + ItemService.databaseName, create: false)
-            try db.withStatement("UPDATE items SET item_key = ? WHERE rowid = 2") { (s) throws(KeychainError) in
-                try s.bind(1, itemKey)
-                try s.run()
-            }
-            db.close()
-            fx.service = try ItemService(
-                directory: fx.directory, kdfProfile: .interactive, acceptCurrentRows: true, wallClock: fx.clock.read)
+            try damageRow2(fx)
             let damaged = try fx.rawColumns()[1]
-            try fx.service.changePassphrase(old: nil, new: pass("pw"))
+            try fx.service.changePassphrase(old: pass("one"), new: pass("pw"))
             #expect(try fx.rawColumns()[1] == damaged)
+            try fx.service.unlock(passphrase: pass("pw"))
             #expect(try fx.secret("svc", "a") == "a" && fx.secret("svc", "c") == "c")
             #expect(status { try fx.secret("svc", "b") } == .decode)
             try fx.reopen()
@@ -340,6 +332,40 @@ struct RotationTests {
             try fx.service.unlock(passphrase: pass("pw"))
             #expect(try fx.secret("svc", "c") == "c")
         }
+    }
+
+    /// Setting the first passphrase computes every row's digests again (under the passphrase index
+    /// key), which needs the row's attributes: a damaged row, whose attributes do not open, does not
+    /// stop it either and stays byte for byte as it was — found by no search from then on.
+    @Test func aDamagedRowDoesNotStopTheFirstPassphraseAndStaysAsItWas() throws {
+        try withProtectedKeychain { fx in
+            for a in ["a", "b", "c"] { try fx.add("svc", a, secret: a, pdmn: "ck") }
+            try damageRow2(fx)
+            let damaged = try fx.rawColumns()[1]
+            try fx.service.changePassphrase(old: nil, new: pass("pw"))
+            #expect(try fx.rawColumns()[1] == damaged)
+            #expect(try fx.secret("svc", "a") == "a" && fx.secret("svc", "c") == "c")
+            #expect(status { try fx.secret("svc", "b") } == .itemNotFound)
+            try fx.reopen()
+            #expect(!fx.service.rowCheck.resealed)
+            try fx.service.unlock(passphrase: pass("pw"))
+            #expect(try fx.secret("svc", "c") == "c")
+        }
+    }
+
+    /// Flips one bit of the second row's sealed item key and reopens the keychain accepting it.
+    private func damageRow2(_ fx: ProtectedFixture) throws {
+        var itemKey = try fx.rawColumns()[1].itemKey
+        itemKey[30] ^= 0x01
+        fx.service.close()
+        let db = try SQLiteConnection(path: fx.directory + "/" + ItemService.databaseName, create: false)
+        try db.withStatement("UPDATE items SET item_key = ? WHERE rowid = 2") { (s) throws(KeychainError) in
+            try s.bind(1, itemKey)
+            try s.run()
+        }
+        db.close()
+        fx.service = try ItemService(
+            directory: fx.directory, kdfProfile: .interactive, acceptCurrentRows: true, wallClock: fx.clock.read)
     }
 
     /// A warm point-lookup cache holds rows sealed under the old keys; the change's commit clears it.
