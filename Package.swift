@@ -58,7 +58,7 @@ let package = Package(
         .target(
             name: "KeychainSecretService",
             dependencies: [
-                "KeychainSystem", "KeychainCore", "KeychainCrypto", "KeychainItems",
+                "KeychainSystem", "KeychainCore", "KeychainCrypto", "KeychainItems", "KeychainStore",
                 "KeychainDaemon", "CSystemd",
             ]),
         // The client core without Foundation (so keychainctl starts fast): the shared pipelined
@@ -112,7 +112,7 @@ let package = Package(
             name: "KeychainItemsTests",
             dependencies: [
                 "KeychainSystem", "KeychainItems", "KeychainStore", "KeychainCrypto", "KeychainCore",
-                "KeychainTestSupport",
+                "KeychainTestSupport", "KeychainSecretService",
             ]),
         .testTarget(
             name: "KeychainDaemonTests",
@@ -122,7 +122,8 @@ let package = Package(
         .testTarget(
             name: "SecretServiceTests",
             dependencies: [
-                "KeychainSecretService"
+                "KeychainSecretService", "KeychainItems", "KeychainStore", "KeychainCrypto", "KeychainCore",
+                "KeychainSystem", "KeychainTestSupport",
             ]),
         .testTarget(
             name: "IntegrationTests",

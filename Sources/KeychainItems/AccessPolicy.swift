@@ -122,7 +122,7 @@ public enum AccessPolicy {
 
     // MARK: Item-level rules
 
-    static let noGroups = KeychainError(
+    package static let noGroups = KeychainError(
         .missingEntitlement,
         "the caller has no keychain access groups; register the application with keychain-access-groups")
 
@@ -181,5 +181,16 @@ public enum AccessPolicy {
     static func printable(_ s: String) -> String {
         String(
             s.unicodeScalars.prefix(64).map { $0.isASCII && $0.value >= 0x20 && $0.value < 0x7F ? Character($0) : "?" })
+    }
+}
+
+extension AccessPolicy {
+    /// What unregistered bus callers get (`secretServiceUnregistered` in keychaind.json).
+    public enum UnregisteredBusCallers: String, Sendable, CaseIterable {
+        /// One shared collection (the access group `secret-service`), as every desktop provider
+        /// gives every process of the session today.
+        case shared
+        /// Nothing: errors naming the reason and how to register.
+        case refuse
     }
 }

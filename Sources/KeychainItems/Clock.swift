@@ -2,10 +2,10 @@ import KeychainSystem
 
 /// Timestamps for cdat/mdat: wall-clock seconds, strictly increasing across the writes of this process,
 /// and an update's mdat at least 1 ms past the item's previous one (as Apple does).
-final class Clock: Sendable {
+package final class Clock: Sendable {
     private let last = Locked<Double>(0)
 
-    func next(after previous: Double? = nil) -> Double {
+    package func next(after previous: Double? = nil) -> Double {
         let wall = WallClock.now()
         return last.withLock { last in
             var t = max(wall, last + 1e-6)

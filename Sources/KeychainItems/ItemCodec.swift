@@ -1,16 +1,16 @@
-import KeychainCore
-import KeychainCrypto
-import KeychainStore
-import KeychainSystem
+package import KeychainCore
+package import KeychainCrypto
+package import KeychainStore
+package import KeychainSystem
 
 /// An item after opening its row: the decrypted attributes (and the secret when it was asked for).
-struct OpenedItem {
-    var row: StoredItem
-    var protection: ProtectionClass
+package struct OpenedItem {
+    package var row: StoredItem
+    package var protection: ProtectionClass
     /// Wire key → stored value: every attribute set, plus agrp, pdmn, sync, svce, acct, cdat, mdat.
-    var attributes: [String: Value]
+    package var attributes: [String: Value]
     /// Opened into wiping storage: zeroed when the last copy goes.
-    var secret: SecretBytes?
+    package var secret: SecretBytes?
 }
 
 /// Seals items into rows and opens rows into items.
@@ -23,7 +23,7 @@ struct OpenedItem {
 ///
 /// New rows are sealed with `sealing` (AES-256-GCM where the CPU runs it); a row is opened with the
 /// construction its sealed item key names, so rows written before, or on another CPU, keep opening.
-struct ItemCodec: Sendable {
+package struct ItemCodec: Sendable {
     let vault: Vault
     var sealing: ItemSealing = .preferred
 
@@ -82,7 +82,7 @@ struct ItemCodec: Sendable {
     /// errSecInteractionNotAllowed; anything damaged or moved is errSecDecode.
     /// `classKey` opens the item key instead of the vault's key of its class (a key change opens the
     /// rows with the keys from before it).
-    func open(
+    package func open(
         _ row: StoredItem, withSecret: Bool, withAttributes: Bool = true,
         classKey: ((ProtectionClass) -> SecureBytes?)? = nil
     ) throws(KeychainError) -> OpenedItem {
@@ -99,7 +99,7 @@ struct ItemCodec: Sendable {
 
     /// `open` of a row given as its class and sealed columns in place (a key-only read opens them
     /// straight from the store, without a row): the same checks, in the same order.
-    func open(
+    package func open(
         _ c: StoredItem.SealedColumns, protectionClass: UInt8, withSecret: Bool, withAttributes: Bool,
         classKey: ((ProtectionClass) -> SecureBytes?)? = nil
     ) throws(KeychainError) -> (protection: ProtectionClass, attributes: [String: Value], secret: SecretBytes?) {
@@ -206,7 +206,7 @@ struct ItemCodec: Sendable {
     /// for every write, updates included, so a row written after a passphrase change shares no key
     /// with any older version of itself. `classKey` is the key of `protection` to wrap it with
     /// (nil: the vault's current one).
-    func seal(
+    package func seal(
         ref: [UInt8], protection: ProtectionClass, attributes: [String: Value], secret: SecretBytes,
         rowid: Int64 = 0, classKey given: SecureBytes? = nil, indexer givenIndexer: BlindIndexer? = nil
     ) throws(KeychainError) -> StoredItem {

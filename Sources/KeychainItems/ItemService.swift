@@ -12,10 +12,10 @@ public final class ItemService: Sendable {
     /// The file name, inside the data directory, of the device key (32 random bytes): the root of the key hierarchy.
     public static let deviceKeyName = "device.key"
 
-    let store: ItemStore
-    let vault: Vault
-    let codec: ItemCodec
-    let clock = Clock()
+    package let store: ItemStore
+    package let vault: Vault
+    package let codec: ItemCodec
+    package let clock = Clock()
     /// Argon2id costs of the next passphrase or backup (existing ones keep theirs).
     public let kdfProfile: KDFProfile
     /// Wall-clock seconds (the unlock delays survive restarts, so they use real time).

@@ -1,4 +1,4 @@
-import KeychainCore
+public import KeychainCore
 import KeychainCrypto
 
 /// Secret Service attributes: names and values as UTF-8 bytes, compared byte for byte (Swift's
@@ -67,16 +67,9 @@ public struct SecretServiceAttributes: Sendable, Hashable {
 /// An item whose `gena` is anything else shows the Secret Service the attributes derived from its
 /// service and account (docs/secret-service.md).
 public enum SecretServiceFields {
-    static let magic: [UInt8] = [0x6B, 0x63, 0x73, 0x73, 0x01]  // "kcss", version 1
-    /// The content type a secret gets when the caller names none, or its item has none stored.
-    public static let defaultContentType = "text/plain"
-    /// The attribute names of an item created through the keychain API.
-    public static let serviceName = "service"
-    /// The attribute name that carries an item's account (`kSecAttrAccount`).
-    public static let accountName = "account"
-
+    package static let magic: [UInt8] = [0x6B, 0x63, 0x73, 0x73, 0x01]  // "kcss", version 1
     /// The `gena` bytes for these attributes and content type.
-    static func encode(_ attributes: SecretServiceAttributes, contentType: String) -> [UInt8] {
+    package static func encode(_ attributes: SecretServiceAttributes, contentType: String) -> [UInt8] {
         let pairs: [Value] = attributes.sorted.map {
             .array([.text(String(decoding: $0.name, as: UTF8.self)), .text(String(decoding: $0.value, as: UTF8.self))])
         }
@@ -84,7 +77,7 @@ public enum SecretServiceFields {
     }
 
     /// The Secret Service fields an item's `gena` holds, or nil when it holds none.
-    static func decode(_ gena: Value?) -> (attributes: SecretServiceAttributes, contentType: String)? {
+    package static func decode(_ gena: Value?) -> (attributes: SecretServiceAttributes, contentType: String)? {
         guard case .bytes(let b)? = gena, b.count > magic.count, b.starts(with: magic),
             case .map(let m)? = try? CBOR.decode(Array(b[magic.count...])),
             case .array(let list)? = m["a"], case .text(let type)? = m["t"]
@@ -99,22 +92,6 @@ public enum SecretServiceFields {
         return (SecretServiceAttributes(pairs), type)
     }
 
-    /// The attributes an item shows the Secret Service: its own, or `service` and `account` from its
-    /// service and account (text, or bytes that are UTF-8; left out when they are neither, so what a
-    /// search finds through the index columns and what the item shows always agree).
-    static func view(of attributes: [String: Value]) -> (
-        attributes: SecretServiceAttributes, contentType: String, own: Bool
-    ) {
-        if let own = decode(attributes["gena"]) { return (own.attributes, own.contentType, true) }
-        var derived: [[UInt8]: [UInt8]] = [:]
-        for (name, key) in [(serviceName, "svce"), (accountName, "acct")] {
-            if let b = attributes[key].flatMap(Attribute.bytes(of:)), String(validating: b, as: UTF8.self) != nil {
-                derived[Array(name.utf8)] = b
-            }
-        }
-        return (SecretServiceAttributes(derived), defaultContentType, false)
-    }
-
     /// The attribute-index entries of an item with these stored attributes: the mark and one digest
     /// per pair when it has its own Secret Service attributes, none otherwise (its service and account
     /// are searched through their own columns).
@@ -122,11 +99,5 @@ public enum SecretServiceFields {
         guard let own = decode(attributes["gena"]) else { return [] }
         return [index.secretServiceItemMark]
             + own.attributes.sorted.map { index.secretServiceAttribute(name: $0.name, value: $0.value) }
-    }
-
-    /// Whether `attributes` are exactly the shape of an item made through the keychain API — a
-    /// `service` and an `account` and nothing else — so they can be that item's own service and account.
-    static func isServiceAndAccount(_ attributes: SecretServiceAttributes) -> Bool {
-        attributes.count == 2 && attributes[serviceName] != nil && attributes[accountName] != nil
     }
 }

@@ -1,4 +1,5 @@
 import KeychainCore
+import KeychainSecretService
 import KeychainStore
 import KeychainSystem
 import KeychainTestSupport

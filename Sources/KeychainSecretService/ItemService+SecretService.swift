@@ -1,5 +1,6 @@
 public import KeychainCore
 import KeychainCrypto
+public import KeychainItems
 import KeychainStore
 public import KeychainSystem
 
@@ -105,7 +106,8 @@ extension ItemService {
         guard let agrp = item.attributes["agrp"]?.text, AccessPolicy.sameGroup(agrp, group) else { return nil }
         let fields = SecretServiceFields.view(of: item.attributes)
         let label =
-            item.attributes["labl"].flatMap(Attribute.bytes(of:)).map { String(decoding: $0, as: UTF8.self) } ?? ""
+            item.attributes["labl"].flatMap(ItemService.attributeBytes(of:)).map { String(decoding: $0, as: UTF8.self) }
+            ?? ""
         return SecretServiceItem(
             id: item.row.ref, group: group, locked: false, label: label, attributes: fields.attributes,
             contentType: fields.contentType, created: item.attributes["cdat"]?.date ?? 0,
@@ -162,7 +164,7 @@ extension ItemService {
         -> SecretServiceItem?
     {
         let digests = try groupDigests(groups, caller)
-        guard !digests.isEmpty, id.count == PersistentRef.idLength else { return nil }
+        guard !digests.isEmpty, id.count == ItemService.itemIDLength else { return nil }
         var found: SecretServiceItem?
         try store.read { (r) throws(KeychainError) in
             try r.forEach(RowFilter(ref: id, accessGroupIndexes: digests.map(\.digest))) {
@@ -216,7 +218,7 @@ extension ItemService {
         secret: SecretBytes, contentType: String
     )? {
         let digests = try groupDigests(groups, caller)
-        guard !digests.isEmpty, id.count == PersistentRef.idLength else { return nil }
+        guard !digests.isEmpty, id.count == ItemService.itemIDLength else { return nil }
         var result: (secret: SecretBytes, contentType: String)?
         try store.read { (r) throws(KeychainError) in
             try r.forEach(RowFilter(ref: id, accessGroupIndexes: digests.map(\.digest), includeSecret: true)) {
@@ -293,7 +295,7 @@ extension ItemService {
                 }
             }
             let now = clock.next()
-            let ref = PersistentRef.newID(createdAt: now)
+            let ref = ItemService.newItemID(createdAt: now)
             var stored: [String: Value] = [
                 "agrp": .text(group), "pdmn": .text(protection.code), "sync": .bool(false),
                 "cdat": .date(now), "mdat": .date(now), "labl": .text(label),
@@ -367,7 +369,7 @@ extension ItemService {
     /// `Item.Delete`. Returns whether the item was there.
     public func secretServiceDelete(id: [UInt8], groups: [String], caller: Caller) throws(KeychainError) -> Bool {
         let digests = try groupDigests(groups, caller)
-        guard !digests.isEmpty, id.count == PersistentRef.idLength else { return false }
+        guard !digests.isEmpty, id.count == ItemService.itemIDLength else { return false }
         return try store.write { (w) throws(KeychainError) -> Bool in
             var rowid: Int64?
             try w.reader.forEach(RowFilter(ref: id, accessGroupIndexes: digests.map(\.digest))) {
@@ -406,7 +408,7 @@ extension ItemService {
         _ change: (inout [String: Value], SecretServiceItem) throws(KeychainError) -> Void
     ) throws(KeychainError) -> Bool {
         let digests = try groupDigests(groups, caller)
-        guard !digests.isEmpty, id.count == PersistentRef.idLength else { return false }
+        guard !digests.isEmpty, id.count == ItemService.itemIDLength else { return false }
         return try store.write { (w) throws(KeychainError) -> Bool in
             var found: (OpenedItem, SecretServiceItem)?
             // With the secret column: re-sealing under a fresh item key opens the unchanged secret.

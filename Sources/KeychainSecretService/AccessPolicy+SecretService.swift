@@ -1,18 +1,10 @@
 public import KeychainCore
+public import KeychainItems
 
 /// The access policy for callers on the session bus (the Secret Service, SPEC §9). A bus caller is
 /// identified as a socket caller is — its process pinned with a pidfd, its executable file looked
 /// up among the registrations that count — and then decided here, with the same rules.
 extension AccessPolicy {
-    /// What unregistered bus callers get (`secretServiceUnregistered` in keychaind.json).
-    public enum UnregisteredBusCallers: String, Sendable, CaseIterable {
-        /// One shared collection (the access group `secret-service`), as every desktop provider
-        /// gives every process of the session today.
-        case shared
-        /// Nothing: errors naming the reason and how to register.
-        case refuse
-    }
-
     /// The access group of the shared collection.
     public static let secretServiceSharedGroup = "secret-service"
 

@@ -5,6 +5,7 @@ import KeychainSystem
 import Testing
 
 @testable import KeychainItems
+@testable import KeychainSecretService
 @testable import KeychainStore
 
 /// Secret Service items are keychain items (ItemService+SecretService.swift, docs/secret-service.md):
