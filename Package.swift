@@ -1,7 +1,9 @@
 // swift-tools-version:6.0
 // keychaind — Apple's Keychain Services for Linux.
 // Layering (bottom to top): C shims → KeychainSystem → KeychainCore → KeychainCrypto / KeychainWire
-// → KeychainStore → KeychainItems → KeychainDaemon → KeychainSecretService → executables.
+// → KeychainStore → KeychainItems → KeychainRequests (the request core) → the transports beside each
+// other: KeychainDaemon (the socket) and KeychainSecretService (the session bus) → keychaind, whose
+// main wires the Secret Service onto the daemon's core.
 // The client: KeychainClient (on KeychainWire) → Security (Apple's API) → KeychainServices (the
 // Swift-native API). Only KeychainSystem (and the C shims) call libc for files, sockets, clocks,
 // processes and locks.
@@ -48,18 +50,23 @@ let package = Package(
         // The item model and Apple's SecItem semantics on top of the store.
         .target(
             name: "KeychainItems", dependencies: ["KeychainSystem", "KeychainCore", "KeychainStore", "KeychainCrypto"]),
-        // Sockets, connections, caller identity, configuration, policy, lifecycle.
+        // The request core under every transport: peer identity, the registered app and its caller,
+        // activity, the unlock gate, the log (RequestCore.swift says how a transport plugs in).
+        .target(name: "KeychainRequests", dependencies: ["KeychainSystem", "KeychainCore", "KeychainItems"]),
+        // The socket transport and the daemon: sockets, connections, the app registry,
+        // configuration, admin verbs, status, lifecycle.
         .target(
             name: "KeychainDaemon",
             dependencies: [
                 "KeychainSystem", "KeychainCore", "KeychainWire", "KeychainItems", "KeychainStore", "KeychainCrypto",
+                "KeychainRequests",
             ]),
         // The freedesktop Secret Service on the session bus, served inside keychaind (`--secret-service`).
         .target(
             name: "KeychainSecretService",
             dependencies: [
                 "KeychainSystem", "KeychainCore", "KeychainCrypto", "KeychainItems", "KeychainStore",
-                "KeychainDaemon", "CSystemd",
+                "KeychainRequests", "CSystemd",
             ]),
         // The client core without Foundation (so keychainctl starts fast): the shared pipelined
         // connection, value-level calls, admin calls, the device-identifier convention.
@@ -75,7 +82,7 @@ let package = Package(
             name: "keychaind",
             dependencies: [
                 "KeychainSystem", "KeychainDaemon", "KeychainItems", "KeychainStore",
-                "KeychainSecretService",
+                "KeychainSecretService", "KeychainRequests",
             ]),
         .executableTarget(
             name: "keychainctl", dependencies: ["KeychainSystem", "KeychainCore", "KeychainClient"]),
@@ -89,6 +96,7 @@ let package = Package(
             name: "keychaind-fuzz",
             dependencies: [
                 "KeychainSystem", "KeychainDaemon", "KeychainCore", "KeychainWire", "KeychainItems", "CSupport",
+                "KeychainRequests",
             ]),
         .executableTarget(
             name: "device-id-example", dependencies: ["KeychainServices"],
@@ -118,6 +126,7 @@ let package = Package(
             name: "KeychainDaemonTests",
             dependencies: [
                 "KeychainSystem", "KeychainDaemon", "KeychainItems", "KeychainCrypto", "KeychainCore", "KeychainWire",
+                "KeychainRequests",
             ]),
         .testTarget(
             name: "SecretServiceTests",

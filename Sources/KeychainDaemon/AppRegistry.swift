@@ -1,5 +1,6 @@
 public import KeychainCore
 import KeychainItems
+public import KeychainRequests
 import KeychainSystem
 
 /// One registration as the daemon sees it: the entry, where it was read, and whether it counts.
@@ -252,30 +253,5 @@ public struct AppRegistry: Sendable {
     /// Registrations that do not count, for logs and status.
     public var untrusted: [Registration] {
         registrations.filter { $0.untrusted != nil || !$0.refusedExecutables.isEmpty }
-    }
-}
-
-/// Why a peer is not a registered app: the message an unidentified caller gets with −34018.
-public struct KeychainIdentityError: Error, Sendable {
-    /// The one line the client gets, saying why the peer is not registered and what to do.
-    public let message: String
-    /// What the peer's requests get: errSecMissingEntitlement, or errSecInteractionNotAllowed while
-    /// its registration cannot be checked before the first unlock (`Registration.untilUnlock`).
-    public let status: Status
-    init(_ message: String, status: Status = .missingEntitlement) {
-        self.message = message
-        self.status = status
-    }
-}
-
-extension AppEntry {
-    /// The same registration: identifier, groups, executables and admin flag, byte for byte (the
-    /// file it was read from does not matter). What an approval covers.
-    public func sameRegistration(as other: AppEntry) -> Bool {
-        func same(_ a: [String], _ b: [String]) -> Bool {
-            a.count == b.count && zip(a, b).allSatisfy { $0.utf8.elementsEqual($1.utf8) }
-        }
-        return applicationIdentifier.utf8.elementsEqual(other.applicationIdentifier.utf8)
-            && same(accessGroups, other.accessGroups) && same(executables, other.executables) && admin == other.admin
     }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import KeychainRequests
 import KeychainSystem
 
 /// Reads the registrations again when a file in an `apps.d` changes, as SIGHUP does, so that a

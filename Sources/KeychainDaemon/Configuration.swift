@@ -2,6 +2,7 @@ import Foundation
 import KeychainCore
 public import KeychainCrypto
 public import KeychainItems
+public import KeychainRequests
 import KeychainStore
 import KeychainSystem
 
@@ -69,39 +70,6 @@ public struct ConfigurationError: Error, CustomStringConvertible {
     public let reason: String
     /// `file: reason`, as the daemon prints it before refusing to start.
     public var description: String { "\(file): \(reason)" }
-}
-
-/// One registered application (`apps.d/*.json`, docs/security.md §2).
-public struct AppEntry: Sendable, Equatable {
-    /// The identity the daemon gives the app's processes (`application-identifier`).
-    public var applicationIdentifier: String
-    /// The access groups the app may use, in order; the first is the default for adds.
-    public var accessGroups: [String]
-    /// Absolute paths of the executables whose processes are identified as this app.
-    public var executables: [String]
-    /// Whether the app may make administrator calls (lock, passphrase, backup, approvals).
-    public var admin: Bool
-    /// The registration file the entry was read from, for messages.
-    public var file: String
-    /// `"secretService": true` in the file: the app asks to be identified on the session bus too.
-    /// Honoured, while a passphrase is set, only in a root-owned system registration (`onBus`).
-    public var secretService = false
-    /// Whether a bus caller running this app is identified as it (decided when the registry is
-    /// read): always without a passphrase; with one, only for a system registration that asks for it.
-    /// On the bus a caller is whatever its connecting process runs when first asked, and any process
-    /// of the user can open a connection and then exec a registered app, so an app is reachable
-    /// there only when it said so in a file the user's processes cannot write (docs/security.md).
-    public var onBus = false
-
-    /// An entry from its fields, as read from a registration file; validates nothing.
-    public init(applicationIdentifier: String, accessGroups: [String], executables: [String], admin: Bool, file: String)
-    {
-        self.applicationIdentifier = applicationIdentifier
-        self.accessGroups = accessGroups
-        self.executables = executables
-        self.admin = admin
-        self.file = file
-    }
 }
 
 enum JSONFile {

@@ -1,5 +1,6 @@
 import KeychainCore
 import KeychainItems
+import KeychainRequests
 import KeychainSystem
 import KeychainWire
 import Synchronization

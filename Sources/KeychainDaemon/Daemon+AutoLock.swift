@@ -1,5 +1,6 @@
 import Foundation
 import KeychainItems
+import KeychainRequests
 import KeychainSystem
 import Synchronization
 
@@ -37,9 +38,9 @@ extension Daemon {
                 }
                 // Under the unlock gate: an unlock that has checked its passphrase has also restarted
                 // both clocks, so it is never followed by a lock counted from before it.
-                let (idle, why) = self.handler.unlockGate.withLock { () -> (Int64, String?) in
+                let (idle, why) = self.core.unlockGate.withLock { () -> (Int64, String?) in
                     let now = MonotonicClock.milliseconds()
-                    let idle = now - self.handler.lastActivity.load(ordering: .relaxed)
+                    let idle = now - self.core.lastActivity.load(ordering: .relaxed)
                     let open = now - self.handler.unlockedAt.load(ordering: .relaxed)
                     var why: String?
                     if limit > 0 && idle >= limit {
@@ -78,8 +79,6 @@ extension Daemon {
     /// about to sleep; SessionLock.swift), by the auto-lock's path: under the unlock gate, logged as
     /// `keychain locked` with `by`. Returns whether it locked (false: no passphrase, or locked already).
     public func lockNow(by reason: String) -> Bool {
-        let locked = handler.unlockGate.withLock { items.lockIfUnlocked() }
-        if locked { Log.info("keychain locked", [("by", reason)]) }
-        return locked
+        core.lockNow(by: reason)
     }
 }

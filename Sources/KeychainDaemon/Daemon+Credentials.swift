@@ -2,6 +2,7 @@ import Foundation
 import KeychainCore
 import KeychainCrypto
 import KeychainItems
+import KeychainRequests
 import KeychainSystem
 
 /// Unlocking from a systemd credential at start, and checking that key memory is locked.

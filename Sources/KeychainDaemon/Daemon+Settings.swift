@@ -1,4 +1,5 @@
 import Foundation
+import KeychainRequests
 import KeychainSystem
 import KeychainWire
 

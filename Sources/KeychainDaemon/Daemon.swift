@@ -2,6 +2,7 @@ import Foundation
 import KeychainCore
 import KeychainCrypto
 import KeychainItems
+public import KeychainRequests
 import KeychainStore
 import KeychainSystem
 import KeychainWire
@@ -13,6 +14,8 @@ import Synchronization
 public final class Daemon: Sendable {
     let settings: Settings
     let bundledCLI: String?
+    /// The transport-neutral request path the socket and the Secret Service both adapt.
+    public let core: RequestCore
     let handler: RequestHandler
     let items: ItemService
     let listener: Listener
@@ -22,9 +25,6 @@ public final class Daemon: Sendable {
     private let connections = Locked<[ObjectIdentifier: UnixSocket]>([:])
     let stopping = Atomic<Bool>(false)
     private let drained = NSCondition()
-    /// Run once the listener stops accepting, before in-flight requests are drained and the store
-    /// closes (the Secret Service's thread stops there).
-    let shutdownHooks = Locked<[@Sendable () -> Void]>([])
 
     /// Opens the item store, loads the registrations and binds (or inherits) the socket; throws on failure.
     public init(settings: Settings) throws {
@@ -62,8 +62,9 @@ public final class Daemon: Sendable {
         }
         let registrar = self.registrar
         appsWatcher = watch.map { AppsWatcher(watch: $0, registrar: registrar) }
+        core = RequestCore(items: items, directory: RegistryDirectory(registrar: registrar, watcher: appsWatcher))
         handler = RequestHandler(
-            items: items, registrar: registrar, maxFrameBytes: settings.maxFrameBytes,
+            core: core, registrar: registrar, maxFrameBytes: settings.maxFrameBytes,
             maxBufferedBytes: settings.maxBufferedBytes,
             lockSettings: (settings.autoLockSeconds, settings.maxUnlockedSeconds))
         if let inherited = try Listener.inherited() {
@@ -80,12 +81,19 @@ public final class Daemon: Sendable {
             ])
     }
 
+    /// Gives up before serving (a part that must start with the daemon could not): closes the store
+    /// and removes the socket file it bound.
+    public func abandon() {
+        items.close()
+        listener.removeSocketFile()
+    }
+
     /// Accepts until stopped, then drains in-flight requests. Returns the exit status.
     public func run() -> Int32 {
         startSignalThread()
         if let appsWatcher {
             appsWatcher.start()
-            shutdownHooks.withLock { $0.append { appsWatcher.stop() } }
+            core.onShutdown { appsWatcher.stop() }
         }
         startAutoLockThread()
         ServiceNotifier.send("READY=1\nSTATUS=serving\nMAINPID=\(CurrentProcess.pid)")
@@ -96,7 +104,9 @@ public final class Daemon: Sendable {
             }
             admit(accepted)
         }
-        for hook in shutdownHooks.withLock({ $0 }) { hook() }
+        // Run once the listener stops accepting, before in-flight requests are drained and the
+        // store closes (the Secret Service's thread stops there).
+        core.runShutdownHooks()
         drain()
         items.close()
         listener.removeSocketFile()

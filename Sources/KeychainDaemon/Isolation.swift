@@ -1,4 +1,5 @@
 import KeychainCore
+import KeychainRequests
 import KeychainSystem
 
 /// How strongly apps are kept apart right now, in plain words (`status` → `isolation`, shown by

@@ -1,4 +1,5 @@
 public import KeychainCore
+import KeychainRequests
 public import KeychainSystem
 import KeychainWire
 

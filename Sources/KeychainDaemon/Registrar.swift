@@ -1,5 +1,6 @@
 import KeychainCore
 import KeychainItems
+import KeychainRequests
 import KeychainSystem
 import Synchronization
 
@@ -177,4 +178,19 @@ final class ConnectionPeer {
         if generation != registrar.generation { _ = app(in: registrar) }
         return identified
     }
+}
+
+/// The registry as the request core asks it (`AppDirectory`): a change to an apps.d made before
+/// the call is taken first (`AppsWatcher.catchUp`), as for a new socket connection.
+struct RegistryDirectory: AppDirectory {
+    let registrar: Registrar
+    let watcher: AppsWatcher?
+
+    func identify(_ peer: PeerIdentity) -> (result: Result<AppEntry, KeychainIdentityError>, generation: Int) {
+        _ = watcher?.catchUp()
+        let (registry, generation) = registrar.current
+        return (registry.identify(peer), generation)
+    }
+
+    var generation: Int { registrar.current.generation }
 }

@@ -1,6 +1,7 @@
 import KeychainCore
 import KeychainCrypto
 public import KeychainItems
+public import KeychainRequests
 import KeychainSystem
 public import KeychainWire
 import Synchronization
@@ -18,19 +19,13 @@ public final class RequestHandler: Sendable {
     /// Of those, the connections of programs that were not registered apps when they connected
     /// (limited to a quarter of `maxConnections`: Daemon.admit).
     let unregisteredConnections = Atomic<Int>(0)
-    /// Monotonic milliseconds of the last request that counts as activity for auto-lock: a
-    /// successful one of an identified app — an item returned, added, updated or deleted, or an
-    /// unlock with the right passphrase (never a failing request, never `status`, never an
-    /// unidentified peer).
-    let lastActivity = Atomic<Int64>(MonotonicClock.milliseconds())
+    /// The transport-neutral path this handler adapts the socket to (identification, activity,
+    /// the unlock gate, the other transports' status).
+    let core: RequestCore
     /// Monotonic milliseconds of the unlock that `maxUnlockedSeconds` counts from: the last unlock
     /// with the right passphrase, or when the auto-lock thread first saw the keychain unlocked
     /// otherwise (a credential at start, the first passphrase set). Daemon+AutoLock.swift.
     let unlockedAt = Atomic<Int64>(MonotonicClock.milliseconds())
-    /// Held by an unlock from its passphrase check until `unlockedAt` and `lastActivity` say so, and
-    /// by the auto-lock thread while it decides to lock: a right passphrase is never followed by a
-    /// lock counted from before it.
-    let unlockGate = Lock()
     /// `autoLockSeconds` and `maxUnlockedSeconds`, as `status` reports them (0: off).
     let lockSettings: (autoLock: Int, maxUnlocked: Int)
 
@@ -38,15 +33,13 @@ public final class RequestHandler: Sendable {
     private let maxFrameBytes: Int
     /// Partial frames held across all connections (`maxBufferedBytes`).
     let budget: BufferBudget
-    /// What `status` says about the Secret Service while it is served (`secretService`), and the
-    /// isolation note that goes with it; nil when it is not served.
-    let secretServiceStatus = Locked<(fields: [String: Value], note: String)?>(nil)
 
     init(
-        items: ItemService, registrar: Registrar, maxFrameBytes: Int = Frame.defaultMaxBytes,
+        core: RequestCore, registrar: Registrar, maxFrameBytes: Int = Frame.defaultMaxBytes,
         maxBufferedBytes: Int = 64 << 20, lockSettings: (autoLock: Int, maxUnlocked: Int) = (0, 0)
     ) {
-        self.items = items
+        self.core = core
+        items = core.items
         self.registrar = registrar
         self.maxFrameBytes = maxFrameBytes
         self.lockSettings = lockSettings
@@ -55,7 +48,10 @@ public final class RequestHandler: Sendable {
 
     /// A handler over a fixed registry (the fuzz target; tests).
     public convenience init(items: ItemService, registry: AppRegistry, maxFrameBytes: Int = Frame.defaultMaxBytes) {
-        self.init(items: items, registrar: Registrar(registry: registry, items: items), maxFrameBytes: maxFrameBytes)
+        let registrar = Registrar(registry: registry, items: items)
+        self.init(
+            core: RequestCore(items: items, directory: RegistryDirectory(registrar: registrar, watcher: nil)),
+            registrar: registrar, maxFrameBytes: maxFrameBytes)
     }
 
     /// What to send back, and whether the connection must close after it (the bytes were not a
@@ -273,9 +269,7 @@ public final class RequestHandler: Sendable {
         defer { args.wipe() }
         let identified = peer.app(in: registrar)
         let app = try? identified.get()
-        var caller = app.map {
-            Caller(applicationIdentifier: $0.applicationIdentifier, accessGroups: $0.accessGroups, isAdmin: $0.admin)
-        }
+        var caller = app.map(RequestCore.caller(for:))
         var unidentified = ("", Status.missingEntitlement)
         if case .failure(let e) = identified { unidentified = (e.message, e.status) }
         let passphraseSet = items.hasPassphrase
@@ -330,13 +324,8 @@ public final class RequestHandler: Sendable {
         }
     }
 
-    /// Restarts the auto-lock idle clock.
-    private func touch() {
-        // Written only when the millisecond changed: every connection shares this counter, and a
-        // write on each request would pass its cache line between CPUs for nothing.
-        let now = MonotonicClock.milliseconds()
-        if lastActivity.load(ordering: .relaxed) != now { lastActivity.store(now, ordering: .relaxed) }
-    }
+    /// Restarts the auto-lock idle clock (RequestCore.noteActivity, inlined).
+    @inline(__always) private func touch() { core.noteActivity() }
 
     /// An admin item request that carries the keychain passphrase proves presence (checked here,
     /// counted like an unlock attempt); without one it acts on its own groups only. Nothing to prove
@@ -417,7 +406,7 @@ public final class RequestHandler: Sendable {
             let wasLocked = items.isLocked
             do {
                 // A right passphrase starts `maxUnlockedSeconds` again (Daemon+AutoLock.swift).
-                try unlockGate.withLock { () throws(KeychainError) in
+                try core.unlockGate.withLock { () throws(KeychainError) in
                     try items.unlock(passphrase: passphrase)
                     unlockedAt.store(MonotonicClock.milliseconds(), ordering: .relaxed)
                     touch()
@@ -662,7 +651,7 @@ public final class RequestHandler: Sendable {
                 try items.itemCount(visibleTo: Caller(accessGroups: a.accessGroups, isAdmin: a.admin))
             } ?? 0
         let protection = items.protectionStatus
-        let bus = secretServiceStatus.withLock { $0 }
+        let transports = core.transportStatuses
         var result: [String: Value] = [
             "version": .text(Self.version),
             "locked": .bool(protection.locked),
@@ -672,7 +661,8 @@ public final class RequestHandler: Sendable {
             "items": .int(Int64(count)),
             "uptime": .float(MonotonicClock.now() - started),
             // The auto-lock idle clock: seconds since the last request that counts as activity.
-            "idleSeconds": .float(Double(MonotonicClock.milliseconds() - lastActivity.load(ordering: .relaxed)) / 1000),
+            "idleSeconds": .float(
+                Double(MonotonicClock.milliseconds() - core.lastActivity.load(ordering: .relaxed)) / 1000),
             "autoLockSeconds": .int(Int64(lockSettings.autoLock)),
             "maxUnlockedSeconds": .int(Int64(lockSettings.maxUnlocked)),
             "connections": .int(Int64(openConnections.load(ordering: .relaxed))),
@@ -685,9 +675,9 @@ public final class RequestHandler: Sendable {
                 registry: registrar.current.registry, passphraseSet: protection.passphraseSet,
                 approvalsReadable: (try? items.approvedRegistrations()) != nil,
                 withRegistrations: app != nil, userAppsDirectory: registrar.userAppsDirectory,
-                extraNotes: bus.map { [$0.note] } ?? []),
+                extraNotes: transports.map(\.note)),
         ]
-        if let bus { result["secretService"] = .map(bus.fields) }
+        for transport in transports { result[transport.name] = .map(transport.fields) }
         if protection.passphraseSet && !protection.locked {
             // What `maxUnlockedSeconds` counts: seconds since the unlock.
             let since = MonotonicClock.milliseconds() - unlockedAt.load(ordering: .relaxed)

@@ -1,6 +1,6 @@
 import KeychainCore
-import KeychainDaemon
 import KeychainItems
+import KeychainRequests
 import KeychainSystem
 
 /// One connection on the bus (a unique name such as `:1.42`) as the daemon knows it: the process
@@ -70,7 +70,7 @@ extension SecretService {
     /// registry is unchanged, else identified afresh. Refusals are AccessDenied with the reason.
     func identify(_ m: BusMessage) throws(BusError) -> (BusCaller, Caller) {
         guard let sender = m.sender, sender.hasPrefix(":") else { throw .accessDenied("the call has no sender") }
-        let generation = daemon.registryGeneration
+        let generation = core.registryGeneration
         let known: BusCaller
         if let cached = callers[sender] {
             known = cached
@@ -131,7 +131,7 @@ extension SecretService {
             throw .accessDenied("the bus reported changing credentials for \(BusPath.printable(sender))")
         }
         let identity = PeerIdentity.of(pid: first.pid, uid: first.uid, handle: handle)
-        let generation = daemon.registryGeneration
+        let generation = core.registryGeneration
         let (decision, registered) = decide(identity, generation: generation)
         switch decision {
         case .success(let c):
@@ -151,12 +151,13 @@ extension SecretService {
     /// The registry's answer for a pinned peer, then the access policy's for the bus.
     private func decide(_ identity: PeerIdentity, generation: Int) -> (Result<Caller, KeychainError>, registered: Bool)
     {
-        let (result, _) = daemon.identify(identity)
+        let (result, _) = core.identify(identity)
         switch result {
         case .success(let app) where app.onBus:
-            let caller = Caller(
-                applicationIdentifier: app.applicationIdentifier, accessGroups: app.accessGroups, isAdmin: app.admin)
-            return (AccessPolicy.secretServiceCaller(app: caller, unidentified: "", unregistered: mode), true)
+            return (
+                AccessPolicy.secretServiceCaller(
+                    app: RequestCore.caller(for: app), unidentified: "", unregistered: mode), true
+            )
         case .success(let app):
             // A registered app that did not ask for the bus in a root-owned registration, while a
             // passphrase is set: on the bus it is a process like any other (AppEntry.onBus).

@@ -1,7 +1,7 @@
 import KeychainCore
 import KeychainCrypto
-import KeychainDaemon
 import KeychainItems
+import KeychainRequests
 import KeychainSystem
 
 /// The objects of the Secret Service API as one caller sees them, and their methods and properties.
@@ -121,7 +121,7 @@ extension SecretService {
     /// activity for auto-lock when a registered app made it (as on the socket: never a failing call,
     /// never one of an unregistered process).
     func counted(_ known: BusCaller) {
-        if known.registered { daemon.noteActivity() }
+        if known.registered { core.noteActivity() }
     }
 
     // MARK: Serving one call

@@ -2,8 +2,8 @@ import CSystemd
 import Foundation
 import KeychainCore
 import KeychainCrypto
-public import KeychainDaemon
-import KeychainItems
+public import KeychainItems
+public import KeychainRequests
 import KeychainSystem
 import Synchronization
 
@@ -27,7 +27,7 @@ public final class SecretService: @unchecked Sendable {
     static let busDriver = "org.freedesktop.DBus"
     static let root = "/org/freedesktop/secrets"
 
-    let daemon: Daemon
+    let core: RequestCore
     let items: ItemService
     let mode: AccessPolicy.UnregisteredBusCallers
     let bus: BusConnection
@@ -60,15 +60,18 @@ public final class SecretService: @unchecked Sendable {
     /// prompt keeps them (800 000 made-up paths held the thread for 17 s; an attack review's finding).
     static let maxObjectsPerCall = 4096
 
-    /// Connects to the session bus and takes `org.freedesktop.secrets`. When another provider holds
-    /// it: with `replace`, takes it over if that provider allows it; otherwise fails naming it.
-    public init(daemon: Daemon, replace: Bool) throws(SecretServiceError) {
-        self.daemon = daemon
-        items = daemon.itemService
-        let settings = daemon.runningSettings
-        mode = settings.secretServiceUnregistered
-        maxSecretBytes = max(1024, settings.maxFrameBytes - 4096)
-        maxReplyBytes = settings.maxFrameBytes
+    /// Connects to the session bus and takes `org.freedesktop.secrets`, serving over `core`: what
+    /// unregistered callers get is `unregistered`, and no secret in or out is larger than a socket
+    /// client could read back (`maxFrameBytes`). When another provider holds the name: with
+    /// `replace`, takes it over if that provider allows it; otherwise fails naming it.
+    public init(
+        core: RequestCore, unregistered: AccessPolicy.UnregisteredBusCallers, maxFrameBytes: Int, replace: Bool
+    ) throws(SecretServiceError) {
+        self.core = core
+        items = core.items
+        mode = unregistered
+        maxSecretBytes = max(1024, maxFrameBytes - 4096)
+        maxReplyBytes = maxFrameBytes
         do throws(Errno) { wake = try WakePipe() } catch {
             throw SecretServiceError(description: "cannot create a pipe: \(error.message)")
         }
@@ -112,7 +115,7 @@ public final class SecretService: @unchecked Sendable {
                 ("name", Self.busName), ("unique", bus.uniqueName),
                 ("unregistered", mode.rawValue),
             ])
-        daemon.setSecretServiceStatus(statusFields, note: Self.isolationNote(mode))
+        core.setStatus(of: "secretService", statusFields, note: Self.isolationNote(mode))
     }
 
     /// The pid that owns `org.freedesktop.secrets` now, from the bus.
@@ -207,7 +210,7 @@ public final class SecretService: @unchecked Sendable {
                 Log.error(
                     "secret service: the session bus connection was lost; no longer serving it", [("errno", String(-r))]
                 )
-                daemon.setSecretServiceStatus(nil, note: "")
+                core.setStatus(of: "secretService", nil, note: "")
                 return
             }
             checkPrompts()
@@ -219,7 +222,7 @@ public final class SecretService: @unchecked Sendable {
             }
         }
         bus.flush()
-        daemon.setSecretServiceStatus(nil, note: "")
+        core.setStatus(of: "secretService", nil, note: "")
         Log.info("secret service: stopped")
     }
 

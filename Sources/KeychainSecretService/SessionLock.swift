@@ -1,6 +1,6 @@
 import CSystemd
 import Foundation
-public import KeychainDaemon
+public import KeychainRequests
 import KeychainSystem
 import Synchronization
 
@@ -27,7 +27,7 @@ public final class SessionLock: @unchecked Sendable {
     static let session = "org.freedesktop.login1.Session"
     static let properties = "org.freedesktop.DBus.Properties"
 
-    let daemon: Daemon
+    let core: RequestCore
     let bus: BusConnection
     let uid = SystemLayer.uid
     private let wake: WakePipe
@@ -42,14 +42,14 @@ public final class SessionLock: @unchecked Sendable {
 
     /// Starts watching logind on the system bus; nil (after one log line saying why) when there is no
     /// system bus. Stops with the daemon.
-    public static func start(daemon: Daemon) -> SessionLock? {
+    public static func start(core: RequestCore) -> SessionLock? {
         let watcher: SessionLock
-        do throws(BusError) { watcher = try SessionLock(daemon: daemon) } catch {
+        do throws(BusError) { watcher = try SessionLock(core: core) } catch {
             Log.warning(
                 "session lock: not locking with the session or before sleep", [("reason", error.message)])
             return nil
         }
-        daemon.onShutdown { watcher.stop() }
+        core.onShutdown { watcher.stop() }
         let thread = Thread { [watcher] in
             watcher.loop()
             watcher.finished.signal()
@@ -60,8 +60,8 @@ public final class SessionLock: @unchecked Sendable {
         return watcher
     }
 
-    private init(daemon: Daemon) throws(BusError) {
-        self.daemon = daemon
+    private init(core: RequestCore) throws(BusError) {
+        self.core = core
         do throws(Errno) { wake = try WakePipe() } catch { throw .failed("cannot create a pipe: \(error.message)") }
         bus = try BusConnection(.system)
         let me = Unmanaged.passUnretained(self).toOpaque()
@@ -148,7 +148,7 @@ public final class SessionLock: @unchecked Sendable {
     }
 
     private func lock(by reason: String, _ fields: [(String, String)]) {
-        if !daemon.lockNow(by: reason) {
+        if !core.lockNow(by: reason) {
             Log.debug("session lock: nothing to lock", [("by", reason)] + fields)
         } else if !fields.isEmpty {
             Log.debug("session lock: locked on logind's word", fields)

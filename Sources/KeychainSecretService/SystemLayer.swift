@@ -1,4 +1,4 @@
-import KeychainDaemon
+import KeychainRequests
 import KeychainSystem
 
 /// What the Secret Service takes from the system layer (KeychainSystem) beyond the types it uses

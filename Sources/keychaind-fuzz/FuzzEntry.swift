@@ -1,6 +1,7 @@
 import KeychainCore
 import KeychainDaemon
 import KeychainItems
+import KeychainRequests
 import KeychainSystem
 import KeychainWire
 

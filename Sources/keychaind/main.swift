@@ -1,6 +1,7 @@
 import Foundation
 import KeychainDaemon
 import KeychainItems
+import KeychainRequests
 import KeychainSecretService
 import KeychainStore
 import KeychainSystem
@@ -120,15 +121,19 @@ case .run(let options):
     // before the daemon reports ready, and stops before the store closes.
     if settings.secretService {
         let secretService: SecretService
-        do { secretService = try SecretService(daemon: daemon, replace: options.replaceBusName) } catch {
+        do {
+            secretService = try SecretService(
+                core: daemon.core, unregistered: settings.secretServiceUnregistered,
+                maxFrameBytes: settings.maxFrameBytes, replace: options.replaceBusName)
+        } catch {
             daemon.abandon()
             fail("cannot serve the Secret Service: \(error)")
         }
-        daemon.onShutdown { secretService.stop() }
+        daemon.core.onShutdown { secretService.stop() }
         secretService.start()
     }
     // Locking with the session (logind on the system bus): watching before the daemon reports ready;
     // without a system bus or logind, a log line and nothing else.
-    if settings.lockWithSession { _ = SessionLock.start(daemon: daemon) }
+    if settings.lockWithSession { _ = SessionLock.start(core: daemon.core) }
     CurrentProcess.exit(daemon.run())
 }

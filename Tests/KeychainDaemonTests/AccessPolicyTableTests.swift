@@ -5,6 +5,7 @@ import KeychainSystem
 import Testing
 
 @testable import KeychainDaemon
+@testable import KeychainRequests
 
 #if canImport(Glibc)
     import Glibc

@@ -2,6 +2,7 @@ import KeychainCore
 import Testing
 
 @testable import KeychainDaemon
+@testable import KeychainRequests
 
 /// `approve` with `expect` approves a file only when it says exactly what the admin saw: every field,
 /// text compared byte for byte (two spellings Unicode calls equal may be two different files).

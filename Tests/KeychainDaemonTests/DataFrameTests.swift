@@ -7,6 +7,7 @@ import KeychainWire
 import Testing
 
 @testable import KeychainDaemon
+@testable import KeychainRequests
 
 /// A `copy` of one item's data that a connection serves from its memo is opened into a buffer on
 /// the stack and framed from there (`ItemService.withData`, `Response.appendSuccess(id:data:to:)`).

@@ -32,7 +32,7 @@ public final class PeerProcess: Sendable {
     public let pid: Int32
     private let handle: ProcessHandle
 
-    init(pid: Int32, handle: ProcessHandle) {
+    package init(pid: Int32, handle: ProcessHandle) {
         self.pid = pid
         self.handle = handle
     }
@@ -41,13 +41,13 @@ public final class PeerProcess: Sendable {
     public var isRunning: Bool { handle.isRunning }
 
     /// Whether the pidfd still names a running process with this pid (right after pinning).
-    var isPinned: Bool { isRunning && handle.pid == pid }
+    package var isPinned: Bool { isRunning && handle.pid == pid }
 
     /// Whether `other` (a pidfd the writer of a connection's first bytes passed along with them)
     /// pins this very process: both run, with this pid. Only one running process has a given pid,
     /// and a pidfd can only have been opened while its process ran — so the writer, which had this
     /// pid when it wrote and held a pidfd of a process that has run with it ever since, is this one.
-    func isSameProcess(as other: ProcessHandle) -> Bool {
+    package func isSameProcess(as other: ProcessHandle) -> Bool {
         other.isRunning && other.pid == pid && isPinned
     }
 }

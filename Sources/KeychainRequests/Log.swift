@@ -43,7 +43,7 @@ public enum Log {
     }
 
     /// `value` with its control characters (C0, DEL, C1) escaped; the common case, none, is not copied.
-    static func escaped(_ value: String) -> String {
+    package static func escaped(_ value: String) -> String {
         func isControl(_ u: Unicode.Scalar) -> Bool { u.value < 0x20 || (0x7F...0x9F).contains(u.value) }
         guard value.unicodeScalars.contains(where: isControl) else { return value }
         var out = ""
