@@ -81,7 +81,7 @@ let package = Package(
         .executableTarget(
             name: "keychaind",
             dependencies: [
-                "KeychainSystem", "KeychainDaemon", "KeychainItems", "KeychainStore",
+                "KeychainSystem", "KeychainCore", "KeychainDaemon", "KeychainItems", "KeychainStore",
                 "KeychainSecretService", "KeychainRequests",
             ]),
         .executableTarget(

@@ -1,4 +1,4 @@
-public import KeychainCore
+import KeychainCore
 import KeychainItems
 public import KeychainRequests
 import KeychainSystem

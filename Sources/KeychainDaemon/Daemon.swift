@@ -75,7 +75,7 @@ public final class Daemon: Sendable {
         Log.info(
             "keychaind started",
             [
-                ("version", RequestHandler.version), ("apps", String(registrar.current.registry.registrations.count)),
+                ("version", Product.version), ("apps", String(registrar.current.registry.registrations.count)),
                 ("activated", String(listener.activated)), ("pid", String(CurrentProcess.pid)),
                 ("peer-pinning", Socket.kernelPinsPeers ? "SO_PEERPIDFD" : "pidfd_open after accept"),
             ])

@@ -9,12 +9,9 @@ import Synchronization
 /// Turns one frame body into one response: decodes the request, finds who is calling, asks the
 /// access policy (KeychainItems/AccessPolicy.swift), and calls the item service. Knows no sockets.
 public final class RequestHandler: Sendable {
-    /// The daemon's version, as the `status` operation and `--version` report it.
-    public static let version = "0.1.0"
-
-    private let items: ItemService
+    let items: ItemService
     let registrar: Registrar
-    private let started = MonotonicClock.now()
+    let started = MonotonicClock.now()
     let openConnections = Atomic<Int>(0)
     /// Of those, the connections of programs that were not registered apps when they connected
     /// (limited to a quarter of `maxConnections`: Daemon.admit).
@@ -30,7 +27,7 @@ public final class RequestHandler: Sendable {
     let lockSettings: (autoLock: Int, maxUnlocked: Int)
 
     /// The largest request frame accepted (`maxFrameBytes`): a backup must fit in a restore request.
-    private let maxFrameBytes: Int
+    let maxFrameBytes: Int
     /// Partial frames held across all connections (`maxBufferedBytes`).
     let budget: BufferBudget
 
@@ -325,7 +322,7 @@ public final class RequestHandler: Sendable {
     }
 
     /// Restarts the auto-lock idle clock (RequestCore.noteActivity, inlined).
-    @inline(__always) private func touch() { core.noteActivity() }
+    @inline(__always) func touch() { core.noteActivity() }
 
     /// An admin item request that carries the keychain passphrase proves presence (checked here,
     /// counted like an unlock attempt); without one it acts on its own groups only. Nothing to prove
@@ -346,7 +343,7 @@ public final class RequestHandler: Sendable {
         return c
     }
 
-    private func requiredPresence(_ args: Arguments, _ action: Operation) throws(KeychainError) -> SecureBytes {
+    func requiredPresence(_ args: Arguments, _ action: Operation) throws(KeychainError) -> SecureBytes {
         guard let p = try args.secret(Arguments.presenceKey, required: false) else {
             throw KeychainError.passphraseNeeded(
                 "op \"\(action.rawValue)\" needs the keychain passphrase (\"\(Arguments.presenceKey)\"): an administrator proves the user's presence while a passphrase is set"
@@ -388,335 +385,4 @@ public final class RequestHandler: Sendable {
         }
     }
 
-    // MARK: Admin operations (docs/protocol.md §11)
-
-    private func admin(_ action: Operation, _ args: Arguments, caller: Caller) throws(KeychainError) -> Value? {
-        switch action {
-        case .lock:
-            try args.expect([])
-            try items.lock()
-            Log.info("keychain locked", [("by", "request")])
-            return nil
-        case .unlock:
-            try args.expect(["passphrase"])
-            guard let passphrase = try args.secret("passphrase", required: true) else {
-                if !items.hasPassphrase { return nil }
-                throw KeychainError(.authFailed, "the passphrase is empty")
-            }
-            let wasLocked = items.isLocked
-            do {
-                // A right passphrase starts `maxUnlockedSeconds` again (Daemon+AutoLock.swift).
-                try core.unlockGate.withLock { () throws(KeychainError) in
-                    try items.unlock(passphrase: passphrase)
-                    unlockedAt.store(MonotonicClock.milliseconds(), ordering: .relaxed)
-                    touch()
-                }
-            } catch {
-                Log.warning("unlock refused", [("failures", String(items.protectionStatus.failedUnlocks))])
-                throw error
-            }
-            Log.info("keychain unlocked")
-            // The approved registrations are sealed under the passphrase: readable from now on.
-            if wasLocked { registrar.reload("unlock") }
-            return nil
-        case .passwd:
-            try args.expect(["old", "new", "approve"])
-            let old = try args.secret("old", required: false)
-            let new = try args.secret("new", required: true)
-            let hadPassphrase = items.hasPassphrase
-            // Setting the first passphrase approves exactly the registrations the request names, each
-            // as the admin was shown it, and nothing else: until now any process of the user could
-            // write (and, through the admin tool, approve) a registration. [] replaces any list stored
-            // without a passphrase.
-            let named = try registrationsToApprove(args.values["approve"])
-            if hadPassphrase && !named.isEmpty {
-                throw .param(
-                    "\"approve\" goes with setting the first passphrase only; a passphrase is set: approve registrations with op \"approve\""
-                )
-            }
-            let approving = hadPassphrase || new == nil ? nil : named
-            let removed: Int
-            do { removed = try items.changePassphrase(old: old, new: new, approving: approving) } catch {
-                if error.status == .authFailed { Log.warning("passphrase change refused") }
-                throw error
-            }
-            registrar.reload("passwd")
-            // The first passphrase makes an open keychain lockable: `maxUnlockedSeconds` counts from here.
-            if !hadPassphrase { unlockedAt.store(MonotonicClock.milliseconds(), ordering: .relaxed) }
-            if new == nil {
-                if hadPassphrase {
-                    Log.write(.notice, "passphrase removed: akpu items destroyed", [("items", String(removed))])
-                }
-                return nil
-            }
-            Log.write(.notice, hadPassphrase ? "passphrase changed" : "passphrase set")
-            guard !hadPassphrase else { return nil }
-            return .map(["approved": .array((approving ?? []).map { .text($0.applicationIdentifier) })])
-        case .backup:
-            try args.expect(["passphrase", Arguments.presenceKey])
-            guard let passphrase = try args.secret("passphrase", required: true) else {
-                throw KeychainError(.param, "the backup passphrase must not be empty")
-            }
-            let file = try items.backup(passphrase: passphrase)
-            // A backup that no restore request could carry would look like a backup and be useless.
-            guard file.count + 1024 <= maxFrameBytes else {
-                throw KeychainError(
-                    .allocate,
-                    "the backup would be \(file.count) bytes, more than a restore request may carry (maxFrameBytes \(maxFrameBytes)); raise maxFrameBytes in keychaind.json (up to 67108864) here and where you restore"
-                )
-            }
-            Log.info("backup made", [("bytes", String(file.count)), ("by", caller.applicationIdentifier)])
-            return .bytes(file)
-        case .restore:
-            try args.expect(["passphrase", "data", Arguments.presenceKey])
-            guard let passphrase = try args.secret("passphrase", required: true) else {
-                throw KeychainError(.authFailed, "the backup passphrase is empty")
-            }
-            guard case .bytes(let data)? = args.values["data"] else {
-                throw .param("op \"restore\" needs \"data\" (bytes: the backup file's content)")
-            }
-            let counts = try items.restore(passphrase: passphrase, data: data)
-            Log.info("backup restored", [("restored", String(counts.restored)), ("skipped", String(counts.skipped))])
-            return .map(["restored": .int(Int64(counts.restored)), "skipped": .int(Int64(counts.skipped))])
-        case .approve:
-            try args.expect(["file", "expect", "preview", Arguments.presenceKey])
-            guard case .text(let name)? = args.values["file"] else {
-                throw .param(
-                    "op \"approve\" needs \"file\": the name of a *.json file in \(registrar.userAppsDirectory)")
-            }
-            let entry = try readForApproval(name)
-            // What the file says now, shown before the passphrase is asked for (`preview`) and
-            // compared with what the admin saw (`expect`): the file is the user's, so any process of
-            // the user may rewrite it between the admin's look and this read.
-            let registration = Self.registrationValue(entry)
-            if case .bool(true)? = args.values["preview"] {
-                return .map(["file": .text(entry.file), "registration": registration])
-            }
-            if let expected = args.values["expect"], !Self.matches(expected, entry) {
-                throw KeychainError(
-                    .param,
-                    "cannot approve \(name): it changed since it was read for approval (it now says \(Self.describe(entry))); nothing was approved — look at the file and approve it again"
-                )
-            }
-            let presence = items.hasPassphrase ? try requiredPresence(args, action) : nil
-            var list = try approvals()
-            list.removeAll { $0.applicationIdentifier.utf8.elementsEqual(entry.applicationIdentifier.utf8) }
-            list.append(Registrar.approval(entry))
-            try items.setApprovedRegistrations(list, passphrase: presence)
-            registrar.reload("approve")
-            Log.write(
-                .notice, "registration approved",
-                [
-                    ("file", entry.file), ("app", entry.applicationIdentifier),
-                    ("admin", String(entry.admin)), ("by", caller.applicationIdentifier),
-                ])
-            return .map([
-                "approved": .text(entry.applicationIdentifier), "file": .text(entry.file), "registration": registration,
-            ])
-        case .revoke:
-            try args.expect(["application-identifier", Arguments.presenceKey])
-            guard case .text(let id)? = args.values["application-identifier"], !id.isEmpty else {
-                throw .param("op \"revoke\" needs \"application-identifier\" (text)")
-            }
-            let presence = items.hasPassphrase ? try requiredPresence(args, action) : nil
-            var list = try approvals()
-            let before = list.count
-            list.removeAll { $0.applicationIdentifier.utf8.elementsEqual(id.utf8) }
-            guard list.count < before else {
-                throw KeychainError(.itemNotFound, "no approved registration has that application-identifier")
-            }
-            try items.setApprovedRegistrations(list, passphrase: presence)
-            registrar.reload("revoke")
-            Log.write(.notice, "approval revoked", [("app", id), ("by", caller.applicationIdentifier)])
-            return nil
-        default:
-            throw .param("op \"\(action.rawValue)\" is not an admin operation")
-        }
-    }
-
-    /// The registration file `name` of the user's apps.d as it is now, refused when it cannot be
-    /// approved (not a plain *.json name, unreadable, or an executable the user can modify).
-    private func readForApproval(_ name: String) throws(KeychainError) -> AppEntry {
-        guard !name.isEmpty, !name.contains("/"), name.hasSuffix(".json"), !name.hasPrefix(".") else {
-            throw .param(
-                "cannot approve \"\(Arguments.printable(name))\": not the name of a *.json file in \(registrar.userAppsDirectory)"
-            )
-        }
-        let entry: AppEntry
-        do { entry = try AppFiles.parse(file: registrar.userAppsDirectory + "/" + name) } catch {
-            throw KeychainError(.param, "cannot approve: \(error)")
-        }
-        let principal = TrustedPaths.Principal.current()
-        if principal.uid != 0 {
-            for exe in entry.executables {
-                if let problem = TrustedPaths.modifiableProblem(exe, by: principal) {
-                    throw KeychainError(
-                        .param,
-                        "cannot approve \(name): executable \(exe) can be modified by this user (\(problem)); install it root-owned (for example under /usr/local/bin) and register that path"
-                    )
-                }
-            }
-        }
-        return entry
-    }
-
-    /// `passwd`'s "approve": a list of {"file": name in the user's apps.d, "expect": the registration
-    /// as the admin was shown it}. Each file must say exactly what was shown (as for `approve`), or
-    /// nothing is changed. Later entries for one application-identifier replace earlier ones.
-    private func registrationsToApprove(_ value: Value?) throws(KeychainError) -> [ApprovedRegistration] {
-        guard let value else { return [] }
-        let usage =
-            "\"approve\" must be a list of maps {\"file\": a *.json name in \(registrar.userAppsDirectory), \"expect\": the registration as shown}"
-        guard case .array(let requested) = value else { throw .param(usage) }
-        var list: [ApprovedRegistration] = []
-        for item in requested {
-            guard case .map(let m) = item, m.count == 2, case .text(let name)? = m["file"], let expected = m["expect"]
-            else { throw .param(usage) }
-            let entry = try readForApproval(name)
-            guard Self.matches(expected, entry) else {
-                throw KeychainError(
-                    .param,
-                    "cannot approve \(name): it changed since it was shown (it now says \(Self.describe(entry))); nothing was changed — look at the file and try again"
-                )
-            }
-            list.removeAll { $0.applicationIdentifier.utf8.elementsEqual(entry.applicationIdentifier.utf8) }
-            list.append(Registrar.approval(entry))
-        }
-        return list
-    }
-
-    private func approvals() throws(KeychainError) -> [ApprovedRegistration] {
-        guard let list = try items.approvedRegistrations() else {
-            throw KeychainError(
-                .interactionNotAllowed, "the keychain has not been unlocked since keychaind started: unlock it first")
-        }
-        return list
-    }
-
-    /// The top-level keys of a request besides the envelope.
-    private struct Arguments {
-        /// The keychain passphrase an administrator sends to prove the user's presence.
-        static let presenceKey = "keychainPassphrase"
-
-        let values: [String: Value]
-        init(_ values: [String: Value]) { self.values = values }
-
-        func expect(_ known: [String]) throws(KeychainError) {
-            for key in values.keys where !known.contains(key) {
-                throw .param(
-                    "unknown request key \"\(Self.printable(key))\" for this op (known: \(known.isEmpty ? "none" : known.joined(separator: ", ")))"
-                )
-            }
-        }
-
-        /// A passphrase argument in guarded memory; nil when absent (and not required) or empty.
-        func secret(_ key: String, required: Bool) throws(KeychainError) -> SecureBytes? {
-            switch values[key] {
-            case nil:
-                if required { throw .param("this op needs \"\(key)\" (bytes)") }
-                return nil
-            case .bytes(let b)?:
-                return try PasswordHash.passphrase(b)
-            case .secret(let s)?:
-                return try s.withUnsafeBytes { (b) throws(KeychainError) in try PasswordHash.passphrase(b) }
-            case let other?:
-                throw .param("\"\(key)\" must be bytes, not \(other.kindName)")
-            }
-        }
-
-        /// Zeroes the passphrase bytes of the decoded request in place (shared storage included).
-        func wipe() {
-            for key in ["passphrase", "old", "new", Self.presenceKey] {
-                if case .bytes(let b)? = values[key] { Sodium.wipeShared(b) }
-            }
-        }
-
-        static func printable(_ key: String) -> String {
-            String(
-                key.unicodeScalars.prefix(32).map {
-                    $0.isASCII && $0.value >= 0x20 && $0.value < 0x7F ? Character($0) : "?"
-                })
-        }
-    }
-
-    // MARK: status
-
-    private func status(app: AppEntry?, identified: Result<AppEntry, KeychainIdentityError>) throws(KeychainError)
-        -> Value
-    {
-        // Only what the caller may see: all items for an admin, its groups' items for an app, and no
-        // count at all for an unregistered executable.
-        let count =
-            try app.map { (a) throws(KeychainError) in
-                try items.itemCount(visibleTo: Caller(accessGroups: a.accessGroups, isAdmin: a.admin))
-            } ?? 0
-        let protection = items.protectionStatus
-        let transports = core.transportStatuses
-        var result: [String: Value] = [
-            "version": .text(Self.version),
-            "locked": .bool(protection.locked),
-            "passphraseSet": .bool(protection.passphraseSet),
-            "failedUnlocks": .int(Int64(protection.failedUnlocks)),
-            "unlockDelay": .float(protection.unlockDelay),
-            "items": .int(Int64(count)),
-            "uptime": .float(MonotonicClock.now() - started),
-            // The auto-lock idle clock: seconds since the last request that counts as activity.
-            "idleSeconds": .float(
-                Double(MonotonicClock.milliseconds() - core.lastActivity.load(ordering: .relaxed)) / 1000),
-            "autoLockSeconds": .int(Int64(lockSettings.autoLock)),
-            "maxUnlockedSeconds": .int(Int64(lockSettings.maxUnlocked)),
-            "connections": .int(Int64(openConnections.load(ordering: .relaxed))),
-            "bufferedBytes": .int(Int64(budget.inUse)),
-            "classes": .map(protection.classes.mapValues(Value.bool)),
-            "caller": app.map { .text($0.applicationIdentifier) } ?? .null,
-            "admin": .bool(app?.admin ?? false),
-            "groups": app.map { .array($0.accessGroups.map(Value.text)) } ?? .null,
-            "isolation": Isolation.report(
-                registry: registrar.current.registry, passphraseSet: protection.passphraseSet,
-                approvalsReadable: (try? items.approvedRegistrations()) != nil,
-                withRegistrations: app != nil, userAppsDirectory: registrar.userAppsDirectory,
-                extraNotes: transports.map(\.note)),
-        ]
-        for transport in transports { result[transport.name] = .map(transport.fields) }
-        if protection.passphraseSet && !protection.locked {
-            // What `maxUnlockedSeconds` counts: seconds since the unlock.
-            let since = MonotonicClock.milliseconds() - unlockedAt.load(ordering: .relaxed)
-            result["unlockedSeconds"] = .float(Double(max(0, since)) / 1000)
-        }
-        if case .failure(let why) = identified { result["unidentified"] = .text(why.message) }
-        return .map(result)
-    }
-}
-
-extension RequestHandler {
-    /// A registration as `approve` shows it and compares it: the four keys of an apps.d file.
-    static func registrationValue(_ entry: AppEntry) -> Value {
-        .map([
-            "application-identifier": .text(entry.applicationIdentifier),
-            "keychain-access-groups": .array(entry.accessGroups.map(Value.text)),
-            "executables": .array(entry.executables.map(Value.text)),
-            "admin": .bool(entry.admin),
-        ])
-    }
-
-    /// Whether `expected` is `registrationValue(entry)`, its text compared byte for byte (as
-    /// approvals are): two spellings of one path that Unicode calls equal may be two files.
-    static func matches(_ expected: Value, _ entry: AppEntry) -> Bool {
-        guard case .map(let m) = expected, m.count == 4, case .bool(let admin)? = m["admin"], admin == entry.admin,
-            case .text(let id)? = m["application-identifier"], id.utf8.elementsEqual(entry.applicationIdentifier.utf8)
-        else { return false }
-        func same(_ key: String, _ list: [String]) -> Bool {
-            guard case .array(let values)? = m[key], values.count == list.count else { return false }
-            return zip(values, list).allSatisfy { v, s in
-                if case .text(let t) = v { return t.utf8.elementsEqual(s.utf8) }
-                return false
-            }
-        }
-        return same("keychain-access-groups", entry.accessGroups) && same("executables", entry.executables)
-    }
-
-    /// The same registration in one line, for a refusal's message.
-    static func describe(_ entry: AppEntry) -> String {
-        "application-identifier \(entry.applicationIdentifier), groups \(entry.accessGroups.joined(separator: ", ")), executables \(entry.executables.joined(separator: ", ")), admin \(entry.admin ? "yes" : "no")"
-    }
 }

@@ -1,4 +1,4 @@
-public import KeychainCore
+package import KeychainCore
 
 /// The parts of the item model that a transport's own item calls (the Secret Service's, in
 /// KeychainSecretService) build on, inside this package: item ids and attribute bytes as the rest of

@@ -1,4 +1,4 @@
-public import KeychainCore
+package import KeychainCore
 import KeychainCrypto
 
 /// Secret Service attributes: names and values as UTF-8 bytes, compared byte for byte (Swift's

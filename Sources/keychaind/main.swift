@@ -1,4 +1,5 @@
 import Foundation
+import KeychainCore
 import KeychainDaemon
 import KeychainItems
 import KeychainRequests
@@ -53,7 +54,7 @@ case .help:
     print(Options.help)
     CurrentProcess.exit(0)
 case .version:
-    print("keychaind \(RequestHandler.version)")
+    print("keychaind \(Product.version)")
     CurrentProcess.exit(0)
 case .run(let options):
     let settings: Settings
