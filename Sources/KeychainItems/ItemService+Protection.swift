@@ -44,7 +44,7 @@ extension ItemService {
     /// Whether the keychain is locked (a passphrase is set and the WhenUnlocked classes are unavailable).
     public var isLocked: Bool { vault.isLocked }
     /// Whether a keychain passphrase has been set.
-    public var hasPassphrase: Bool { vault.hasPassphrase }
+    @inlinable @inline(__always) public var hasPassphrase: Bool { vault.hasPassphrase }
 
     // MARK: Lock and unlock
 

@@ -1,9 +1,24 @@
 package import KeychainCore
+package import KeychainCrypto
+package import KeychainStore
 
 /// The parts of the item model that a transport's own item calls (the Secret Service's, in
 /// KeychainSecretService) build on, inside this package: item ids and attribute bytes as the rest of
 /// this module reads them.
 extension ItemService {
+    // Accessors rather than `package` stored properties: the stored properties stay internal, so
+    // the getters the socket's hot path calls (`hasPassphrase`, `indexGeneration`) stay inlinable
+    // across modules in a release build.
+
+    /// The item store.
+    package var itemStore: ItemStore { store }
+    /// The key hierarchy.
+    package var itemVault: Vault { vault }
+    /// Seals and opens rows.
+    package var itemCodec: ItemCodec { codec }
+    /// Creation and modification times, strictly increasing.
+    package var itemClock: Clock { clock }
+
     /// The length of an item's id (its persistent reference's 16 bytes).
     package static var itemIDLength: Int { PersistentRef.idLength }
 

@@ -12,10 +12,10 @@ public final class ItemService: Sendable {
     /// The file name, inside the data directory, of the device key (32 random bytes): the root of the key hierarchy.
     public static let deviceKeyName = "device.key"
 
-    package let store: ItemStore
-    package let vault: Vault
-    package let codec: ItemCodec
-    package let clock = Clock()
+    let store: ItemStore
+    @usableFromInline let vault: Vault
+    let codec: ItemCodec
+    let clock = Clock()
     /// Argon2id costs of the next passphrase or backup (existing ones keep theirs).
     public let kdfProfile: KDFProfile
     /// Wall-clock seconds (the unlock delays survive restarts, so they use real time).
@@ -263,7 +263,7 @@ public final class ItemService: Sendable {
     /// Changes whenever the blind index the rows are searched with changes (the first unlock, an
     /// index migration, setting or removing the passphrase): a compiled query from an earlier value
     /// holds digests of another key, and must be compiled again.
-    public var indexGeneration: Int { vault.indexGeneration }
+    @inlinable @inline(__always) public var indexGeneration: Int { vault.indexGeneration }
 
     /// `base` with its service and account filters replaced by these two strings: what `compileCopy`
     /// gives for `base`'s query with these values in place of its own, when both were text strings

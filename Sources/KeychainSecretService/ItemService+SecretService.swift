@@ -37,7 +37,7 @@ public struct SecretServiceMatch: Sendable, Hashable {
     public var group: String
 }
 
-/// The Secret Service's calls on the item store. Every call names the groups it works in (the
+/// The Secret Service's calls on the item itemStore. Every call names the groups it works in (the
 /// caller's collections) and the caller, and checks each group with `AccessPolicy.checkEntitlement`,
 /// so an app reaches only its own groups. Items are keychain items: what the Secret Service stores is
 /// sealed and indexed like everything else, and the same items are visible through SecItem.
@@ -47,7 +47,7 @@ extension ItemService {
     static let secretServiceProtection = ProtectionClass.default
 
     /// Whether the items the Secret Service creates can be read now.
-    public var secretServiceUnlocked: Bool { vault.isAvailable(Self.secretServiceProtection) }
+    public var secretServiceUnlocked: Bool { itemVault.isAvailable(Self.secretServiceProtection) }
 
     private func groupDigests(_ groups: [String], _ caller: Caller) throws(KeychainError) -> [(
         group: String, digest: [UInt8]
@@ -55,7 +55,7 @@ extension ItemService {
         var out: [(group: String, digest: [UInt8])] = []
         // Before the first unlock of a keychain with a passphrase no digest can be computed:
         // errSecInteractionNotAllowed, as for a locked collection.
-        let index = try vault.indexer()
+        let index = try itemVault.indexer()
         for g in groups {
             try AccessPolicy.checkEntitlement(g, caller)
             out.append((g, index.column(.accessGroup, Array(g.utf8))))
@@ -92,13 +92,13 @@ extension ItemService {
         let groupIndex = row.accessGroupIndex  // once: a row's getters copy the column
         guard let group = digests.first(where: { $0.digest == groupIndex })?.group else { return nil }
         let created = Self.creationTime(id: row.ref)
-        guard let protection = ProtectionClass(rawValue: row.protectionClass), vault.isAvailable(protection) else {
+        guard let protection = ProtectionClass(rawValue: row.protectionClass), itemVault.isAvailable(protection) else {
             return SecretServiceItem(
                 id: row.ref, group: group, locked: true, label: "", attributes: SecretServiceAttributes(),
                 contentType: SecretServiceFields.defaultContentType, created: created, modified: created,
                 ownAttributes: false)
         }
-        let item = try codec.open(row, withSecret: false)
+        let item = try itemCodec.open(row, withSecret: false)
         return view(item, group: group)
     }
 
@@ -120,7 +120,7 @@ extension ItemService {
     private func searchFilters(_ query: SecretServiceAttributes, groupIndexes: [[UInt8]], withSecret: Bool = false)
         throws(KeychainError) -> [RowFilter]
     {
-        let index = try vault.indexer()
+        let index = try itemVault.indexer()
         guard !query.isEmpty else { return [RowFilter(accessGroupIndexes: groupIndexes, includeSecret: withSecret)] }
         // The first digest drives the query: not one of the names that many items share.
         let common: Set<[UInt8]> = [Array("xdg:schema".utf8), Array("application".utf8)]
@@ -150,7 +150,7 @@ extension ItemService {
     public func secretServiceItemIDs(group: String, caller: Caller) throws(KeychainError) -> [[UInt8]] {
         let digests = try groupDigests([group], caller)
         var ids: [[UInt8]] = []
-        try store.read { (r) throws(KeychainError) in
+        try itemStore.read { (r) throws(KeychainError) in
             try r.forEach(RowFilter(accessGroupIndexes: digests.map(\.digest))) { (row) throws(KeychainError) -> Bool in
                 ids.append(row.ref)
                 return true
@@ -166,7 +166,7 @@ extension ItemService {
         let digests = try groupDigests(groups, caller)
         guard !digests.isEmpty, id.count == ItemService.itemIDLength else { return nil }
         var found: SecretServiceItem?
-        try store.read { (r) throws(KeychainError) in
+        try itemStore.read { (r) throws(KeychainError) in
             try r.forEach(RowFilter(ref: id, accessGroupIndexes: digests.map(\.digest))) {
                 (row) throws(KeychainError) -> Bool in
                 found = try view(row, digests)
@@ -191,7 +191,7 @@ extension ItemService {
         guard !digests.isEmpty else { return ([], []) }
         var unlocked: [SecretServiceMatch] = []
         var locked: [SecretServiceMatch] = []
-        try store.read { (r) throws(KeychainError) in
+        try itemStore.read { (r) throws(KeychainError) in
             for filter in try searchFilters(query, groupIndexes: digests.map(\.digest)) {
                 try r.forEach(filter) { (row) throws(KeychainError) -> Bool in
                     let groupIndex = row.accessGroupIndex  // once: a row's getters copy the column
@@ -199,7 +199,9 @@ extension ItemService {
                         return true
                     }
                     let match = SecretServiceMatch(id: row.ref, group: group)
-                    if let protection = ProtectionClass(rawValue: row.protectionClass), vault.isAvailable(protection) {
+                    if let protection = ProtectionClass(rawValue: row.protectionClass),
+                        itemVault.isAvailable(protection)
+                    {
                         unlocked.append(match)
                     } else {
                         locked.append(match)
@@ -220,14 +222,14 @@ extension ItemService {
         let digests = try groupDigests(groups, caller)
         guard !digests.isEmpty, id.count == ItemService.itemIDLength else { return nil }
         var result: (secret: SecretBytes, contentType: String)?
-        try store.read { (r) throws(KeychainError) in
+        try itemStore.read { (r) throws(KeychainError) in
             try r.forEach(RowFilter(ref: id, accessGroupIndexes: digests.map(\.digest), includeSecret: true)) {
                 (row) throws(KeychainError) -> Bool in
                 let groupIndex = row.accessGroupIndex  // once: a row's getters copy the column
                 guard let group = digests.first(where: { $0.digest == groupIndex })?.group else {
                     return false
                 }
-                let item = try codec.open(row, withSecret: true)
+                let item = try itemCodec.open(row, withSecret: true)
                 guard let view = view(item, group: group) else { return false }  // the secret wipes itself
                 result = (item.secret ?? SecretBytes(), view.contentType)
                 return false
@@ -244,7 +246,7 @@ extension ItemService {
         let digests = try groupDigests([group], caller)
         var created = Double.infinity
         var modified = 0.0
-        try store.read { (r) throws(KeychainError) in
+        try itemStore.read { (r) throws(KeychainError) in
             try r.forEach(RowFilter(accessGroupIndexes: digests.map(\.digest))) { (row) throws(KeychainError) -> Bool in
                 let item: SecretServiceItem?
                 do throws(KeychainError) { item = try view(row, digests) } catch  where error.status == .decode {
@@ -273,14 +275,14 @@ extension ItemService {
         if let problem = attributes.problem { throw .param(problem) }
         let digests = try groupDigests([group], caller)
         let protection = Self.secretServiceProtection
-        guard vault.isAvailable(protection) else { throw Self.lockedError }
+        guard itemVault.isAvailable(protection) else { throw Self.lockedError }
         let type = contentType.isEmpty ? SecretServiceFields.defaultContentType : contentType
-        return try store.write { (w) throws(KeychainError) -> (id: [UInt8], replaced: Bool) in
+        return try itemStore.write { (w) throws(KeychainError) -> (id: [UInt8], replaced: Bool) in
             if replace {
                 var match: OpenedItem?
                 for filter in try searchFilters(attributes, groupIndexes: digests.map(\.digest)) where match == nil {
                     try w.reader.forEach(filter) { (row) throws(KeychainError) -> Bool in
-                        let item = try codec.open(row, withSecret: false)
+                        let item = try itemCodec.open(row, withSecret: false)
                         guard let v = view(item, group: group), v.attributes == attributes else { return true }
                         match = item
                         return false
@@ -294,7 +296,7 @@ extension ItemService {
                     return (item.row.ref, true)
                 }
             }
-            let now = clock.next()
+            let now = itemClock.next()
             let ref = ItemService.newItemID(createdAt: now)
             var stored: [String: Value] = [
                 "agrp": .text(group), "pdmn": .text(protection.code), "sync": .bool(false),
@@ -304,7 +306,7 @@ extension ItemService {
             if SecretServiceFields.isServiceAndAccount(attributes) && type == SecretServiceFields.defaultContentType {
                 stored["svce"] = text(SecretServiceFields.serviceName)
                 stored["acct"] = text(SecretServiceFields.accountName)
-                let row = try codec.seal(ref: ref, protection: protection, attributes: stored, secret: secret)
+                let row = try itemCodec.seal(ref: ref, protection: protection, attributes: stored, secret: secret)
                 do throws(KeychainError) {
                     try w.insert(row)
                     return (ref, false)
@@ -315,7 +317,7 @@ extension ItemService {
             stored["svce"] = text(SecretServiceFields.serviceName)
             stored["acct"] = .text(Self.hex(ref))
             stored["gena"] = .bytes(SecretServiceFields.encode(attributes, contentType: type))
-            let row = try codec.seal(ref: ref, protection: protection, attributes: stored, secret: secret)
+            let row = try itemCodec.seal(ref: ref, protection: protection, attributes: stored, secret: secret)
             try w.insert(row)
             return (ref, false)
         }
@@ -370,7 +372,7 @@ extension ItemService {
     public func secretServiceDelete(id: [UInt8], groups: [String], caller: Caller) throws(KeychainError) -> Bool {
         let digests = try groupDigests(groups, caller)
         guard !digests.isEmpty, id.count == ItemService.itemIDLength else { return false }
-        return try store.write { (w) throws(KeychainError) -> Bool in
+        return try itemStore.write { (w) throws(KeychainError) -> Bool in
             var rowid: Int64?
             try w.reader.forEach(RowFilter(ref: id, accessGroupIndexes: digests.map(\.digest))) {
                 (row) throws(KeychainError) -> Bool in
@@ -386,7 +388,7 @@ extension ItemService {
     /// `Collection.Delete`: every item of the group. Returns their ids.
     public func secretServiceDeleteAll(group: String, caller: Caller) throws(KeychainError) -> [[UInt8]] {
         let digests = try groupDigests([group], caller)
-        return try store.write { (w) throws(KeychainError) -> [[UInt8]] in
+        return try itemStore.write { (w) throws(KeychainError) -> [[UInt8]] in
             var rows: [(Int64, [UInt8])] = []
             try w.reader.forEach(RowFilter(accessGroupIndexes: digests.map(\.digest))) {
                 (row) throws(KeychainError) -> Bool in
@@ -409,7 +411,7 @@ extension ItemService {
     ) throws(KeychainError) -> Bool {
         let digests = try groupDigests(groups, caller)
         guard !digests.isEmpty, id.count == ItemService.itemIDLength else { return false }
-        return try store.write { (w) throws(KeychainError) -> Bool in
+        return try itemStore.write { (w) throws(KeychainError) -> Bool in
             var found: (OpenedItem, SecretServiceItem)?
             // With the secret column: re-sealing under a fresh item key opens the unchanged secret.
             var filter = RowFilter(ref: id, accessGroupIndexes: digests.map(\.digest))
@@ -419,7 +421,7 @@ extension ItemService {
                 guard let group = digests.first(where: { $0.digest == groupIndex })?.group else {
                     return false
                 }
-                let item = try codec.open(row, withSecret: false)
+                let item = try itemCodec.open(row, withSecret: false)
                 if let v = view(item, group: group) { found = (item, v) }
                 return false
             }
@@ -438,11 +440,11 @@ extension ItemService {
     ) throws(KeychainError) {
         var stored = item.attributes
         try change(&stored)
-        stored["mdat"] = .date(clock.next(after: item.attributes["mdat"]?.date))
+        stored["mdat"] = .date(itemClock.next(after: item.attributes["mdat"]?.date))
         // A fresh item key, as every update (ItemService.update): the unchanged secret is opened to be
         // sealed again.
-        let kept = secret == nil ? try codec.open(item.row, withSecret: true, withAttributes: false).secret : nil
-        let row = try codec.seal(
+        let kept = secret == nil ? try itemCodec.open(item.row, withSecret: true, withAttributes: false).secret : nil
+        let row = try itemCodec.seal(
             ref: item.row.ref, protection: item.protection, attributes: stored,
             secret: secret ?? kept ?? SecretBytes(), rowid: item.row.rowid)
         do throws(KeychainError) {
