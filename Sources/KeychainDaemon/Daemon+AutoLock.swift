@@ -74,11 +74,4 @@ extension Daemon {
         thread.stackSize = 128 * 1024
         thread.start()
     }
-
-    /// Locks now, on an event from outside the daemon (logind: the session locked, the machine is
-    /// about to sleep; SessionLock.swift), by the auto-lock's path: under the unlock gate, logged as
-    /// `keychain locked` with `by`. Returns whether it locked (false: no passphrase, or locked already).
-    public func lockNow(by reason: String) -> Bool {
-        core.lockNow(by: reason)
-    }
 }

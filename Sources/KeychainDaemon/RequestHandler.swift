@@ -6,8 +6,10 @@ import KeychainSystem
 public import KeychainWire
 import Synchronization
 
-/// Turns one frame body into one response: decodes the request, finds who is calling, asks the
-/// access policy (KeychainItems/AccessPolicy.swift), and calls the item service. Knows no sockets.
+/// The socket's adapter over the request core (KeychainRequests/RequestCore.swift): turns one frame
+/// body into one response — decodes the request, finds who is calling (cached per connection),
+/// asks the access policy (KeychainItems/AccessPolicy.swift), and calls the item service. Knows no
+/// sockets. Admin verbs: AdminOperations.swift; approvals: Approvals.swift; status: StatusReport.swift.
 public final class RequestHandler: Sendable {
     let items: ItemService
     let registrar: Registrar

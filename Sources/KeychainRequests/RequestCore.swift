@@ -74,8 +74,9 @@ public final class RequestCore: Sendable {
         if lastActivity.load(ordering: .relaxed) != now { lastActivity.store(now, ordering: .relaxed) }
     }
 
-    /// Locks the keychain now unless it is locked (under the unlock gate); logs who locked it.
-    /// Returns whether it was unlocked.
+    /// Locks now, on an event from outside the daemon (logind: the session locked, the machine is
+    /// about to sleep; SessionLock.swift), by the auto-lock's path: under the unlock gate, logged as
+    /// `keychain locked` with `by`. Returns whether it locked (false: no passphrase, or locked already).
     public func lockNow(by reason: String) -> Bool {
         let locked = unlockGate.withLock { items.lockIfUnlocked() }
         if locked { Log.info("keychain locked", [("by", reason)]) }
