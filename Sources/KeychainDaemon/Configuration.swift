@@ -41,6 +41,11 @@ public struct Settings: Sendable {
     public var secretService = false
     /// What processes that are not registered apps get on the bus: the shared collection or a refusal.
     public var secretServiceUnregistered: AccessPolicy.UnregisteredBusCallers = .shared
+    /// The pinentry that asks for the passphrase (`pinentryProgram`): a path or a name on `PATH`;
+    /// nil: `pinentry` on `PATH`, else `/usr/bin/pinentry` (SPEC §11).
+    public var pinentryProgram: String?
+    /// Seconds a passphrase prompt waits for an answer (`pinentryTimeoutSeconds`; 0 = no limit).
+    public var pinentryTimeoutSeconds = 120
 
     /// The folder of app drop-ins: `apps.d/` beside the configuration file in use.
     public var appsDirectory: String {
@@ -186,7 +191,7 @@ extension Settings {
         "socket", "dataDirectory", "maxFrameBytes", "maxConnections",
         "idleTimeoutSeconds", "autoLockSeconds", "maxUnlockedSeconds", "kdfProfile", "lookupCacheEntries",
         "maxBufferedBytes", "logLevel",
-        "secretService", "secretServiceUnregistered",
+        "secretService", "secretServiceUnregistered", "pinentryProgram", "pinentryTimeoutSeconds",
     ]
 
     /// Applies `keychaind.json` when it exists. Unknown keys and wrong types are errors.
@@ -235,6 +240,15 @@ extension Settings {
                         file: path, reason: "\"secretServiceUnregistered\" must be shared or refuse")
                 }
                 secretServiceUnregistered = mode
+            case "pinentryProgram":
+                let program = try JSONFile.string(value, key: key, file: path)
+                guard !program.isEmpty, !program.contains("/") || program.hasPrefix("/") else {
+                    throw ConfigurationError(
+                        file: path, reason: "\"pinentryProgram\" must be an absolute path or a program name on PATH")
+                }
+                pinentryProgram = program
+            case "pinentryTimeoutSeconds":
+                pinentryTimeoutSeconds = try JSONFile.int(value, key: key, file: path, range: 0...86400)
             default:
                 throw ConfigurationError(
                     file: path, reason: "unknown key \"\(key)\" (known: \(Self.knownKeys.joined(separator: ", ")))")

@@ -395,6 +395,26 @@ public final class RequestHandler: Sendable {
         }
     }
 
+    /// Unlocks with `passphrase` (a request's, or one typed at a passphrase prompt): a right one
+    /// starts `maxUnlockedSeconds` again and makes the approved registrations readable.
+    func unlock(passphrase: SecureBytes, by: String) throws(KeychainError) {
+        let wasLocked = items.isLocked
+        do {
+            // A right passphrase starts `maxUnlockedSeconds` again (Daemon+AutoLock.swift).
+            try unlockGate.withLock { () throws(KeychainError) in
+                try items.unlock(passphrase: passphrase)
+                unlockedAt.store(MonotonicClock.milliseconds(), ordering: .relaxed)
+                touch()
+            }
+        } catch {
+            Log.warning("unlock refused", [("by", by), ("failures", String(items.protectionStatus.failedUnlocks))])
+            throw error
+        }
+        Log.info("keychain unlocked", [("by", by)])
+        // The approved registrations are sealed under the passphrase: readable from now on.
+        if wasLocked { registrar.reload("unlock") }
+    }
+
     // MARK: Admin operations (docs/protocol.md §11)
 
     private func admin(_ action: Operation, _ args: Arguments, caller: Caller) throws(KeychainError) -> Value? {
@@ -410,21 +430,7 @@ public final class RequestHandler: Sendable {
                 if !items.hasPassphrase { return nil }
                 throw KeychainError(.authFailed, "the passphrase is empty")
             }
-            let wasLocked = items.isLocked
-            do {
-                // A right passphrase starts `maxUnlockedSeconds` again (Daemon+AutoLock.swift).
-                try unlockGate.withLock { () throws(KeychainError) in
-                    try items.unlock(passphrase: passphrase)
-                    unlockedAt.store(MonotonicClock.milliseconds(), ordering: .relaxed)
-                    touch()
-                }
-            } catch {
-                Log.warning("unlock refused", [("failures", String(items.protectionStatus.failedUnlocks))])
-                throw error
-            }
-            Log.info("keychain unlocked")
-            // The approved registrations are sealed under the passphrase: readable from now on.
-            if wasLocked { registrar.reload("unlock") }
+            try unlock(passphrase: passphrase, by: "request")
             return nil
         case .passwd:
             try args.expect(["old", "new", "approve"])
