@@ -42,10 +42,15 @@ public final class RequestHandler: Sendable {
     /// isolation note that goes with it; nil when it is not served.
     let secretServiceStatus = Locked<(fields: [String: Value], note: String)?>(nil)
 
+    /// The config's `pinentryProgram`, for `status` (keychainctl runs it where it has no terminal).
+    let pinentryProgram: String?
+
     init(
         items: ItemService, registrar: Registrar, maxFrameBytes: Int = Frame.defaultMaxBytes,
-        maxBufferedBytes: Int = 64 << 20, lockSettings: (autoLock: Int, maxUnlocked: Int) = (0, 0)
+        maxBufferedBytes: Int = 64 << 20, lockSettings: (autoLock: Int, maxUnlocked: Int) = (0, 0),
+        pinentryProgram: String? = nil
     ) {
+        self.pinentryProgram = pinentryProgram
         self.items = items
         self.registrar = registrar
         self.maxFrameBytes = maxFrameBytes
@@ -682,6 +687,7 @@ public final class RequestHandler: Sendable {
             "classes": .map(protection.classes.mapValues(Value.bool)),
             "caller": app.map { .text($0.applicationIdentifier) } ?? .null,
             "admin": .bool(app?.admin ?? false),
+            "pinentryProgram": pinentryProgram.map(Value.text) ?? .null,
             "groups": app.map { .array($0.accessGroups.map(Value.text)) } ?? .null,
             "isolation": Isolation.report(
                 registry: registrar.current.registry, passphraseSet: protection.passphraseSet,

@@ -23,6 +23,33 @@ public struct PromptRequest: Sendable {
     }
 }
 
+/// Why a prompt ended without a right passphrase.
+public enum PromptFailure: Error, Sendable {
+    /// The person cancelled (pinentry's GPG_ERR_CANCELED).
+    case canceled
+    /// Nobody answered within the timeout (GPG_ERR_TIMEOUT).
+    case timedOut(seconds: Int)
+    /// Every attempt was wrong; the last reason.
+    case wrongPassphrase(String)
+    /// No prompt could be shown (no pinentry, no display and no terminal, pinentry failed).
+    case unavailable(String)
+    /// The check of a typed passphrase failed otherwise.
+    case failed(KeychainError)
+
+    /// As an OSStatus and one line: errSecUserCanceled (−128) for a cancel, else
+    /// errSecInteractionNotAllowed saying why (or the check's own error).
+    public var keychainError: KeychainError {
+        switch self {
+        case .canceled: return KeychainError(.userCanceled, "the passphrase prompt was cancelled")
+        case .timedOut(let seconds):
+            return KeychainError(.interactionNotAllowed, "nobody answered the passphrase prompt within \(seconds) s")
+        case .wrongPassphrase(let reason): return KeychainError(.authFailed, reason)
+        case .unavailable(let why): return KeychainError(.interactionNotAllowed, why)
+        case .failed(let error): return error
+        }
+    }
+}
+
 /// Asks a person for the keychain passphrase through pinentry (the GnuPG family: gnome3, qt, gtk2,
 /// curses, tty), spoken over Assuan with libassuan. The passphrase comes back in `SecretBytes`
 /// (zeroed when dropped) and goes nowhere else; libassuan's own buffers are zeroed as they are freed.
@@ -67,42 +94,36 @@ public struct Prompter: Sendable {
     }
 
     /// Why no prompt can be shown for `request`, or nil when one can.
-    public func unavailable(_ request: PromptRequest) -> KeychainError? {
+    public func unavailable(_ request: PromptRequest) -> String? {
         guard program != nil else {
             let what =
                 configured.map { "the pinentryProgram \"\($0)\" is not an executable" }
                 ?? "no pinentry program: none on PATH and no /usr/bin/pinentry"
-            return KeychainError(
-                .interactionNotAllowed,
+            return
                 "\(what); install pinentry (pinentry-gnome3, -qt, -gtk2, -curses or -tty) or set pinentryProgram in keychaind.json"
-            )
         }
         if display == nil && waylandDisplay == nil && request.ttyName == nil {
-            return KeychainError(
-                .interactionNotAllowed,
-                "nowhere to show a passphrase prompt: DISPLAY and WAYLAND_DISPLAY are unset and there is no terminal")
+            return "nowhere to show a passphrase prompt: DISPLAY and WAYLAND_DISPLAY are unset and there is no terminal"
         }
         return nil
     }
 
     /// Shows one prompt and hands each passphrase typed to `check`, which returns nil when it is
     /// right or the one-line reason it is not (shown with `SETERROR` as the prompt asks again), up to
-    /// `attempts` times. Throws errSecUserCanceled (−128) when the person cancels, and
-    /// errSecInteractionNotAllowed when no prompt can be shown, nobody answers in time, or every
-    /// attempt was wrong (the last reason then), or `check`'s own error when it throws.
+    /// `attempts` times. Throws why it ended otherwise (`PromptFailure.keychainError` as an OSStatus).
     public func ask(
         _ request: PromptRequest, attempts: Int = Prompter.attempts,
         check: (SecretBytes) throws(KeychainError) -> String?
-    ) throws(KeychainError) {
-        if let why = unavailable(request) { throw why }
+    ) throws(PromptFailure) {
+        if let why = unavailable(request) { throw .unavailable(why) }
         let program = self.program!
         let pinentry: AssuanPipe
         do throws(AssuanError) {
             pinentry = try AssuanPipe(program: program, arguments: [program])
         } catch {
-            throw KeychainError(.interactionNotAllowed, "cannot start \(program): \(error)")
+            throw .unavailable("cannot start \(program): \(error)")
         }
-        func send(_ command: String, _ argument: String? = nil, optional: Bool = false) throws(KeychainError) {
+        func send(_ command: String, _ argument: String? = nil, optional: Bool = false) throws(PromptFailure) {
             var line = Array(command.utf8)
             if let argument { line += [0x20] + Self.escape(argument) }
             do throws(AssuanError) { try pinentry.transact(line) } catch {
@@ -137,7 +158,10 @@ public struct Prompter: Sendable {
                 pin.removeAll()
                 throw failure(error, program)
             }
-            reason = try check(pin)
+            do throws(KeychainError) { reason = try check(pin) } catch {
+                pin.removeAll()
+                throw .failed(error)
+            }
             pin.removeAll()
             if reason == nil {
                 try? pinentry.transact(Array("BYE".utf8))
@@ -145,16 +169,13 @@ public struct Prompter: Sendable {
             }
         }
         try? pinentry.transact(Array("BYE".utf8))
-        throw KeychainError(.interactionNotAllowed, "\(reason ?? "wrong passphrase") (\(attempts) attempts)")
+        throw .wrongPassphrase("\(reason ?? "wrong passphrase") (\(attempts) attempts)")
     }
 
-    private func failure(_ error: AssuanError, _ program: String) -> KeychainError {
-        if error.isCanceled { return KeychainError(.userCanceled, "the passphrase prompt was cancelled") }
-        if error.isTimeout {
-            return KeychainError(
-                .interactionNotAllowed, "nobody answered the passphrase prompt within \(timeoutSeconds) s")
-        }
-        return KeychainError(.interactionNotAllowed, "\(program) failed: \(error)")
+    private func failure(_ error: AssuanError, _ program: String) -> PromptFailure {
+        if error.isCanceled { return .canceled }
+        if error.isTimeout { return .timedOut(seconds: timeoutSeconds) }
+        return .unavailable("\(program) failed: \(error)")
     }
 
     /// Assuan's escaping of a text argument: `%`, CR, LF and other control bytes as `%XX`; cut to
