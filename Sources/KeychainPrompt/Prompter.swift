@@ -13,10 +13,12 @@ public struct PromptRequest: Sendable {
     public var prompt = "Passphrase:"
     /// The X11 window the dialog belongs to (a Secret Service `Prompt(window-id)`), when given.
     public var parentWindow: String?
-    /// The terminal to ask on (a terminal client's own tty) and its `TERM`.
+    /// The terminal to ask on (a terminal client's own tty, `OPTION ttyname`).
     public var ttyName: String?
+    /// That terminal's `TERM` (`OPTION ttytype`).
     public var ttyType: String?
 
+    /// A prompt with this title and description, the default label, and no window or terminal.
     public init(title: String, description: String) {
         self.title = title
         self.description = description
@@ -63,13 +65,15 @@ public struct Prompter: Sendable {
     public let timeoutSeconds: Int
     /// What the program was looked for as (for messages).
     private let configured: String?
-    /// The display the dialog goes to: `DISPLAY` / `WAYLAND_DISPLAY` of this process.
+    /// The X display the dialog goes to: `DISPLAY` of this process (`OPTION display`).
     public var display = CurrentProcess.environment("DISPLAY").flatMap { $0.isEmpty ? nil : $0 }
+    /// `WAYLAND_DISPLAY` of this process (pinentry inherits it).
     public var waylandDisplay = CurrentProcess.environment("WAYLAND_DISPLAY").flatMap { $0.isEmpty ? nil : $0 }
 
     /// How many passphrases one prompt takes before it gives up (each wrong one says so and asks again).
     public static let attempts = 3
 
+    /// A prompter running `configured` (a path, or a name on `PATH`; nil: the defaults above).
     public init(configured: String?, timeoutSeconds: Int) {
         self.configured = configured
         self.timeoutSeconds = timeoutSeconds

@@ -40,7 +40,8 @@ extension SecretService {
             wants.append(items == 1 ? "read an item" : "read \(items) items")
         }
         if !collections.isEmpty {
-            wants.append("open its collection\(collections.count == 1 ? "" : "s") \(collections.joined(separator: ", "))")
+            wants.append(
+                "open its collection\(collections.count == 1 ? "" : "s") \(collections.joined(separator: ", "))")
         }
         var description = "\(app) asks to unlock the keychain to \(wants.joined(separator: " and "))"
         if let search = known.lastSearch, items > 0 { description += " (it searched for \(search))" }
@@ -82,7 +83,7 @@ extension SecretService {
                         do throws(KeychainError) {
                             try daemon.unlock(typed: pin, by: "passphrase prompt")
                             return nil
-                        } catch where error.status == .authFailed {
+                        } catch  where error.status == .authFailed {
                             return error.message
                         }
                     }

@@ -239,7 +239,8 @@ func pad(_ s: String) -> String { s + String(repeating: " ", count: max(1, 30 - 
 
 enum Opt: CaseIterable {
     case service, account, group, secret, printSecret, stdin, accessible, label, comment, description
-    case updateExisting, all, passphraseFile, newPassphraseFile, passphraseFD, newPassphraseFD, ifLocked, ifSet, pinentry
+    case updateExisting, all, passphraseFile, newPassphraseFile, passphraseFD, newPassphraseFD, ifLocked, ifSet,
+        pinentry
     case keychainPassphraseFile, appID, executable, admin, approveRegistration, approveNone
 
     var spellings: [String] {
@@ -273,7 +274,8 @@ enum Opt: CaseIterable {
 
     var takesValue: Bool {
         switch self {
-        case .printSecret, .stdin, .updateExisting, .all, .ifLocked, .ifSet, .admin, .approveNone, .pinentry: return false
+        case .printSecret, .stdin, .updateExisting, .all, .ifLocked, .ifSet, .admin, .approveNone, .pinentry:
+            return false
         default: return true
         }
     }

@@ -669,7 +669,9 @@ struct Command {
     /// request), asking again after a wrong one (at most three times).
     private func unlockThroughPinentry(_ admin: KeychainAdmin) throws(KeychainError) {
         let configured: String?
-        if case .text(let program)? = try admin.status().raw["pinentryProgram"] { configured = program } else {
+        if case .text(let program)? = try admin.status().raw["pinentryProgram"] {
+            configured = program
+        } else {
             configured = nil
         }
         let prompter = Prompter(configured: configured, timeoutSeconds: 120)
@@ -688,7 +690,7 @@ struct Command {
                 do throws(KeychainError) {
                     try admin.unlock(passphrase: typed)
                     return nil
-                } catch where error.status == .authFailed {
+                } catch  where error.status == .authFailed {
                     return error.message
                 }
             }
