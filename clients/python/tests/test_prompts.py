@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import daemon_binary
 from test_secret_service import (DEADLINE, ROOT, SECRET_TOOL, SERVICE, call, fresh, set_passphrase,  # noqa: F401
                                  unique, wait_for)
 
@@ -30,7 +31,8 @@ jeepney = pytest.importorskip("jeepney")
 from jeepney import MatchRule, message_bus, new_method_call  # noqa: E402
 
 FAKE = Path(__file__).resolve().parent / "fake_pinentry.py"
-PASSPHRASE = "pass phrase"
+# A percent sign and spaces: Assuan escapes them on the way (%25), libassuan undoes it.
+PASSPHRASE = "pass 100% phrase"
 PINENTRY_TTY = shutil.which("pinentry-tty") or "/usr/bin/pinentry-tty"
 
 
@@ -175,6 +177,34 @@ def test_without_a_display_the_prompt_waits_for_keychainctl_unlock(fresh, pinent
         if lookup.poll() is None:
             lookup.kill()
             lookup.wait()
+
+
+def test_a_pinentry_program_that_is_missing_leaves_the_prompt_waiting_saying_why(fresh, pinentry):  # noqa: F811
+    d, tool, service = locked_daemon(fresh, pinentry)
+    pinentry.program.unlink()
+    lookup = subprocess.Popen([tool, "lookup", "service", service, "account", "a"], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, env=d.env)
+    try:
+        wait_for("the prompt", lambda: "waits for the keychain to be unlocked" in d.log_text())
+        assert "is not an executable; install pinentry" in d.log_text() and str(pinentry.program) in d.log_text()
+        assert d.run([d.keychainctl, "unlock", "--passphrase-file", str(d.root / "pw")]).returncode == 0
+        out, err = lookup.communicate(timeout=DEADLINE)
+        assert lookup.returncode == 0 and out == b"the secret", err
+    finally:
+        if lookup.poll() is None:
+            lookup.kill()
+            lookup.wait()
+
+
+@pytest.mark.parametrize("value, reason", [("bin/pinentry", "must be an absolute path or a program name on PATH"),
+                                           ("", "must be a non-empty string"),
+                                           (7, "pinentryProgram")])
+def test_a_bad_pinentry_program_setting_is_refused_at_start(tmp_path, value, reason):
+    config = tmp_path / "keychaind.json"
+    config.write_text(json.dumps({"pinentryProgram": value}))
+    r = subprocess.run([str(daemon_binary()), "--socket", str(tmp_path / "s"), "--data-dir", str(tmp_path / "d"),
+                        "--config", str(config)], capture_output=True, timeout=DEADLINE, stdin=subprocess.DEVNULL)
+    assert r.returncode == 1 and str(config).encode() in r.stderr and reason.encode() in r.stderr, r.stderr
 
 
 def keychainctl_without_terminal(d, *args, env=None):
