@@ -5,12 +5,13 @@ expects it, with no window.
 Copied into a test's directory (as the config's pinentryProgram); beside itself it reads
 `answers.json`, a list consumed one GETPIN at a time — {"pin": "..."} answers with that passphrase,
 "cancel" with pinentry's cancel error (GPG_ERR_CANCELED, 83886179), "timeout" with its timeout error
-(GPG_ERR_TIMEOUT, 83886142) — and appends every command it gets (never a pin: it sends them) to
+(GPG_ERR_TIMEOUT, 83886142), {"hold": PATH} shows the dialog until PATH exists, then cancels — and appends every command it gets (never a pin: it sends them) to
 `pinentry.log`, one per line, with `DISPLAY=` / `WAYLAND_DISPLAY=` of its environment first.
 """
 import json
 import os
 import sys
+import time
 
 here = os.path.dirname(os.path.abspath(sys.argv[0]))
 answers_path = os.path.join(here, "answers.json")
@@ -48,6 +49,11 @@ for raw in sys.stdin:
     if command == "GETPIN":
         answer = next_answer()
         if answer == "cancel":
+            send("ERR 83886179 Operation cancelled <Pinentry>")
+        elif isinstance(answer, dict) and "hold" in answer:
+            log("HOLDING")
+            while not os.path.exists(answer["hold"]):
+                time.sleep(0.05)      # a person who has not answered yet
             send("ERR 83886179 Operation cancelled <Pinentry>")
         elif answer == "timeout":
             send("ERR 83886142 Timeout <Pinentry>")

@@ -134,6 +134,31 @@ def test_a_prompt_nobody_answers_times_out_and_is_dismissed(fresh, pinentry):  #
     assert d.locked()
 
 
+def test_the_bus_is_served_while_a_dialog_shows_and_an_unlock_from_elsewhere_completes_it(fresh, pinentry):  # noqa: F811
+    d, tool, service = locked_daemon(fresh, pinentry)
+    release = pinentry.dir / "release"
+    pinentry.answer({"hold": str(release)})
+    lookup = subprocess.Popen([tool, "lookup", "service", service, "account", "a"], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, env=d.env)
+    try:
+        wait_for("the dialog", lambda: "HOLDING" in pinentry.lines())
+        # The dialog runs on a thread of its own: other callers are answered meanwhile.
+        other = d.run([d.tool2, "search", "service", "nothing-" + service])
+        assert other.returncode in (0, 1) and other.stderr == b"", other
+        assert lookup.poll() is None
+        assert d.run([d.keychainctl, "unlock", "--passphrase-file", str(d.root / "pw")]).returncode == 0
+        out, err = lookup.communicate(timeout=DEADLINE)
+        assert lookup.returncode == 0 and out == b"the secret", err
+    finally:
+        release.touch()
+        if lookup.poll() is None:
+            lookup.kill()
+            lookup.wait()
+    # The dialog's late cancel changes nothing.
+    wait_for("the late cancel", lambda: "passphrase prompt was dismissed" in d.log_text())
+    assert not d.locked() and d.process.poll() is None
+
+
 def completed_after_prompt(d, window="4242"):
     """Unlock of the login collection, then Prompt(window); the Completed signal's body."""
     with d.connection() as conn:
