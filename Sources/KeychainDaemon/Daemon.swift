@@ -65,7 +65,8 @@ public final class Daemon: Sendable {
         handler = RequestHandler(
             items: items, registrar: registrar, maxFrameBytes: settings.maxFrameBytes,
             maxBufferedBytes: settings.maxBufferedBytes,
-            lockSettings: (settings.autoLockSeconds, settings.maxUnlockedSeconds))
+            lockSettings: (settings.autoLockSeconds, settings.maxUnlockedSeconds),
+            pinentryProgram: settings.pinentryProgram)
         if let inherited = try Listener.inherited() {
             listener = inherited
         } else {

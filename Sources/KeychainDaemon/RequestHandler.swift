@@ -42,10 +42,15 @@ public final class RequestHandler: Sendable {
     /// isolation note that goes with it; nil when it is not served.
     let secretServiceStatus = Locked<(fields: [String: Value], note: String)?>(nil)
 
+    /// The config's `pinentryProgram`, for `status` (keychainctl runs it where it has no terminal).
+    let pinentryProgram: String?
+
     init(
         items: ItemService, registrar: Registrar, maxFrameBytes: Int = Frame.defaultMaxBytes,
-        maxBufferedBytes: Int = 64 << 20, lockSettings: (autoLock: Int, maxUnlocked: Int) = (0, 0)
+        maxBufferedBytes: Int = 64 << 20, lockSettings: (autoLock: Int, maxUnlocked: Int) = (0, 0),
+        pinentryProgram: String? = nil
     ) {
+        self.pinentryProgram = pinentryProgram
         self.items = items
         self.registrar = registrar
         self.maxFrameBytes = maxFrameBytes
@@ -399,6 +404,26 @@ public final class RequestHandler: Sendable {
         }
     }
 
+    /// Unlocks with `passphrase` (a request's, or one typed at a passphrase prompt): a right one
+    /// starts `maxUnlockedSeconds` again and makes the approved registrations readable.
+    func unlock(passphrase: SecureBytes, by: String) throws(KeychainError) {
+        let wasLocked = items.isLocked
+        do {
+            // A right passphrase starts `maxUnlockedSeconds` again (Daemon+AutoLock.swift).
+            try unlockGate.withLock { () throws(KeychainError) in
+                try items.unlock(passphrase: passphrase)
+                unlockedAt.store(MonotonicClock.milliseconds(), ordering: .relaxed)
+                touch()
+            }
+        } catch {
+            Log.warning("unlock refused", [("by", by), ("failures", String(items.protectionStatus.failedUnlocks))])
+            throw error
+        }
+        Log.info("keychain unlocked", [("by", by)])
+        // The approved registrations are sealed under the passphrase: readable from now on.
+        if wasLocked { registrar.reload("unlock") }
+    }
+
     // MARK: Admin operations (docs/protocol.md §11)
 
     private func admin(_ action: Operation, _ args: Arguments, caller: Caller) throws(KeychainError) -> Value? {
@@ -414,21 +439,7 @@ public final class RequestHandler: Sendable {
                 if !items.hasPassphrase { return nil }
                 throw KeychainError(.authFailed, "the passphrase is empty")
             }
-            let wasLocked = items.isLocked
-            do {
-                // A right passphrase starts `maxUnlockedSeconds` again (Daemon+AutoLock.swift).
-                try unlockGate.withLock { () throws(KeychainError) in
-                    try items.unlock(passphrase: passphrase)
-                    unlockedAt.store(MonotonicClock.milliseconds(), ordering: .relaxed)
-                    touch()
-                }
-            } catch {
-                Log.warning("unlock refused", [("failures", String(items.protectionStatus.failedUnlocks))])
-                throw error
-            }
-            Log.info("keychain unlocked")
-            // The approved registrations are sealed under the passphrase: readable from now on.
-            if wasLocked { registrar.reload("unlock") }
+            try unlock(passphrase: passphrase, by: "request")
             return nil
         case .passwd:
             try args.expect(["old", "new", "approve"])
@@ -680,6 +691,7 @@ public final class RequestHandler: Sendable {
             "classes": .map(protection.classes.mapValues(Value.bool)),
             "caller": app.map { .text($0.applicationIdentifier) } ?? .null,
             "admin": .bool(app?.admin ?? false),
+            "pinentryProgram": pinentryProgram.map(Value.text) ?? .null,
             "groups": app.map { .array($0.accessGroups.map(Value.text)) } ?? .null,
             "isolation": Isolation.report(
                 registry: registrar.current.registry, passphraseSet: protection.passphraseSet,

@@ -4,6 +4,7 @@ import KeychainCore
 import KeychainCrypto
 public import KeychainDaemon
 import KeychainItems
+import KeychainPrompt
 import KeychainSystem
 import Synchronization
 
@@ -36,7 +37,7 @@ public final class SecretService: @unchecked Sendable {
     /// The most secret bytes one GetSecrets answers with (a socket client's frame limit): a caller
     /// that asks for much and reads nothing fills the bus's buffers, which stalls every caller.
     let maxReplyBytes: Int
-    private let wake: WakePipe
+    let wake: WakePipe
     private let stopping = Atomic<Bool>(false)
     private let finished = DispatchSemaphore(value: 0)
     private var running = false
@@ -45,6 +46,9 @@ public final class SecretService: @unchecked Sendable {
     var callers: [String: BusCaller] = [:]
     var sessions: [String: TransferSession] = [:]
     var prompts: [String: PendingPrompt] = [:]
+    /// The prompt whose pinentry is showing (one at a time), and what pinentry threads answered.
+    var asking: String?
+    let answers = Mutex<[(path: String, outcome: PromptOutcome)]>([])
     var nextObject: UInt64 = 1
     var waitingLogged = false
 
@@ -210,6 +214,7 @@ public final class SecretService: @unchecked Sendable {
                 daemon.setSecretServiceStatus(nil, note: "")
                 return
             }
+            takeAnswers()
             checkPrompts()
             var timeout = bus.timeoutMilliseconds
             if prompts.values.contains(where: { $0.waiting }) { timeout = timeout < 0 ? 250 : min(timeout, 250) }
@@ -301,12 +306,17 @@ final class TransferSession {
     }
 }
 
-/// A prompt (`Unlock` of a locked keychain): completes when the keychain is unlocked with its
-/// passphrase (`keychainctl unlock`), or is dismissed. No window is ever shown.
+/// A prompt (`Unlock` of a locked keychain): `Prompt` shows a passphrase dialog through pinentry
+/// (SecretService+Prompt.swift); it completes when the keychain is unlocked, by that dialog or from
+/// elsewhere (`keychainctl unlock`), and is dismissed by its owner, a cancel, or wrong passphrases.
 struct PendingPrompt {
     let owner: String
     /// The objects to report unlocked on completion.
     let objects: [String]
+    /// What the dialog says: who asks, and for what.
+    var request: PromptRequest
     /// `Prompt` was called: waiting for the unlock.
     var waiting = false
+    /// Its dialog was shown, or could not be (then it waits for an unlock from elsewhere).
+    var asked = false
 }

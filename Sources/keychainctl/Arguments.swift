@@ -24,7 +24,7 @@ enum Verb: String, CaseIterable {
         case .delete: return [.service, .account, .group, .all, .keychainPassphraseFile]
         case .list, .deviceID: return [.group]
         case .status, .lock, .apps, .help: return []
-        case .unlock: return [.passphraseFile, .passphraseFD, .ifLocked]
+        case .unlock: return [.passphraseFile, .passphraseFD, .ifLocked, .pinentry]
         case .backup, .restore: return [.passphraseFile, .passphraseFD, .keychainPassphraseFile]
         case .passwd:
             return [
@@ -71,7 +71,8 @@ enum Verb: String, CaseIterable {
         case .deviceID: return "keychainctl device-id [-g GROUP]"
         case .status: return "keychainctl status"
         case .lock: return "keychainctl lock"
-        case .unlock: return "keychainctl unlock [--passphrase-file FILE | --passphrase-fd N] [--if-locked]"
+        case .unlock:
+            return "keychainctl unlock [--passphrase-file FILE | --passphrase-fd N | --pinentry] [--if-locked]"
         case .passwd:
             return
                 "keychainctl passwd [--passphrase-file OLD_FILE | --passphrase-fd N] [--new-passphrase-file NEW_FILE | --new-passphrase-fd N] [--if-set] [--approve NAME]… [--approve-none]"
@@ -149,7 +150,9 @@ enum Verb: String, CaseIterable {
         case .unlock:
             return """
                 The passphrase is read from the terminal without echo, from --passphrase-file, or from the
-                first line of descriptor N (--passphrase-fd), never from the command line. --if-locked does
+                first line of descriptor N (--passphrase-fd), never from the command line. Without a terminal
+                (and with nothing piped in), or with --pinentry, pinentry asks: keychaind's pinentryProgram,
+                else pinentry on PATH, on $DISPLAY / $WAYLAND_DISPLAY or this terminal. --if-locked does
                 nothing (exit 0, without trying the passphrase) when the keychain is not locked, so a
                 passphrase that may be wrong is not counted as a failed unlock (used by pam_keychaind).
                 """
@@ -236,7 +239,8 @@ func pad(_ s: String) -> String { s + String(repeating: " ", count: max(1, 30 - 
 
 enum Opt: CaseIterable {
     case service, account, group, secret, printSecret, stdin, accessible, label, comment, description
-    case updateExisting, all, passphraseFile, newPassphraseFile, passphraseFD, newPassphraseFD, ifLocked, ifSet
+    case updateExisting, all, passphraseFile, newPassphraseFile, passphraseFD, newPassphraseFD, ifLocked, ifSet,
+        pinentry
     case keychainPassphraseFile, appID, executable, admin, approveRegistration, approveNone
 
     var spellings: [String] {
@@ -257,6 +261,7 @@ enum Opt: CaseIterable {
         case .passphraseFD: return ["--passphrase-fd"]
         case .newPassphraseFD: return ["--new-passphrase-fd"]
         case .ifLocked: return ["--if-locked"]
+        case .pinentry: return ["--pinentry"]
         case .ifSet: return ["--if-set"]
         case .keychainPassphraseFile: return ["--keychain-passphrase-file"]
         case .appID: return ["-i", "--id"]
@@ -269,7 +274,8 @@ enum Opt: CaseIterable {
 
     var takesValue: Bool {
         switch self {
-        case .printSecret, .stdin, .updateExisting, .all, .ifLocked, .ifSet, .admin, .approveNone: return false
+        case .printSecret, .stdin, .updateExisting, .all, .ifLocked, .ifSet, .admin, .approveNone, .pinentry:
+            return false
         default: return true
         }
     }
@@ -308,6 +314,7 @@ enum Opt: CaseIterable {
                     : "read the passphrase from descriptor N (first line)")
         case .newPassphraseFD: return pad(names + " N") + "read the new passphrase from descriptor N (next line)"
         case .ifLocked: return pad(names) + "do nothing unless the keychain is locked"
+        case .pinentry: return pad(names) + "ask through pinentry (on this terminal, or the desktop's dialog)"
         case .ifSet: return pad(names) + "change only a passphrase already set; never set a first one"
         case .keychainPassphraseFile:
             return pad(names + " FILE") + "the keychain passphrase (an admin proving presence) from FILE"

@@ -1,5 +1,6 @@
 import KeychainClient
 import KeychainCore
+import KeychainPrompt
 import KeychainSystem
 
 /// Runs one parsed invocation against the daemon, writing into `out`.
@@ -649,6 +650,10 @@ struct Command {
         var p: [UInt8]
         if let early {
             p = early
+        } else if inv.has(.pinentry) || (!Terminal.isAvailable && !Terminal.standardInputIsPipeOrFile) {
+            try unlockThroughPinentry(admin)
+            ok()
+            return
         } else {
             p = try Prompt.readSecret(
                 "keychain passphrase: ", missing: noPassphrase(file: .passphraseFile, fd: .passphraseFD))
@@ -656,6 +661,42 @@ struct Command {
         defer { IO.wipe(&p) }
         try admin.unlock(passphrase: p)
         ok()
+    }
+
+    /// `unlock` where no terminal can be asked (or with --pinentry): keychainctl runs the pinentry
+    /// itself — in the user's session, with its display and terminal, none of which the daemon may
+    /// have — and sends each passphrase typed to keychaind as a terminal's would go (the unlock
+    /// request), asking again after a wrong one (at most three times).
+    private func unlockThroughPinentry(_ admin: KeychainAdmin) throws(KeychainError) {
+        let configured: String?
+        if case .text(let program)? = try admin.status().raw["pinentryProgram"] {
+            configured = program
+        } else {
+            configured = nil
+        }
+        let prompter = Prompter(configured: configured, timeoutSeconds: 120)
+        var request = PromptRequest(
+            title: "Unlock the keychain",
+            description:
+                "keychainctl unlock asks for the keychain passphrase.\n\nType it to unlock the keychain for every app.")
+        if let tty = Terminal.open() {
+            request.ttyName = Terminal.name(of: tty.rawValue)
+            request.ttyType = CurrentProcess.environment("TERM")
+        }
+        do throws(PromptFailure) {
+            try prompter.ask(request) { (pin) throws(KeychainError) -> String? in
+                var typed = pin.unprotectedArray
+                defer { IO.wipe(&typed) }
+                do throws(KeychainError) {
+                    try admin.unlock(passphrase: typed)
+                    return nil
+                } catch  where error.status == .authFailed {
+                    return error.message
+                }
+            }
+        } catch {
+            throw error.keychainError
+        }
     }
 
     private mutating func passwd() throws(KeychainError) {

@@ -116,7 +116,7 @@ case .run(let options):
     } catch {
         fail("cannot start: \(error)")
     }
-    // The Secret Service on the session bus, inside this process (SPEC §9): it takes its bus name
+    // The Secret Service on the session bus, inside this process: it takes its bus name
     // before the daemon reports ready, and stops before the store closes.
     if settings.secretService {
         let secretService: SecretService
