@@ -158,14 +158,15 @@ final class Connection {
     }
 
     /// Writes `output` and empties it; what answers held of the budget goes back. A buffer grown
-    /// past a few flushes by one large answer is freed rather than kept for the connection's life.
+    /// past its free bytes (`AnswerLedger.freeOutputBytes`) by large answers is freed rather than
+    /// kept for the connection's life (and, mapped for itself, goes back to the system).
     private static func write(_ output: inout SecretBytes, to socket: UnixSocket, answers: AnswerLedger) -> Bool {
         let ok = (try? socket.writeAll(output)) != nil
-        // Two calls with constant arguments: each is inlined, as the one call was before.
-        if output.capacity <= 4 * flushBytes {
+        if output.capacity <= AnswerLedger.freeOutputBytes {
             output.removeAll(keepingCapacity: true)
         } else {
-            output.removeAll()
+            HeapMemory.freed(output.capacity)
+            output = SecretBytes(capacity: 4 * 1024)
         }
         answers.release()
         return ok
