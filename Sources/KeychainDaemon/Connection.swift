@@ -160,16 +160,23 @@ final class Connection {
     /// Writes `output` and empties it; what answers held of the budget goes back. A buffer grown
     /// past its free bytes (`AnswerLedger.freeOutputBytes`) by large answers is freed rather than
     /// kept for the connection's life (and, mapped for itself, goes back to the system).
+    /// (Inlined into `run`, the freeing of a large buffer kept out of it: a cached copy's path.)
+    @inline(__always)
     private static func write(_ output: inout SecretBytes, to socket: UnixSocket, answers: AnswerLedger) -> Bool {
         let ok = (try? socket.writeAll(output)) != nil
         if output.capacity <= AnswerLedger.freeOutputBytes {
             output.removeAll(keepingCapacity: true)
         } else {
-            HeapMemory.freed(output.capacity)
-            output = SecretBytes(capacity: 4 * 1024)
+            freeLarge(&output)
         }
         answers.release()
         return ok
+    }
+
+    @inline(never)
+    private static func freeLarge(_ output: inout SecretBytes) {
+        HeapMemory.freed(output.capacity)
+        output = SecretBytes(capacity: 4 * 1024)
     }
 
 }

@@ -130,6 +130,7 @@ public final class RequestHandler: Sendable {
     /// writes it (`AnswerLedger.holdOutput`). Past the budget, the answer to request `id` (from
     /// `start` on) is taken back, the buffer shrunk to what it held before, and errSecAllocate framed
     /// in its place: the connection and every other client go on.
+    @inline(never)
     private func held(_ output: inout SecretBytes, answerFrom start: Int, id: Int64, peer: ConnectionPeer) {
         guard let answers = peer.answers, !answers.holdOutput(capacity: output.capacity) else { return }
         HeapMemory.freed(output.capacity)
