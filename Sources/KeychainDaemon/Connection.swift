@@ -40,13 +40,16 @@ final class Connection {
         var frames = FrameBuffer(maxBytes: Self.unidentifiedFrameBytes)
         var output = SecretBytes(capacity: 4 * 1024)
         var held = 0  // this connection's share of the budget for partial frames
-        // Its share for answers of many items, from when a copy collects them until they are written.
+        // Its share for answers, from when they are built until they are written.
         let answers = AnswerLedger(budget: budget)
         peer.answers = answers
         let memo = CopyMemo()
         defer {
             _ = budget.adjust(by: -held)
             answers.release()
+            // Its buffers (64 KiB of frames once identified) are freed as it returns: a thousand
+            // connections that close count towards giving the heap's free pages back.
+            HeapMemory.freed(frames.capacity + output.capacity)
         }
         let pid = peer.identity.pid
         // Held in locals for the whole connection, so the closures below borrow them instead of
