@@ -19,6 +19,9 @@ do { try Daemon.installSignalHandlers() } catch {
 CurrentProcess.makeUmaskPrivate()
 // One descriptor per client: take the hard limit so a thousand clients fit.
 CurrentProcess.raiseOpenFileLimit()
+// Large buffers (an answer of a large item, its sealed row) are mapped for themselves and unmapped
+// when freed: the memory of answers is returned once they are written or their peers close.
+HeapMemory.returnLargeAllocations(above: 128 * 1024)
 // Non-dumpable: no core files, and no /proc/<pid>/mem or ptrace for other processes of this user.
 // Debug builds (never a release or a package) can stay dumpable for the heap-scan test, which reads
 // the daemon's memory to prove secrets are wiped (docs/security.md §1).
