@@ -1,7 +1,9 @@
 import KeychainCore
 import KeychainCrypto
 
-/// The generic-password attributes (docs/protocol.md §7), their wire keys, and Apple's input coercions.
+/// The attributes of every item class (KeychainCore/ItemClass.swift, docs/protocol.md §7), their
+/// wire keys, and Apple's input coercions. Which class has which attribute, and each one's type, is
+/// the class descriptions' data; this enum names them for the code that reads them.
 ///
 /// Each input value is normalised once into the form it is stored and returned in:
 /// strings stay text or bytes as written (Apple returns "the type it was written with"), numbers become
@@ -22,38 +24,42 @@ enum Attribute: String, CaseIterable, Sendable {
     case synchronizable = "sync"
     case creationDate = "cdat"
     case modificationDate = "mdat"
+    // Internet passwords.
+    case server = "srvr"
+    case `protocol` = "ptcl"
+    case authenticationType = "atyp"
+    case port = "port"
+    case path = "path"
+    case securityDomain = "sdmn"
 
-    enum Kind {
-        /// text or bytes, kept as written; compared by bytes (UTF-8 for text), as Apple's SHA-1 columns do
-        case stringOrData
-        /// text only
-        case text
-        /// one of the accessibility codes
-        case accessibility
-        /// bytes (text tolerated), kept as written
-        case data
-        /// unsigned 32-bit integer (FourCC); bools → 0/1, decimal strings parsed
-        case uint32
-        /// boolean; integers and "0"/"1" accepted
-        case flag
-        /// date (CBOR tag 1)
-        case date
-    }
+    typealias Kind = ItemClass.AttributeType
 
-    var kind: Kind {
-        switch self {
-        case .service, .account, .label, .description, .comment: return .stringOrData
-        case .accessGroup: return .text
-        case .accessible: return .accessibility
-        case .generic: return .data
-        case .creator, .type: return .uint32
-        case .isInvisible, .isNegative, .synchronizable: return .flag
-        case .creationDate, .modificationDate: return .date
+    /// Each attribute's type, as the class descriptions give it.
+    private static let kinds: [Attribute: Kind] = {
+        var kinds: [Attribute: Kind] = [:]
+        for itemClass in ItemClass.all {
+            for spec in itemClass.attributes {
+                guard let attribute = Attribute(rawValue: spec.key) else {
+                    preconditionFailure("\(spec.key) of \(itemClass.code) has no Attribute case")
+                }
+                precondition(kinds[attribute] == nil || kinds[attribute] == spec.type, "\(spec.key): two types")
+                kinds[attribute] = spec.type
+            }
         }
+        precondition(kinds.count == Attribute.allCases.count, "an Attribute case no class has")
+        return kinds
+    }()
+
+    var kind: Kind { Self.kinds[self]! }
+
+    /// The attribute named `key` if `itemClass` has it.
+    init?(_ key: String, of itemClass: ItemClass) {
+        guard let attribute = Attribute(rawValue: key), itemClass.attribute(key) != nil else { return nil }
+        self = attribute
     }
 
-    /// Part of Apple's uniqueness key (class, acct, svce, agrp, sync).
-    var isKey: Bool { self == .service || self == .account || self == .accessGroup || self == .synchronizable }
+    /// Part of Apple's uniqueness key of generic passwords (class, acct, svce, agrp, sync).
+    var isKey: Bool { ItemClass.genericPassword.isUnique(rawValue) }
 
     /// The stored form of an input value, or errSecParam naming the key (never the value).
     func normalize(_ value: Value) throws(KeychainError) -> Value {
