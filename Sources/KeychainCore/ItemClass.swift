@@ -51,8 +51,11 @@ public struct ItemClass: Sendable, Hashable, CustomStringConvertible {
     /// Attributes stored as the empty string when an add does not name them (and so always returned).
     public let storedEmpty: [String]
 
+    /// Two classes are the same when their codes are.
     public static func == (a: ItemClass, b: ItemClass) -> Bool { a.code == b.code }
+    /// Hashes the code.
     public func hash(into hasher: inout Hasher) { hasher.combine(code) }
+    /// The wire code.
     public var description: String { code }
 
     /// Every attribute of the class: its own, then the common ones.
