@@ -23,8 +23,11 @@ public struct ItemClass: Sendable, Hashable, CustomStringConvertible {
 
     /// One attribute: its wire key, Apple's constant and its type.
     public struct AttributeSpec: Sendable, Hashable {
+        /// The wire key (`srvr`).
         public let key: String
+        /// Apple's constant (`kSecAttrServer`).
         public let constant: String
+        /// Its value type.
         public let type: AttributeType
 
         init(_ key: String, _ constant: String, _ type: AttributeType) {
@@ -48,8 +51,9 @@ public struct ItemClass: Sendable, Hashable, CustomStringConvertible {
     /// The two attributes whose keyed digests are the store's search columns (`svce_ix`, `acct_ix`),
     /// besides the access group's: what a query naming them finds without opening rows.
     public let indexed: (primary: String, account: String)
-    /// Attributes stored as the empty string when an add does not name them (and so always returned).
-    public let storedEmpty: [String]
+    /// Attributes stored with these values when an add does not name them (so always returned, and
+    /// matched by a query that names the default, as Apple's columns with default values are).
+    public let defaults: [String: Value]
 
     /// Two classes are the same when their codes are.
     public static func == (a: ItemClass, b: ItemClass) -> Bool { a.code == b.code }
@@ -93,7 +97,7 @@ public struct ItemClass: Sendable, Hashable, CustomStringConvertible {
         ],
         uniqueness: ["agrp", "svce", "acct", "sync"],
         indexed: (primary: "svce", account: "acct"),
-        storedEmpty: ["svce", "acct"])
+        defaults: ["svce": .text(""), "acct": .text("")])
 
     /// `kSecClassInternetPassword`.
     public static let internetPassword = ItemClass(
@@ -109,7 +113,7 @@ public struct ItemClass: Sendable, Hashable, CustomStringConvertible {
         ],
         uniqueness: ["agrp", "acct", "srvr", "ptcl", "atyp", "port", "path", "sdmn", "sync"],
         indexed: (primary: "srvr", account: "acct"),
-        storedEmpty: ["acct", "srvr"])
+        defaults: ["acct": .text(""), "srvr": .text(""), "path": .text(""), "sdmn": .text(""), "port": .int(0)])
 
     /// Every class, generic passwords first.
     public static let all: [ItemClass] = [.genericPassword, .internetPassword]
@@ -128,7 +132,7 @@ public struct ItemClass: Sendable, Hashable, CustomStringConvertible {
 
     init(
         code: String, constant: String, name: String, own: [AttributeSpec], uniqueness: [String],
-        indexed: (primary: String, account: String), storedEmpty: [String]
+        indexed: (primary: String, account: String), defaults: [String: Value]
     ) {
         self.code = code
         self.constant = constant
@@ -136,7 +140,7 @@ public struct ItemClass: Sendable, Hashable, CustomStringConvertible {
         self.own = own
         self.uniqueness = uniqueness
         self.indexed = indexed
-        self.storedEmpty = storedEmpty
+        self.defaults = defaults
     }
 }
 
@@ -148,7 +152,7 @@ public enum InternetProtocol {
         ("POP3", "pop3"), ("SMTP", "smtp"), ("SOCKS", "sox "), ("IMAP", "imap"), ("LDAP", "ldap"),
         ("AppleTalk", "atlk"), ("AFP", "afp "), ("Telnet", "teln"), ("SSH", "ssh "), ("FTPS", "ftps"),
         ("HTTPS", "htps"), ("HTTPProxy", "htpx"), ("HTTPSProxy", "htsx"), ("FTPProxy", "ftpx"),
-        ("CIFS", "cifs"), ("SMB", "smb "), ("RTSP", "rtsp"), ("RTSPProxy", "rtsx"), ("DAAP", "daap"),
+        ("SMB", "smb "), ("RTSP", "rtsp"), ("RTSPProxy", "rtsx"), ("DAAP", "daap"),
         ("EPPC", "eppc"), ("IPP", "ipp "), ("NNTPS", "ntps"), ("LDAPS", "ldps"), ("TelnetS", "tels"),
         ("IMAPS", "imps"), ("IRCS", "ircs"), ("POP3S", "pops"),
     ]

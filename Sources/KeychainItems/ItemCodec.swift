@@ -194,7 +194,7 @@ struct ItemCodec: Sendable {
         guard case .map(let map) = decoded, map["pdmn"] == .text(protection.code),
             case .text = map["agrp"], case .bool = map["sync"], case .date = map["cdat"], case .date = map["mdat"],
             let itemClass = Self.itemClass(of: map),
-            itemClass.storedEmpty.allSatisfy({ map[$0].flatMap(Attribute.bytes(of:)) != nil })
+            itemClass.defaults.keys.allSatisfy({ map[$0] != nil })
         else {
             throw KeychainError(.decode, "an item's attributes are damaged (required attributes missing)")
         }

@@ -99,7 +99,7 @@ extension ItemService {
             case .text(let code)? = attributes["pdmn"], let protection = ProtectionClass(code: code),
             backedUpClasses.contains(protection),
             case .bool? = attributes["sync"], case .date? = attributes["cdat"], case .date? = attributes["mdat"],
-            itemClass.storedEmpty.allSatisfy({ attributes[$0].flatMap(Attribute.bytes(of:)) != nil })
+            itemClass.defaults.keys.allSatisfy({ attributes[$0] != nil })
         else { throw bad }
         return attributes
     }

@@ -150,8 +150,7 @@ public final class ItemService: Sendable {
         let protection = try protectionForWrite(query.attributes[.accessible]?.text)
         let now = clock.next()
         let itemClass = query.itemClass
-        var stored: [String: Value] = [:]
-        for key in itemClass.storedEmpty { stored[key] = .text("") }
+        var stored = itemClass.defaults
         for (attribute, value) in query.attributes { stored[attribute.rawValue] = value }
         // Generic passwords carry no class entry (as their rows always did): ItemCodec.itemClass(of:).
         if itemClass != .genericPassword { stored["class"] = .text(itemClass.code) }

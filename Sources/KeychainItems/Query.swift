@@ -66,8 +66,8 @@ struct ParsedQuery {
         var classGiven = false
         // The class first: which attributes the other keys may name depends on it, and a class
         // keychaind does not store is errSecNoSuchClass rather than errSecNoSuchAttr for its attributes.
-        if let value = dictionary["class"] {
-            guard case .text(let name) = value else { throw .param("class must be a string, not \(value.kindName)") }
+        // (A class that is no string is reported in key order, below.)
+        if case .text(let name)? = dictionary["class"] {
             guard let named = ItemClass(code: name) else {
                 throw KeychainError(
                     .noSuchClass,
@@ -82,7 +82,7 @@ struct ParsedQuery {
         for (key, value) in dictionary.sorted(by: { $0.key.utf8.lexicographicallyPrecedes($1.key.utf8) }) {
             switch key {
             case "class":
-                break
+                guard case .text = value else { throw .param("class must be a string, not \(value.kindName)") }
             case "v_Data":
                 guard let b = value.secretBytes else { throw .param("v_Data must be data, not \(value.kindName)") }
                 secret = b
