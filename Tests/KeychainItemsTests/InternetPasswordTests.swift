@@ -203,4 +203,42 @@ private func inetQuery(_ server: String, _ account: String, _ extra: [String: Va
                     .secretBytes != nil)
         }
     }
+
+    /// A passphrase re-keys every row's digests (docs/security.md §3): an internet password's, under
+    /// its own domains, too. A backup carries the class, and a restore puts it back as it was.
+    @Test func passphraseChangesAndBackupsKeepTheClass() throws {
+        try withProtectedKeychain { fx in
+            let login = inetQuery("example.com", "alice", ["ptcl": .text("htps"), "port": .int(443)])
+            _ = try fx.service.add(
+                login.merging(["v_Data": bytes("pw"), "pdmn": .text("ck")]) { $1 }, caller: Fixture.app)
+            try fx.service.changePassphrase(old: nil, new: pass("one"))
+            #expect(
+                status { try fx.service.add(login.merging(["v_Data": bytes("again")]) { $1 }, caller: Fixture.app) }
+                    == .duplicateItem)
+            let read = login.merging(["r_Data": .bool(true)]) { $1 }
+            #expect(
+                try fx.service.copyMatching(read, caller: Fixture.app)?.secretBytes?.unprotectedArray
+                    == Array("pw".utf8))
+            #expect(
+                status {
+                    try fx.service.copyMatching(["class": .text("genp"), "acct": .text("alice")], caller: Fixture.app)
+                } == .itemNotFound)
+
+            let file = try fx.service.backup(passphrase: pass("bk"))
+            let target = try ProtectedFixture()
+            defer { target.cleanup() }
+            let result = try target.service.restore(passphrase: pass("bk"), data: file)
+            #expect(result.restored == 1)
+            #expect(
+                try target.service.copyMatching(read, caller: Fixture.app)?.secretBytes?.unprotectedArray
+                    == Array("pw".utf8))
+            let ref = try #require(
+                try target.service.copyMatching(
+                    login.merging(["r_PersistentRef": .bool(true)]) { $1 }, caller: Fixture.app)?.bytes)
+            #expect(Array(ref.prefix(4)) == Array("inet".utf8))
+            #expect(
+                status { try target.service.add(login.merging(["v_Data": bytes("again")]) { $1 }, caller: Fixture.app) }
+                    == .duplicateItem)
+        }
+    }
 }
