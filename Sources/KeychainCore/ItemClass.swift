@@ -63,10 +63,15 @@ public struct ItemClass: Sendable, Hashable, CustomStringConvertible {
     public var description: String { code }
 
     /// Every attribute of the class: its own, then the common ones.
-    public var attributes: [AttributeSpec] { own + Self.common }
+    public let attributes: [AttributeSpec]
+    /// The wire keys of `attributes`.
+    public let keys: Set<String>
 
     /// The attribute of the class with wire key `key`, or nil.
     public func attribute(_ key: String) -> AttributeSpec? { attributes.first { $0.key == key } }
+
+    /// Whether the class has an attribute with wire key `key`.
+    public func has(_ key: String) -> Bool { keys.contains(key) }
 
     /// Whether `key` is part of the class's uniqueness key.
     public func isUnique(_ key: String) -> Bool { uniqueness.contains(key) }
@@ -138,6 +143,8 @@ public struct ItemClass: Sendable, Hashable, CustomStringConvertible {
         self.constant = constant
         self.name = name
         self.own = own
+        attributes = own + Self.common
+        keys = Set(attributes.map(\.key))
         self.uniqueness = uniqueness
         self.indexed = indexed
         self.defaults = defaults

@@ -34,27 +34,24 @@ enum Attribute: String, CaseIterable, Sendable {
 
     typealias Kind = ItemClass.AttributeType
 
-    /// Each attribute's type, as the class descriptions give it.
-    private static let kinds: [Attribute: Kind] = {
-        var kinds: [Attribute: Kind] = [:]
-        for itemClass in ItemClass.all {
-            for spec in itemClass.attributes {
-                guard let attribute = Attribute(rawValue: spec.key) else {
-                    preconditionFailure("\(spec.key) of \(itemClass.code) has no Attribute case")
-                }
-                precondition(kinds[attribute] == nil || kinds[attribute] == spec.type, "\(spec.key): two types")
-                kinds[attribute] = spec.type
-            }
+    /// Each attribute's type: the class descriptions' (ItemClass.attributes), spelled as a switch so
+    /// that the parse and the per-row attribute check pay no lookup for it;
+    /// `ItemClassDescriptions.attributeTypesAreTheClassDescriptions` checks that the two agree.
+    var kind: Kind {
+        switch self {
+        case .service, .account, .label, .description, .comment, .server, .path, .securityDomain: return .stringOrData
+        case .accessGroup, .protocol, .authenticationType: return .text
+        case .accessible: return .accessibility
+        case .generic: return .data
+        case .creator, .type, .port: return .uint32
+        case .isInvisible, .isNegative, .synchronizable: return .flag
+        case .creationDate, .modificationDate: return .date
         }
-        precondition(kinds.count == Attribute.allCases.count, "an Attribute case no class has")
-        return kinds
-    }()
-
-    var kind: Kind { Self.kinds[self]! }
+    }
 
     /// The attribute named `key` if `itemClass` has it.
     init?(_ key: String, of itemClass: ItemClass) {
-        guard let attribute = Attribute(rawValue: key), itemClass.attribute(key) != nil else { return nil }
+        guard let attribute = Attribute(rawValue: key), itemClass.has(key) else { return nil }
         self = attribute
     }
 

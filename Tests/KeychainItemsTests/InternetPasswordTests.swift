@@ -30,6 +30,19 @@ private func inetQuery(_ server: String, _ account: String, _ extra: [String: Va
         #expect(ItemClass.internetPassword.constant == "kSecClassInternetPassword")
     }
 
+    @Test func attributeTypesAreTheClassDescriptions() {
+        var described: Set<String> = []
+        for itemClass in ItemClass.all {
+            for spec in itemClass.attributes {
+                let attribute = Attribute(rawValue: spec.key)
+                #expect(attribute?.kind == spec.type, "\(itemClass.code) \(spec.key)")
+                described.insert(spec.key)
+            }
+        }
+        // Every attribute the parser knows belongs to some class.
+        #expect(Set(Attribute.allCases.map(\.rawValue)) == described)
+    }
+
     @Test func uniquenessIsApples() {
         #expect(ItemClass.genericPassword.uniqueness.sorted() == ["acct", "agrp", "svce", "sync"])
         #expect(
