@@ -129,7 +129,7 @@ enum Verb: String, CaseIterable {
         case .find: return "show an item's attributes, or with -w only its secret"
         case .update: return "change an item's secret or attributes"
         case .delete: return "delete an item (or, with --all, every matching item)"
-        case .list: return "list items (service, account, group, accessibility, modification time)"
+        case .list: return "list generic passwords (service, account, group, accessibility, modification time)"
         case .deviceID: return "print the device UUID of an access group, creating it on first use"
         case .status: return "show the daemon's state (locked, passphrase, items, classes available)"
         case .lock: return "lock the keychain (drop the class keys)"
@@ -178,7 +178,7 @@ enum Verb: String, CaseIterable {
                 """
         case .list:
             return
-                "Lists every item (synchronizable ones too), or those of GROUP, sorted by group, service and account."
+                "Lists every generic password (synchronizable ones too), or those of GROUP, sorted by group, service and account; `find-internet-password --all` lists internet passwords."
         case .deviceID: return "Every app of the group gets the same UUID, also when many start at once."
         case .status: return "Also says plainly when no passphrase is set (keys protected by the device key only)."
         case .lock: return "WhenUnlocked items become unreadable (errSecInteractionNotAllowed) until `unlock`."
