@@ -30,6 +30,8 @@ let package = Package(
         .systemLibrary(
             name: "CAssuan", path: "Sources/CAssuan",
             pkgConfig: "libassuan", providers: [.apt(["libassuan-dev"])]),
+        // A libassuan context whose buffers are zeroed when freed (C, apart from the module map).
+        .target(name: "CAssuanHooks", dependencies: ["CAssuan"]),
         // The Secret Service's D-Bus library (sd-bus) and its DH/AES-CBC arithmetic (libgcrypt).
         .systemLibrary(
             name: "CSystemd", path: "Sources/CSystemd",
@@ -49,7 +51,7 @@ let package = Package(
         // AES-256-GCM where libsodium cannot run it).
         .target(name: "KeychainCrypto", dependencies: ["KeychainSystem", "KeychainCore", "CSodium", "CGcrypt"]),
         // Asking a person for the keychain passphrase: pinentry over Assuan (libassuan).
-        .target(name: "KeychainPrompt", dependencies: ["KeychainSystem", "KeychainCore", "CAssuan"]),
+        .target(name: "KeychainPrompt", dependencies: ["KeychainSystem", "KeychainCore", "CAssuan", "CAssuanHooks"]),
         // SQLite schema, migrations, rows of sealed items, transactions.
         .target(name: "KeychainStore", dependencies: ["KeychainSystem", "KeychainCore", "KeychainCrypto", "CSQLite"]),
         // The item model and Apple's SecItem semantics on top of the store.

@@ -1,4 +1,5 @@
 import CAssuan
+import CAssuanHooks
 
 /// A libgpg-error value from libassuan or from the server's `ERR` line, as a Swift error.
 struct AssuanError: Error, CustomStringConvertible {
@@ -16,17 +17,17 @@ struct AssuanError: Error, CustomStringConvertible {
 
 /// One Assuan server run as a child on a pipe (`assuan_pipe_connect`): the context owns the pipe and
 /// the child, and releasing it (deinit) closes the pipe and waits for the child. Every buffer
-/// libassuan allocates for the context is zeroed when freed (shim.h), and its logging is off.
+/// libassuan allocates for the context is zeroed when freed (CAssuanHooks), and its logging is off.
 final class AssuanPipe {
     private let ctx: assuan_context_t
 
     /// Starts `program` with `arguments` (argv[0] first) and reads its greeting. Nothing secret may
     /// go in the arguments: any process can read them.
     init(program: String, arguments: [String]) throws(AssuanError) {
-        var made: assuan_context_t?
+        var made: UnsafeMutableRawPointer?
         let err = kc_assuan_new(&made)
         guard err == 0, let made else { throw AssuanError(value: err) }
-        ctx = made
+        ctx = assuan_context_t(made)
         // Only the child's stdin and stdout are libassuan's; no other descriptor of ours goes with it.
         var noFDs: [assuan_fd_t] = [-1]
         let result = Self.withCStrings(arguments) { argv in
