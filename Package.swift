@@ -3,7 +3,9 @@
 // Layering (bottom to top): C shims → KeychainSystem → KeychainCore → KeychainCrypto / KeychainWire
 // → KeychainStore → KeychainItems → KeychainRequests (the request core) → the transports beside each
 // other: KeychainDaemon (the socket) and KeychainSecretService (the session bus) → keychaind, whose
-// main wires the Secret Service onto the daemon's core.
+// main wires the Secret Service onto the daemon's core;
+// KeychainPrompt (pinentry over libassuan) sits beside KeychainCrypto, used by the daemon, the bus
+// and keychainctl.
 // The client: KeychainClient (on KeychainWire) → Security (Apple's API) → KeychainServices (the
 // Swift-native API). Only KeychainSystem (and the C shims) call libc for files, sockets, clocks,
 // processes and locks.
@@ -27,6 +29,12 @@ let package = Package(
             name: "CSQLite", path: "Sources/CSQLite",
             pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
         .target(name: "CSupport"),
+        // pinentry's Assuan protocol, spoken through GnuPG's own client library.
+        .systemLibrary(
+            name: "CAssuan", path: "Sources/CAssuan",
+            pkgConfig: "libassuan", providers: [.apt(["libassuan-dev"])]),
+        // A libassuan context whose buffers are zeroed when freed (C, apart from the module map).
+        .target(name: "CAssuanHooks", dependencies: ["CAssuan"]),
         // The Secret Service's D-Bus library (sd-bus) and its DH/AES-CBC arithmetic (libgcrypt).
         .systemLibrary(
             name: "CSystemd", path: "Sources/CSystemd",
@@ -45,6 +53,8 @@ let package = Package(
         // Keys, key hierarchy, sealing, blind indexes, guarded memory (libsodium; libgcrypt for
         // AES-256-GCM where libsodium cannot run it).
         .target(name: "KeychainCrypto", dependencies: ["KeychainSystem", "KeychainCore", "CSodium", "CGcrypt"]),
+        // Asking a person for the keychain passphrase: pinentry over Assuan (libassuan).
+        .target(name: "KeychainPrompt", dependencies: ["KeychainSystem", "KeychainCore", "CAssuan", "CAssuanHooks"]),
         // SQLite schema, migrations, rows of sealed items, transactions.
         .target(name: "KeychainStore", dependencies: ["KeychainSystem", "KeychainCore", "KeychainCrypto", "CSQLite"]),
         // The item model and Apple's SecItem semantics on top of the store.
@@ -59,14 +69,14 @@ let package = Package(
             name: "KeychainDaemon",
             dependencies: [
                 "KeychainSystem", "KeychainCore", "KeychainWire", "KeychainItems", "KeychainStore", "KeychainCrypto",
-                "KeychainRequests",
+                "KeychainRequests", "KeychainPrompt",
             ]),
         // The freedesktop Secret Service on the session bus, served inside keychaind (`--secret-service`).
         .target(
             name: "KeychainSecretService",
             dependencies: [
                 "KeychainSystem", "KeychainCore", "KeychainCrypto", "KeychainItems", "KeychainStore",
-                "KeychainRequests", "CSystemd",
+                "KeychainRequests", "KeychainPrompt", "CSystemd",
             ]),
         // The client core without Foundation (so keychainctl starts fast): the shared pipelined
         // connection, value-level calls, admin calls, the device-identifier convention.
@@ -85,7 +95,7 @@ let package = Package(
                 "KeychainSecretService", "KeychainRequests",
             ]),
         .executableTarget(
-            name: "keychainctl", dependencies: ["KeychainSystem", "KeychainCore", "KeychainClient"]),
+            name: "keychainctl", dependencies: ["KeychainSystem", "KeychainCore", "KeychainClient", "KeychainPrompt"]),
         // Release-built benchmark: daemon figures beside a bare socket-echo floor (scripts/bench), and
         // the cost of a passphrase change on an in-process keychain (--rotation).
         .executableTarget(

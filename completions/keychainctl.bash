@@ -65,11 +65,24 @@ _keychainctl() {
         esac
         if [ -z "$verb" ] && [[ $w != -* ]]; then
             case ${COMP_WORDS[i-1]} in
-                -s|--service|-a|--account|-g|--group|--access-group|-w|--secret|--accessible|-l|--label|-j|--comment|-D|--description|--passphrase-file|--new-passphrase-file|--passphrase-fd|--new-passphrase-fd) ;;
+                -s|--service|--server|-a|--account|-g|--group|--access-group|-w|--secret|--accessible|-l|--label|-j|--comment|-D|--description|-r|--protocol|-P|--port|-p|--path|-d|--security-domain|-t|--auth-type|--passphrase-file|--new-passphrase-file|--passphrase-fd|--new-passphrase-fd) ;;
                 *) verb=$w ;;
             esac
         fi
     done
+
+    # The internet-password verbs take macOS security's flags: -s is the server, -g shows the password.
+    case $verb in
+        *-internet-password)
+            case $prev in
+                -r|--protocol)
+                    COMPREPLY=($(compgen -W "htps http ftp ftps ssh imap imps smtp pop3 pops ldap ldps teln smb afp" -- "$cur")); return ;;
+                -t|--auth-type)
+                    COMPREPLY=($(compgen -W "form dflt http httd ntlm msna dpaa rpaa" -- "$cur")); return ;;
+                -s|--server|-a|--account|-P|--port|-p|--path|-d|--security-domain) return ;;
+                -g) prev="" ;;
+            esac ;;
+    esac
 
     case $prev in
         --socket|--passphrase-file|--new-passphrase-file)
@@ -84,7 +97,7 @@ _keychainctl() {
         --accessible)
             COMPREPLY=($(compgen -W "ak ck dk akpu aku cku dku" -- "$cur")); return ;;
         -w|--secret)
-            case $verb in find) ;; *) return ;; esac ;;
+            case $verb in find|find-internet-password) ;; *) return ;; esac ;;
         -l|--label|-j|--comment|-D|--description|--passphrase-fd|--new-passphrase-fd)
             return ;;
     esac

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <malloc.h>
 #include <string.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -233,4 +234,13 @@ int kc_install_signal_pipe(int write_fd) {
         if (sigaction(signals[i], &sa, NULL) != 0) return -1;
     }
     return 0;
+}
+
+void kc_return_large_allocations(int bytes) {
+    mallopt(M_MMAP_THRESHOLD, bytes);
+    mallopt(M_TRIM_THRESHOLD, bytes);
+}
+
+void kc_malloc_trim(void) {
+    malloc_trim(0);
 }

@@ -13,6 +13,8 @@ public struct Status: RawRepresentable, Hashable, Sendable, CustomStringConverti
     public static let unimplemented = Status(rawValue: -4)
     /// `errSecIO` (-36): reading or writing the database or a file failed.
     public static let io = Status(rawValue: -36)
+    /// `errSecUserCanceled` (-128): the person asked (a passphrase prompt) cancelled it.
+    public static let userCanceled = Status(rawValue: -128)
     /// `errSecParam` (-50): a parameter (query key, attribute, value) is not valid.
     public static let param = Status(rawValue: -50)
     /// `errSecAllocate` (-108): memory could not be allocated.
@@ -47,6 +49,7 @@ public struct Status: RawRepresentable, Hashable, Sendable, CustomStringConverti
         case .unimplemented: return "errSecUnimplemented"
         case .io: return "errSecIO"
         case .param: return "errSecParam"
+        case .userCanceled: return "errSecUserCanceled"
         case .allocate: return "errSecAllocate"
         case .notAvailable: return "errSecNotAvailable"
         case .readOnly: return "errSecReadOnly"
@@ -70,6 +73,7 @@ public struct Status: RawRepresentable, Hashable, Sendable, CustomStringConverti
         case .unimplemented: return "Function or operation not implemented."
         case .io: return "I/O error."
         case .param: return "One or more parameters passed to a function were not valid."
+        case .userCanceled: return "User canceled the operation."
         case .allocate: return "Failed to allocate memory."
         case .notAvailable: return "No keychain is available."
         case .readOnly: return "This keychain cannot be modified."

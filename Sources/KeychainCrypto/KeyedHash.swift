@@ -114,6 +114,10 @@ public struct BlindIndexer: Sendable {
         /// Secret Service attributes (docs/secret-service.md).
         case secretServiceAttribute = 5
         case secretServiceItem = 6
+        /// An internet password's server (its search column, `svce_ix`): never equal to a service's digest.
+        case server = 7
+        /// An internet password's uniqueness key (`key_ix`): never equal to a generic password's.
+        case internetUniqueKey = 8
     }
 
     let key: SecureBytes
@@ -148,6 +152,14 @@ public struct BlindIndexer: Sendable {
     public var secretServiceItemMark: [UInt8] {
         key.withUnsafeBytes {
             KeyedHash.hash(key: $0, domain: Column.secretServiceItem.rawValue, parts: [], length: Self.columnLength)
+        }
+    }
+
+    /// Digest of a uniqueness key given as its parts (each framed apart) under `domain`, for the
+    /// UNIQUE column: the classes other than generic passwords (ItemClass.uniqueness).
+    public func uniqueKey(domain: Column, parts: [[UInt8]]) -> [UInt8] {
+        key.withUnsafeBytes {
+            KeyedHash.hash(key: $0, domain: domain.rawValue, parts: parts, length: Self.uniqueKeyLength)
         }
     }
 

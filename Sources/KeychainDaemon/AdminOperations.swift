@@ -10,6 +10,25 @@ import Synchronization
 /// restore, approve, revoke — decided by AccessPolicy before they get here (RequestHandler.serve),
 /// and the arguments every verb reads.
 extension RequestHandler {
+    /// Unlocks with `passphrase` (a request's, or one typed at a passphrase prompt): a right one
+    /// starts `maxUnlockedSeconds` again and makes the approved registrations readable.
+    func unlock(passphrase: SecureBytes, by: String) throws(KeychainError) {
+        let wasLocked = items.isLocked
+        do {
+            // A right passphrase starts `maxUnlockedSeconds` again (Daemon+AutoLock.swift).
+            try core.unlockGate.withLock { () throws(KeychainError) in
+                try items.unlock(passphrase: passphrase)
+                unlockedAt.store(MonotonicClock.milliseconds(), ordering: .relaxed)
+                touch()
+            }
+        } catch {
+            Log.warning("unlock refused", [("by", by), ("failures", String(items.protectionStatus.failedUnlocks))])
+            throw error
+        }
+        Log.info("keychain unlocked", [("by", by)])
+        // The approved registrations are sealed under the passphrase: readable from now on.
+        if wasLocked { registrar.reload("unlock") }
+    }
 
     func admin(_ action: Operation, _ args: Arguments, caller: Caller) throws(KeychainError) -> Value? {
         switch action {
@@ -24,21 +43,7 @@ extension RequestHandler {
                 if !items.hasPassphrase { return nil }
                 throw KeychainError(.authFailed, "the passphrase is empty")
             }
-            let wasLocked = items.isLocked
-            do {
-                // A right passphrase starts `maxUnlockedSeconds` again (Daemon+AutoLock.swift).
-                try core.unlockGate.withLock { () throws(KeychainError) in
-                    try items.unlock(passphrase: passphrase)
-                    unlockedAt.store(MonotonicClock.milliseconds(), ordering: .relaxed)
-                    touch()
-                }
-            } catch {
-                Log.warning("unlock refused", [("failures", String(items.protectionStatus.failedUnlocks))])
-                throw error
-            }
-            Log.info("keychain unlocked")
-            // The approved registrations are sealed under the passphrase: readable from now on.
-            if wasLocked { registrar.reload("unlock") }
+            try unlock(passphrase: passphrase, by: "request")
             return nil
         case .passwd:
             try args.expect(["old", "new", "approve"])

@@ -38,7 +38,7 @@ public struct Settings: Sendable {
     public var systemAppsDirectories = AppRegistry.defaultSystemDirectories
     /// The least severe level logged to stderr (`--log-level`, `logLevel`); logs never carry secrets.
     public var logLevel: Log.Level = .info
-    /// Also serve the freedesktop Secret Service on the session bus (`--secret-service`; SPEC §9).
+    /// Also serve the freedesktop Secret Service on the session bus (`--secret-service`).
     public var secretService = false
     /// What processes that are not registered apps get on the bus: the shared collection or a refusal.
     public var secretServiceUnregistered: AccessPolicy.UnregisteredBusCallers = .shared
@@ -55,6 +55,12 @@ public struct Settings: Sendable {
             return false
         #endif
     }
+
+    /// The pinentry that asks for the passphrase (`pinentryProgram`): a path or a name on `PATH`;
+    /// nil: `pinentry` on `PATH`, else `/usr/bin/pinentry`.
+    public var pinentryProgram: String?
+    /// Seconds a passphrase prompt waits for an answer (`pinentryTimeoutSeconds`; 0 = no limit).
+    public var pinentryTimeoutSeconds = 120
 
     /// The folder of app drop-ins: `apps.d/` beside the configuration file in use.
     public var appsDirectory: String {
@@ -167,7 +173,8 @@ extension Settings {
         "socket", "dataDirectory", "maxFrameBytes", "maxConnections",
         "idleTimeoutSeconds", "autoLockSeconds", "maxUnlockedSeconds", "kdfProfile", "lookupCacheEntries",
         "maxBufferedBytes", "logLevel",
-        "secretService", "secretServiceUnregistered", "lockWithSession",
+        "secretService", "secretServiceUnregistered", "lockWithSession", "pinentryProgram",
+        "pinentryTimeoutSeconds",
     ]
 
     /// Applies `keychaind.json` when it exists. Unknown keys and wrong types are errors.
@@ -221,6 +228,15 @@ extension Settings {
                     throw ConfigurationError(file: path, reason: "\"lockWithSession\" must be true or false")
                 }
                 lockWithSession = b
+            case "pinentryProgram":
+                let program = try JSONFile.string(value, key: key, file: path)
+                guard !program.isEmpty, !program.contains("/") || program.hasPrefix("/") else {
+                    throw ConfigurationError(
+                        file: path, reason: "\"pinentryProgram\" must be an absolute path or a program name on PATH")
+                }
+                pinentryProgram = program
+            case "pinentryTimeoutSeconds":
+                pinentryTimeoutSeconds = try JSONFile.int(value, key: key, file: path, range: 0...86400)
             default:
                 throw ConfigurationError(
                     file: path, reason: "unknown key \"\(key)\" (known: \(Self.knownKeys.joined(separator: ", ")))")

@@ -41,13 +41,16 @@ final class Connection {
         var frames = FrameBuffer(maxBytes: Self.unidentifiedFrameBytes)
         var output = SecretBytes(capacity: 4 * 1024)
         var held = 0  // this connection's share of the budget for partial frames
-        // Its share for answers of many items, from when a copy collects them until they are written.
+        // Its share for answers, from when they are built until they are written.
         let answers = AnswerLedger(budget: budget)
         peer.answers = answers
         let memo = CopyMemo()
         defer {
             _ = budget.adjust(by: -held)
             answers.release()
+            // Its buffers (64 KiB of frames once identified) are freed as it returns: a thousand
+            // connections that close count towards giving the heap's free pages back.
+            HeapMemory.freed(frames.capacity + output.capacity)
         }
         let pid = peer.identity.pid
         // Held in locals for the whole connection, so the closures below borrow them instead of
@@ -183,17 +186,25 @@ final class Connection {
     }
 
     /// Writes `output` and empties it; what answers held of the budget goes back. A buffer grown
-    /// past a few flushes by one large answer is freed rather than kept for the connection's life.
+    /// past its free bytes (`AnswerLedger.freeOutputBytes`) by large answers is freed rather than
+    /// kept for the connection's life (and, mapped for itself, goes back to the system).
+    /// (Inlined into `run`, the freeing of a large buffer kept out of it: a cached copy's path.)
+    @inline(__always)
     private static func write(_ output: inout SecretBytes, to socket: UnixSocket, answers: AnswerLedger) -> Bool {
         let ok = (try? socket.writeAll(output)) != nil
-        // Two calls with constant arguments: each is inlined, as the one call was before.
-        if output.capacity <= 4 * flushBytes {
+        if output.capacity <= AnswerLedger.freeOutputBytes {
             output.removeAll(keepingCapacity: true)
         } else {
-            output.removeAll()
+            freeLarge(&output)
         }
         answers.release()
         return ok
+    }
+
+    @inline(never)
+    private static func freeLarge(_ output: inout SecretBytes) {
+        HeapMemory.freed(output.capacity)
+        output = SecretBytes(capacity: 4 * 1024)
     }
 
 }

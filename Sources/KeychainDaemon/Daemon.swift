@@ -66,7 +66,8 @@ public final class Daemon: Sendable {
         handler = RequestHandler(
             core: core, registrar: registrar, maxFrameBytes: settings.maxFrameBytes,
             maxBufferedBytes: settings.maxBufferedBytes,
-            lockSettings: (settings.autoLockSeconds, settings.maxUnlockedSeconds))
+            lockSettings: (settings.autoLockSeconds, settings.maxUnlockedSeconds),
+            pinentryProgram: settings.pinentryProgram)
         if let inherited = try Listener.inherited() {
             listener = inherited
         } else {

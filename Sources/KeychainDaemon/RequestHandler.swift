@@ -33,10 +33,15 @@ public final class RequestHandler: Sendable {
     /// Partial frames held across all connections (`maxBufferedBytes`).
     let budget: BufferBudget
 
+    /// The config's `pinentryProgram`, for `status` (keychainctl runs it where it has no terminal).
+    let pinentryProgram: String?
+
     init(
         core: RequestCore, registrar: Registrar, maxFrameBytes: Int = Frame.defaultMaxBytes,
-        maxBufferedBytes: Int = 64 << 20, lockSettings: (autoLock: Int, maxUnlocked: Int) = (0, 0)
+        maxBufferedBytes: Int = 64 << 20, lockSettings: (autoLock: Int, maxUnlocked: Int) = (0, 0),
+        pinentryProgram: String? = nil
     ) {
+        self.pinentryProgram = pinentryProgram
         self.core = core
         items = core.items
         self.registrar = registrar
@@ -114,15 +119,42 @@ public final class RequestHandler: Sendable {
     func respond(
         frame body: UnsafeRawBufferPointer, peer: ConnectionPeer, memo: CopyMemo?, into output: inout SecretBytes
     ) -> Bool {
+        let start = output.count
         var slot: MemoSlot?
         if let memo, let shape = RequestShape.scan(body), shape.op == .copy {
             let query = UnsafeRawBufferPointer(rebasing: body[shape.queryStart...])
-            if memoized(query, id: shape.id, memo: memo, peer: peer, into: &output) { return false }
+            if memoized(query, id: shape.id, memo: memo, peer: peer, into: &output) {
+                if output.capacity > AnswerLedger.freeOutputBytes {
+                    held(&output, answerFrom: start, id: shape.id, peer: peer)
+                }
+                return false
+            }
             slot = MemoSlot(memo: memo, query: query)
         }
         let outcome = decodeAndServe(body, peer: peer, slot: slot)
         outcome.response.appendFrame(to: &output)
+        if output.capacity > AnswerLedger.freeOutputBytes {
+            held(&output, answerFrom: start, id: outcome.response.id, peer: peer)
+        }
         return outcome.closeAfter
+    }
+
+    /// Counts `output`, grown past its free bytes, against the daemon's budget until the connection
+    /// writes it (`AnswerLedger.holdOutput`). Past the budget, the answer to request `id` (from
+    /// `start` on) is taken back, the buffer shrunk to what it held before, and errSecAllocate framed
+    /// in its place: the connection and every other client go on.
+    @inline(never)
+    private func held(_ output: inout SecretBytes, answerFrom start: Int, id: Int64, peer: ConnectionPeer) {
+        guard let answers = peer.answers, !answers.holdOutput(capacity: output.capacity) else { return }
+        HeapMemory.freed(output.capacity)
+        output = output.withUnsafeBytes { (all) -> SecretBytes in
+            var kept = SecretBytes(capacity: Swift.max(start, 4 * 1024))
+            kept.append(contentsOf: UnsafeRawBufferPointer(rebasing: all[..<start]))
+            return kept
+        }
+        Response(id: id, error: answers.outputRefusal).appendFrame(to: &output)
+        // No larger than the buffer counted before this answer: always within the budget.
+        _ = answers.holdOutput(capacity: output.capacity)
     }
 
     /// The full path: the frame body decoded, the request parsed, decided and served.

@@ -39,6 +39,7 @@ extension RequestHandler {
             "classes": .map(protection.classes.mapValues(Value.bool)),
             "caller": app.map { .text($0.applicationIdentifier) } ?? .null,
             "admin": .bool(app?.admin ?? false),
+            "pinentryProgram": pinentryProgram.map(Value.text) ?? .null,
             "groups": app.map { .array($0.accessGroups.map(Value.text)) } ?? .null,
             "isolation": Isolation.report(
                 registry: registrar.current.registry, passphraseSet: protection.passphraseSet,

@@ -1,7 +1,9 @@
 import KeychainCore
 import KeychainCrypto
 
-/// The generic-password attributes (docs/protocol.md §7), their wire keys, and Apple's input coercions.
+/// The attributes of every item class (KeychainCore/ItemClass.swift, docs/protocol.md §7), their
+/// wire keys, and Apple's input coercions. Which class has which attribute, and each one's type, is
+/// the class descriptions' data; this enum names them for the code that reads them.
 ///
 /// Each input value is normalised once into the form it is stored and returned in:
 /// strings stay text or bytes as written (Apple returns "the type it was written with"), numbers become
@@ -22,38 +24,39 @@ enum Attribute: String, CaseIterable, Sendable {
     case synchronizable = "sync"
     case creationDate = "cdat"
     case modificationDate = "mdat"
+    // Internet passwords.
+    case server = "srvr"
+    case `protocol` = "ptcl"
+    case authenticationType = "atyp"
+    case port = "port"
+    case path = "path"
+    case securityDomain = "sdmn"
 
-    enum Kind {
-        /// text or bytes, kept as written; compared by bytes (UTF-8 for text), as Apple's SHA-1 columns do
-        case stringOrData
-        /// text only
-        case text
-        /// one of the accessibility codes
-        case accessibility
-        /// bytes (text tolerated), kept as written
-        case data
-        /// unsigned 32-bit integer (FourCC); bools → 0/1, decimal strings parsed
-        case uint32
-        /// boolean; integers and "0"/"1" accepted
-        case flag
-        /// date (CBOR tag 1)
-        case date
-    }
+    typealias Kind = ItemClass.AttributeType
 
+    /// Each attribute's type: the class descriptions' (ItemClass.attributes), spelled as a switch so
+    /// that the parse and the per-row attribute check pay no lookup for it;
+    /// `ItemClassDescriptions.attributeTypesAreTheClassDescriptions` checks that the two agree.
     var kind: Kind {
         switch self {
-        case .service, .account, .label, .description, .comment: return .stringOrData
-        case .accessGroup: return .text
+        case .service, .account, .label, .description, .comment, .server, .path, .securityDomain: return .stringOrData
+        case .accessGroup, .protocol, .authenticationType: return .text
         case .accessible: return .accessibility
         case .generic: return .data
-        case .creator, .type: return .uint32
+        case .creator, .type, .port: return .uint32
         case .isInvisible, .isNegative, .synchronizable: return .flag
         case .creationDate, .modificationDate: return .date
         }
     }
 
-    /// Part of Apple's uniqueness key (class, acct, svce, agrp, sync).
-    var isKey: Bool { self == .service || self == .account || self == .accessGroup || self == .synchronizable }
+    /// The attribute named `key` if `itemClass` has it.
+    init?(_ key: String, of itemClass: ItemClass) {
+        guard let attribute = Attribute(rawValue: key), itemClass.has(key) else { return nil }
+        self = attribute
+    }
+
+    /// Part of Apple's uniqueness key of generic passwords (class, acct, svce, agrp, sync).
+    var isKey: Bool { ItemClass.genericPassword.isUnique(rawValue) }
 
     /// The stored form of an input value, or errSecParam naming the key (never the value).
     func normalize(_ value: Value) throws(KeychainError) -> Value {

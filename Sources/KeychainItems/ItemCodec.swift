@@ -193,7 +193,8 @@ package struct ItemCodec: Sendable {
         }
         guard case .map(let map) = decoded, map["pdmn"] == .text(protection.code),
             case .text = map["agrp"], case .bool = map["sync"], case .date = map["cdat"], case .date = map["mdat"],
-            map["svce"].flatMap(Attribute.bytes(of:)) != nil, map["acct"].flatMap(Attribute.bytes(of:)) != nil
+            let itemClass = Self.itemClass(of: map),
+            itemClass.defaults.keys.allSatisfy({ map[$0] != nil })
         else {
             throw KeychainError(.decode, "an item's attributes are damaged (required attributes missing)")
         }
@@ -251,17 +252,54 @@ package struct ItemCodec: Sendable {
             secret: parts.secret, attributeIndexes: SecretServiceFields.indexes(for: attributes, indexer))
     }
 
-    /// The blind-index columns of an item.
+    /// The class of stored attributes: generic passwords carry no `class` entry (their rows are
+    /// older than the other classes), every other class its code. Nil for a code no class has.
+    static func itemClass(of attributes: [String: Value]) -> ItemClass? {
+        guard let value = attributes["class"] else { return .genericPassword }
+        guard case .text(let code) = value, code != ItemClass.genericPassword.code else { return nil }
+        return ItemClass(code: code)
+    }
+
+    /// The blind-index columns of an item: the access group's, then the two its class indexes
+    /// (ItemClass.indexed: service and account, or server and account), then its uniqueness key
+    /// (ItemClass.uniqueness). Generic passwords' digests are the ones rows always had; another
+    /// class's primary column and uniqueness key are hashed under domains of their own, so no
+    /// digest of one class equals one of another and a query of one class never finds the other's rows.
     func indexes(for attributes: [String: Value], _ b: BlindIndexer) -> (
         group: [UInt8], service: [UInt8], account: [UInt8], unique: [UInt8]
     ) {
+        let itemClass = Self.itemClass(of: attributes) ?? .genericPassword
         let group = attributes["agrp"].flatMap(Attribute.bytes(of:)) ?? []
-        let service = attributes["svce"].flatMap(Attribute.bytes(of:)) ?? []
         let account = attributes["acct"].flatMap(Attribute.bytes(of:)) ?? []
         let sync = attributes["sync"]?.bool ?? false
+        guard itemClass == .internetPassword else {
+            let service = attributes["svce"].flatMap(Attribute.bytes(of:)) ?? []
+            return (
+                b.column(.accessGroup, group), b.column(.service, service), b.column(.account, account),
+                b.uniqueKey(accessGroup: group, service: service, account: account, synchronizable: sync)
+            )
+        }
+        let server = attributes[itemClass.indexed.primary].flatMap(Attribute.bytes(of:)) ?? []
         return (
-            b.column(.accessGroup, group), b.column(.service, service), b.column(.account, account),
-            b.uniqueKey(accessGroup: group, service: service, account: account, synchronizable: sync)
+            b.column(.accessGroup, group), b.column(.server, server), b.column(.account, account),
+            b.uniqueKey(domain: .internetUniqueKey, parts: Self.uniqueParts(itemClass, attributes))
         )
+    }
+
+    /// The parts of a uniqueness key other than generic passwords': each attribute of
+    /// `itemClass.uniqueness` in order, as bytes (text as UTF-8, a number as its decimal digits, a
+    /// flag as 0 or 1); an absent attribute is its default, as Apple's: empty, 0 for a number.
+    static func uniqueParts(_ itemClass: ItemClass, _ attributes: [String: Value]) -> [[UInt8]] {
+        itemClass.uniqueness.map { key in
+            switch attributes[key] {
+            case .text(let s): return Array(s.utf8)
+            case .bytes(let b): return b
+            case .int(let n): return Array(String(n).utf8)
+            case .bool(let b): return [b ? 1 : 0]
+            default:
+                if key == "sync" { return [0] }
+                return itemClass.attribute(key)?.type == .uint32 ? Array("0".utf8) : []
+            }
+        }
     }
 }

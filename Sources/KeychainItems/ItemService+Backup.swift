@@ -90,16 +90,16 @@ extension ItemService {
         Value]
     {
         let bad = KeychainError(.decode, "backup item \(index + 1) has malformed attributes")
-        for (key, value) in attributes {
-            guard let attribute = Attribute(rawValue: key) else { throw bad }
+        guard let itemClass = ItemCodec.itemClass(of: attributes) else { throw bad }
+        for (key, value) in attributes where key != "class" {
+            guard let attribute = Attribute(key, of: itemClass) else { throw bad }
             guard let normalized = try? attribute.normalize(value), normalized == value else { throw bad }
         }
         guard case .text(let group)? = attributes["agrp"], !group.isEmpty,
             case .text(let code)? = attributes["pdmn"], let protection = ProtectionClass(code: code),
             backedUpClasses.contains(protection),
             case .bool? = attributes["sync"], case .date? = attributes["cdat"], case .date? = attributes["mdat"],
-            attributes["svce"].flatMap(Attribute.bytes(of:)) != nil,
-            attributes["acct"].flatMap(Attribute.bytes(of:)) != nil
+            itemClass.defaults.keys.allSatisfy({ attributes[$0] != nil })
         else { throw bad }
         return attributes
     }

@@ -149,8 +149,11 @@ public final class ItemService: Sendable {
         }
         let protection = try protectionForWrite(query.attributes[.accessible]?.text)
         let now = clock.next()
-        var stored: [String: Value] = ["svce": .text(""), "acct": .text("")]
+        let itemClass = query.itemClass
+        var stored = itemClass.defaults
         for (attribute, value) in query.attributes { stored[attribute.rawValue] = value }
+        // Generic passwords carry no class entry (as their rows always did): ItemCodec.itemClass(of:).
+        if itemClass != .genericPassword { stored["class"] = .text(itemClass.code) }
         stored["agrp"] = .text(group)
         stored["pdmn"] = .text(protection.code)
         stored["sync"] = .bool(query.sync == .yes)
@@ -173,9 +176,8 @@ public final class ItemService: Sendable {
                 _ = try w.insert(row)
             }
         } catch  where error.status == .duplicateItem {
-            throw KeychainError(
-                .duplicateItem,
-                "an item with this service, account, access group and synchronizable value already exists")
+            let what = itemClass == .genericPassword ? "an item" : "a \(itemClass.name)"
+            throw KeychainError(.duplicateItem, "\(what) with this \(Self.uniquenessText(itemClass)) already exists")
         }
         guard query.returns.any else { return nil }
         return ResultShape.value(attributes: stored, secret: secret, ref: ref, returns: query.returns)
@@ -316,7 +318,7 @@ public final class ItemService: Sendable {
         // authenticates the row's digest, and the digest was computed from the query and the caller's
         // groups. That skips opening and decoding the attributes on the hot path.
         let keyOnly =
-            filter.uniqueIndexes != nil && !parsed.returns.attributes
+            filter.uniqueIndexes != nil && !parsed.returns.attributes && parsed.itemClass == .genericPassword
             && parsed.attributes.keys.allSatisfy { $0.isKey || $0 == .accessible }
         // Nor reading the attributes at all: SQLite copies every column it returns.
         filter.includeAttributes = !keyOnly
@@ -593,7 +595,7 @@ public final class ItemService: Sendable {
     /// `SecItemUpdate` for `caller`: applies `attributes` to every matching item it may write.
     public func update(_ query: [String: Value], attributes: [String: Value], caller: Caller) throws(KeychainError) {
         let parsed = try ParsedQuery(query, for: .update)
-        let changes = try ParsedChanges(attributes)
+        let changes = try ParsedChanges(attributes, of: parsed.itemClass)
         let scope = try AccessPolicy.scope(naming: parsed.attributes[.accessGroup]?.text, caller)
         if let newGroup = changes.attributes[.accessGroup]?.text {
             try AccessPolicy.checkEntitlement(newGroup, caller)
@@ -653,7 +655,7 @@ public final class ItemService: Sendable {
         } catch  where error.status == .duplicateItem {
             throw KeychainError(
                 .duplicateItem,
-                "the update would make an item collide with another of the same service, account, access group and synchronizable value; nothing was changed"
+                "the update would make an item collide with another of the same \(Self.uniquenessText(parsed.itemClass)); nothing was changed"
             )
         }
     }
@@ -688,6 +690,13 @@ public final class ItemService: Sendable {
     // MARK: Rules shared by the calls
 
     static let notFound = KeychainError(.itemNotFound, "no item matches the query")
+
+    /// What a duplicate shares with the item it collides with (the class's uniqueness key), in words.
+    static func uniquenessText(_ itemClass: ItemClass) -> String {
+        if itemClass == .genericPassword { return "service, account, access group and synchronizable value" }
+        return
+            "account, server, protocol, authentication type, port, path, security domain, access group and synchronizable value"
+    }
     /// The class an add or update writes, defaulting to `ak`; `akpu` needs a passphrase (Apple: a
     /// passcode), errSecAuthFailed otherwise.
     func protectionForWrite(_ code: String?) throws(KeychainError) -> ProtectionClass {
@@ -718,6 +727,19 @@ public final class ItemService: Sendable {
             filter.classes = always
             if let code = query.attributes[.accessible]?.text, let protection = ProtectionClass(code: code) {
                 filter.classes = always.filter { $0 == protection.rawValue }
+            }
+        } else if let index = indexer, query.itemClass != .genericPassword {
+            // Another class: by its indexed attributes (ItemClass.indexed) and the groups; the rows
+            // are matched by their opened attributes (ItemCodec.indexes: the digests of its domains).
+            filter.serviceIndex = query.attributes[.server].flatMap(Attribute.bytes(of:)).map {
+                index.column(.server, $0)
+            }
+            filter.accountIndex = query.attributes[.account].flatMap(Attribute.bytes(of:)).map {
+                index.column(.account, $0)
+            }
+            filter.accessGroupIndexes = scope.map { $0.map { index.column(.accessGroup, Array($0.utf8)) } }
+            if let code = query.attributes[.accessible]?.text, let protection = ProtectionClass(code: code) {
+                filter.classes = [protection.rawValue]
             }
         } else if let index = indexer {
             let service = query.attributes[.service]
@@ -772,6 +794,8 @@ public final class ItemService: Sendable {
     /// The decrypted attributes checked against the whole query, whatever the index columns said.
     static func matches(_ item: OpenedItem, _ query: ParsedQuery, _ scope: [String]?) -> Bool {
         guard let group = item.attributes["agrp"]?.text else { return false }
+        // A query of one class never matches an item of another (whatever found the row).
+        guard ItemCodec.itemClass(of: item.attributes) == query.itemClass else { return false }
         if let scope, !scope.contains(where: { AccessPolicy.sameGroup($0, group) }) { return false }
         if let ref = query.persistentRef, ref != item.row.ref { return false }
         guard query.sync.accepts(item.attributes["sync"]?.bool ?? false) else { return false }

@@ -1,18 +1,27 @@
+import KeychainCore
 import KeychainCrypto
 
-/// Persistent references, Apple's current format: the class (`genp`, 4 ASCII bytes) followed by the
-/// item's 16-byte id (see `newID`). Valid for the item's whole life, across restarts.
+/// Persistent references, Apple's current format: the item's class code (`genp`, `inet`: 4 ASCII
+/// bytes, ItemClass.code) followed by the item's 16-byte id (see `newID`). Valid for the item's whole
+/// life, across restarts.
 enum PersistentRef {
     static let idLength = 16
-    private static let prefix: [UInt8] = Array("genp".utf8)
+    private static let prefixLength = 4
 
-    static func make(id: [UInt8]) -> [UInt8] { prefix + id }
-
-    /// The item id inside a persistent reference, or nil when the bytes are not one.
-    static func id(from bytes: [UInt8]) -> [UInt8]? {
-        guard bytes.count == prefix.count + idLength, bytes.starts(with: prefix) else { return nil }
-        return Array(bytes[prefix.count...])
+    static func make(id: [UInt8], of itemClass: ItemClass = .genericPassword) -> [UInt8] {
+        Array(itemClass.code.utf8) + id
     }
+
+    /// The class and the item id inside a persistent reference, or nil when the bytes are not one.
+    static func parse(_ bytes: [UInt8]) -> (ItemClass, [UInt8])? {
+        guard bytes.count == prefixLength + idLength,
+            let itemClass = ItemClass.all.first(where: { bytes.starts(with: $0.code.utf8) })
+        else { return nil }
+        return (itemClass, Array(bytes[prefixLength...]))
+    }
+
+    /// The item id inside a persistent reference of any class, or nil when the bytes are not one.
+    static func id(from bytes: [UInt8]) -> [UInt8]? { parse(bytes)?.1 }
 }
 
 extension PersistentRef {

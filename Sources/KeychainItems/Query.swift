@@ -58,29 +58,31 @@ struct ParsedQuery {
     var limit: MatchLimit = .one
     var returns = ReturnFlags()
 
+    /// The item class the query names (or its persistent reference's).
+    var itemClass: ItemClass = .genericPassword
+
     /// Parses `dictionary` under the rules of `operation` (docs/protocol.md §8).
     init(_ dictionary: [String: Value], for operation: Operation) throws(KeychainError) {
         var classGiven = false
-        // Another class first: its attributes (`atyp`, `atag` … sort before `class`) would otherwise be
-        // errSecNoSuchAttr, naming an attribute where the class is what keychaind does not store.
-        if case .text(let name)? = dictionary["class"], name != "genp" {
-            throw KeychainError(
-                .noSuchClass, "class must be genp (kSecClassGenericPassword); other item classes are not supported")
+        // The class first: which attributes the other keys may name depends on it, and a class
+        // keychaind does not store is errSecNoSuchClass rather than errSecNoSuchAttr for its attributes.
+        // (A class that is no string is reported in key order, below.)
+        if case .text(let name)? = dictionary["class"] {
+            guard let named = ItemClass(code: name) else {
+                throw KeychainError(
+                    .noSuchClass,
+                    "class must be \(ItemClass.codeList) (\(ItemClass.all.map(\.constant).joined(separator: ", "))); other item classes are not supported"
+                )
+            }
+            itemClass = named
+            classGiven = true
         }
         // In key order, not the dictionary's (which differs between two decodings of the same bytes),
         // so a query with more than one fault gets the same error every time it is sent.
         for (key, value) in dictionary.sorted(by: { $0.key.utf8.lexicographicallyPrecedes($1.key.utf8) }) {
             switch key {
             case "class":
-                guard case .text(let name) = value else {
-                    throw .param("class must be a string, not \(value.kindName)")
-                }
-                guard name == "genp" else {
-                    throw KeychainError(
-                        .noSuchClass,
-                        "class must be genp (kSecClassGenericPassword); other item classes are not supported")
-                }
-                classGiven = true
+                guard case .text = value else { throw .param("class must be a string, not \(value.kindName)") }
             case "v_Data":
                 guard let b = value.secretBytes else { throw .param("v_Data must be data, not \(value.kindName)") }
                 secret = b
@@ -89,9 +91,13 @@ struct ParsedQuery {
                 guard case .bytes(let b) = value else {
                     throw .param("v_PersistentRef must be data, not \(value.kindName)")
                 }
-                guard let id = PersistentRef.id(from: b) else {
-                    throw .param("v_PersistentRef is not a persistent reference of a generic password")
+                guard let (refClass, id) = PersistentRef.parse(b) else {
+                    throw .param("v_PersistentRef is not a persistent reference of a keychain item")
                 }
+                if classGiven && refClass != itemClass {
+                    throw .param("v_PersistentRef names a \(refClass.name), not a \(itemClass.name)")
+                }
+                itemClass = refClass
                 persistentRef = id
             case "m_Limit":
                 // A delete removes every match, which is what kSecMatchLimitAll says: macOS accepts
@@ -130,10 +136,10 @@ struct ParsedQuery {
                 }
                 syncGiven = true
             default:
-                if let attribute = Attribute(rawValue: key) {
+                if let attribute = Attribute(key, of: itemClass) {
                     attributes[attribute] = try attribute.normalize(value)
                 } else if key.utf8.count == 4 {
-                    throw KeychainError(.noSuchAttr, "\(printableKey(key)) is not an attribute of generic passwords")
+                    throw KeychainError(.noSuchAttr, "\(printableKey(key)) is not an attribute of \(itemClass.name)s")
                 } else if key.hasPrefix("m_") {
                     throw .param("\(printableKey(key)) is not a supported match key")
                 } else if key.hasPrefix("r_") || key.hasPrefix("v_") || key.hasPrefix("u_") {
@@ -175,7 +181,7 @@ struct ParsedChanges {
     var sync: Bool?
     var secret: SecretBytes?
 
-    init(_ dictionary: [String: Value]) throws(KeychainError) {
+    init(_ dictionary: [String: Value], of itemClass: ItemClass = .genericPassword) throws(KeychainError) {
         for (key, value) in dictionary {
             switch key {
             case "v_Data":
@@ -187,9 +193,10 @@ struct ParsedChanges {
                 if case .text("syna") = value { throw .param("sync = syna (kSecAttrSynchronizableAny) cannot be set") }
                 sync = try Attribute.synchronizable.normalize(value).bool!
             default:
-                guard let attribute = Attribute(rawValue: key) else {
+                guard let attribute = Attribute(key, of: itemClass) else {
                     throw KeychainError(
-                        .noSuchAttr, "\(printableKey(key)) cannot be updated: only attributes and v_Data can")
+                        .noSuchAttr,
+                        "\(printableKey(key)) cannot be updated: only attributes of \(itemClass.name)s and v_Data can")
                 }
                 attributes[attribute] = try attribute.normalize(value)
             }

@@ -1,7 +1,7 @@
 public import KeychainCore
 public import KeychainItems
 
-/// The access policy for callers on the session bus (the Secret Service, SPEC §9). A bus caller is
+/// The access policy for callers on the session bus (the Secret Service). A bus caller is
 /// identified as a socket caller is — its process pinned with a pidfd, its executable file looked
 /// up among the registrations that count — and then decided here, with the same rules.
 extension AccessPolicy {

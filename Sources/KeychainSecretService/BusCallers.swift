@@ -15,6 +15,8 @@ final class BusCaller {
     }
     /// A registered app (its successful item calls count as activity for auto-lock).
     var registered: Bool
+    /// The attributes of its last SearchItems, as a prompt shows them (what it asked for).
+    var lastSearch: String?
     /// The caller's collections: one per access group, the first named `login` (the `default`
     /// alias), the others after their group.
     private(set) var collections: [Collection]

@@ -1,6 +1,7 @@
 import KeychainCore
 import KeychainCrypto
 import KeychainItems
+import KeychainPrompt
 import KeychainRequests
 import KeychainSystem
 
@@ -219,6 +220,7 @@ extension SecretService {
             try m.expect("a{ss}")
             let query = try readAttributes(m)
             try allow(.copy, known, caller)
+            known.lastSearch = Self.describe(query)
             let collections = known.collections
             let found = try store { () throws(KeychainError) in
                 try items.secretServiceSearch(query, groups: collections.map(\.group), caller: caller)
@@ -274,7 +276,7 @@ extension SecretService {
                 try reply.append(string: Self.noPrompt, type: "o")
             } else {
                 try reply.append(objectPaths: [])
-                try reply.append(string: try newPrompt(known, objects), type: "o")
+                try reply.append(string: try newPrompt(known, caller, objects), type: "o")
             }
         case "Lock":
             try m.expect("ao")
@@ -351,6 +353,7 @@ extension SecretService {
             try m.expect("a{ss}")
             let query = try readAttributes(m)
             try allow(.copy, known, caller)
+            known.lastSearch = Self.describe(query)
             let found = try store { () throws(KeychainError) in
                 try items.secretServiceSearch(query, groups: [c.group], caller: caller)
             }
@@ -486,7 +489,7 @@ extension SecretService {
 
     // MARK: Prompt
 
-    private func newPrompt(_ known: BusCaller, _ objects: [String]) throws(BusError) -> String {
+    private func newPrompt(_ known: BusCaller, _ caller: Caller, _ objects: [String]) throws(BusError) -> String {
         guard prompts.values.filter({ $0.owner == known.name }).count < Self.maxPromptsPerCaller else {
             throw .limitsExceeded("this connection has \(Self.maxPromptsPerCaller) prompts pending")
         }
@@ -501,7 +504,7 @@ extension SecretService {
         }
         let path = Self.root + "/prompt/p\(nextObject)"
         nextObject += 1
-        prompts[path] = PendingPrompt(owner: known.name, objects: objects)
+        prompts[path] = PendingPrompt(owner: known.name, objects: objects, request: request(known, caller, objects))
         return path
     }
 
@@ -511,15 +514,18 @@ extension SecretService {
         switch member {
         case "Prompt":
             try m.expect("s")
-            prompts[path]?.waiting = true
-            if !items.secretServiceUnlocked && !waitingLogged {
-                Log.write(
-                    .notice, "secret service: a client waits for the keychain to be unlocked (keychainctl unlock)")
-                waitingLogged = true
+            let window = try m.readString()
+            if prompts[path]?.waiting == false {
+                prompts[path]?.waiting = true
+                // An X11 window id, as the spec's clients pass it (decimal or 0x…), or none.
+                if window.utf8.count <= 32, window.utf8.allSatisfy({ $0 >= 0x21 && $0 < 0x7F }) {
+                    prompts[path]?.request.parentWindow = window
+                }
             }
             // The reply goes first, so that Completed (at once when already unlocked) follows it.
             bus.send(try bus.newReturn(to: m))
             checkPrompts()
+            askNext()
             return nil
         case "Dismiss":
             try m.expect("")
@@ -541,7 +547,7 @@ extension SecretService {
         }
     }
 
-    private func complete(_ path: String, _ p: PendingPrompt, dismissed: Bool) {
+    func complete(_ path: String, _ p: PendingPrompt, dismissed: Bool) {
         guard let signal = try? bus.newSignal(path: path, interface: Self.promptInterface, member: "Completed") else {
             return
         }

@@ -3,6 +3,7 @@ import Foundation
 import KeychainCore
 import KeychainCrypto
 public import KeychainItems
+import KeychainPrompt
 public import KeychainRequests
 import KeychainSystem
 import Synchronization
@@ -28,6 +29,9 @@ public final class SecretService: @unchecked Sendable {
     static let root = "/org/freedesktop/secrets"
 
     let core: RequestCore
+    /// How a passphrase prompt asks a person and unlocks with the answer (the daemon's, wired by
+    /// keychaind's main).
+    let passphrasePrompts: PassphrasePrompts
     let items: ItemService
     let mode: AccessPolicy.UnregisteredBusCallers
     let bus: BusConnection
@@ -36,7 +40,7 @@ public final class SecretService: @unchecked Sendable {
     /// The most secret bytes one GetSecrets answers with (a socket client's frame limit): a caller
     /// that asks for much and reads nothing fills the bus's buffers, which stalls every caller.
     let maxReplyBytes: Int
-    private let wake: WakePipe
+    let wake: WakePipe
     private let stopping = Atomic<Bool>(false)
     private let finished = DispatchSemaphore(value: 0)
     private var running = false
@@ -45,6 +49,9 @@ public final class SecretService: @unchecked Sendable {
     var callers: [String: BusCaller] = [:]
     var sessions: [String: TransferSession] = [:]
     var prompts: [String: PendingPrompt] = [:]
+    /// The prompt whose pinentry is showing (one at a time), and what pinentry threads answered.
+    var asking: String?
+    let answers = Mutex<[(path: String, outcome: PromptOutcome)]>([])
     var nextObject: UInt64 = 1
     var waitingLogged = false
 
@@ -60,14 +67,17 @@ public final class SecretService: @unchecked Sendable {
     /// prompt keeps them (800 000 made-up paths held the thread for 17 s; an attack review's finding).
     static let maxObjectsPerCall = 4096
 
-    /// Connects to the session bus and takes `org.freedesktop.secrets`, serving over `core`: what
+    /// Connects to the session bus and takes `org.freedesktop.secrets`, serving over `core` and asking
+    /// for the passphrase through `prompts`: what
     /// unregistered callers get is `unregistered`, and no secret in or out is larger than a socket
     /// client could read back (`maxFrameBytes`). When another provider holds the name: with
     /// `replace`, takes it over if that provider allows it; otherwise fails naming it.
     public init(
-        core: RequestCore, unregistered: AccessPolicy.UnregisteredBusCallers, maxFrameBytes: Int, replace: Bool
+        core: RequestCore, prompts: PassphrasePrompts, unregistered: AccessPolicy.UnregisteredBusCallers,
+        maxFrameBytes: Int, replace: Bool
     ) throws(SecretServiceError) {
         self.core = core
+        passphrasePrompts = prompts
         items = core.items
         mode = unregistered
         maxSecretBytes = max(1024, maxFrameBytes - 4096)
@@ -213,6 +223,7 @@ public final class SecretService: @unchecked Sendable {
                 core.setStatus(of: "secretService", nil, note: "")
                 return
             }
+            takeAnswers()
             checkPrompts()
             var timeout = bus.timeoutMilliseconds
             if prompts.values.contains(where: { $0.waiting }) { timeout = timeout < 0 ? 250 : min(timeout, 250) }
@@ -304,12 +315,17 @@ final class TransferSession {
     }
 }
 
-/// A prompt (`Unlock` of a locked keychain): completes when the keychain is unlocked with its
-/// passphrase (`keychainctl unlock`), or is dismissed. No window is ever shown.
+/// A prompt (`Unlock` of a locked keychain): `Prompt` shows a passphrase dialog through pinentry
+/// (SecretService+Prompt.swift); it completes when the keychain is unlocked, by that dialog or from
+/// elsewhere (`keychainctl unlock`), and is dismissed by its owner, a cancel, or wrong passphrases.
 struct PendingPrompt {
     let owner: String
     /// The objects to report unlocked on completion.
     let objects: [String]
+    /// What the dialog says: who asks, and for what.
+    var request: PromptRequest
     /// `Prompt` was called: waiting for the unlock.
     var waiting = false
+    /// Its dialog was shown, or could not be (then it waits for an unlock from elsewhere).
+    var asked = false
 }

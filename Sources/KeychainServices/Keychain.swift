@@ -13,12 +13,16 @@ extension KeychainError {
 }
 
 /// A keychain bound to one service (and optionally one access group), with typed access to its
-/// generic-password items, keyed by account.
+/// generic-password items, keyed by account — or bound to one server, with typed access to its
+/// internet-password items (`kSecClassInternetPassword`), keyed by account.
 ///
 /// ```swift
 /// let keychain = Keychain(service: "com.example.app").accessibility(.afterFirstUnlock)
 /// try keychain.set("s3cret", forKey: "alice")
 /// let secret = try keychain.string(forKey: "alice")     // nil when absent
+///
+/// let site = Keychain(server: "https://example.com:8443/login", protocolType: .https)
+/// try site.set("s3cret", forKey: "alice")   // srvr example.com, ptcl htps, port 8443, path /login
 /// ```
 ///
 /// A `Keychain` is an immutable value: `accessGroup(_:)`, `accessibility(_:)` and `label(_:)` return
@@ -42,8 +46,90 @@ public struct Keychain: Sendable, Equatable {
         case alwaysThisDeviceOnly = "dku"
     }
 
-    /// The service (`kSecAttrService`) of every item this keychain reads and writes.
+    /// Apple's `kSecAttrProtocol` values, with their wire values.
+    public enum ProtocolType: String, Sendable, CaseIterable {
+        case ftp = "ftp "
+        case ftpAccount = "ftpa"
+        case http = "http"
+        case irc = "irc "
+        case nntp = "nntp"
+        case pop3 = "pop3"
+        case smtp = "smtp"
+        case socks = "sox "
+        case imap = "imap"
+        case ldap = "ldap"
+        case appleTalk = "atlk"
+        case afp = "afp "
+        case telnet = "teln"
+        case ssh = "ssh "
+        case ftps = "ftps"
+        case https = "htps"
+        case httpProxy = "htpx"
+        case httpsProxy = "htsx"
+        case ftpProxy = "ftpx"
+        case smb = "smb "
+        case rtsp = "rtsp"
+        case rtspProxy = "rtsx"
+        case daap = "daap"
+        case eppc = "eppc"
+        case ipp = "ipp "
+        case nntps = "ntps"
+        case ldaps = "ldps"
+        case telnetS = "tels"
+        case imaps = "imps"
+        case ircs = "ircs"
+        case pop3S = "pops"
+    }
+
+    /// Apple's `kSecAttrAuthenticationType` values, with their wire values.
+    public enum AuthenticationType: String, Sendable, CaseIterable {
+        case ntlm = "ntlm"
+        case msn = "msna"
+        case dpa = "dpaa"
+        case rpa = "rpaa"
+        case httpBasic = "http"
+        case httpDigest = "httd"
+        case htmlForm = "form"
+        case `default` = "dflt"
+    }
+
+    /// Where an internet-password keychain's items belong: the attributes besides the account that
+    /// make an internet password unique (Apple's: server, protocol, authentication type, port, path,
+    /// security domain).
+    public struct Server: Sendable, Equatable {
+        /// `kSecAttrServer`: the host.
+        public var host: String
+        /// `kSecAttrProtocol`.
+        public var protocolType: ProtocolType
+        /// `kSecAttrAuthenticationType`.
+        public var authenticationType: AuthenticationType
+        /// `kSecAttrPort`, when one is named.
+        public var port: Int?
+        /// `kSecAttrPath` (empty: none).
+        public var path: String
+        /// `kSecAttrSecurityDomain`, when one is named.
+        public var securityDomain: String?
+
+        /// The server `host` with these attributes.
+        public init(
+            host: String, protocolType: ProtocolType, authenticationType: AuthenticationType = .default,
+            port: Int? = nil, path: String = "", securityDomain: String? = nil
+        ) {
+            self.host = host
+            self.protocolType = protocolType
+            self.authenticationType = authenticationType
+            self.port = port
+            self.path = path
+            self.securityDomain = securityDomain
+        }
+    }
+
+    /// The service (`kSecAttrService`) of every item this keychain reads and writes (empty for an
+    /// internet-password keychain).
     public let service: String
+    /// The server of every internet password this keychain reads and writes; nil for a
+    /// generic-password keychain.
+    public let server: Server?
     /// The access group items are confined to; nil means all of the app's groups, adding to the first.
     public let accessGroup: String?
     /// The accessibility class written items get (`whenUnlocked` by default).
@@ -59,15 +145,58 @@ public struct Keychain: Sendable, Equatable {
         connection: KeychainConnection = .shared
     ) {
         self.init(
-            service: service, accessGroup: accessGroup, accessibility: accessibility, label: nil,
+            service: service, server: nil, accessGroup: accessGroup, accessibility: accessibility, label: nil,
+            connection: connection)
+    }
+
+    /// An internet-password keychain for `server`'s items (KeychainAccess's `Keychain(server:protocolType:)`):
+    /// a URL such as `https://example.com:8443/login` gives the host, port and path; a bare host
+    /// name gives the host alone. Sends nothing to the daemon until a call.
+    public init(
+        server: String, protocolType: ProtocolType, authenticationType: AuthenticationType = .default,
+        securityDomain: String? = nil, accessGroup: String? = nil, accessibility: Accessibility = .whenUnlocked,
+        connection: KeychainConnection = .shared
+    ) {
+        var location = Server(
+            host: server, protocolType: protocolType, authenticationType: authenticationType,
+            securityDomain: securityDomain)
+        if let url = URL(string: server), let host = url.host, !host.isEmpty {
+            location.host = host
+            location.port = url.port
+            location.path = url.path
+        }
+        self.init(
+            server: location, accessGroup: accessGroup, accessibility: accessibility, connection: connection)
+    }
+
+    /// An internet-password keychain for `server`'s items (host, port and path from the URL).
+    public init(
+        server: URL, protocolType: ProtocolType, authenticationType: AuthenticationType = .default,
+        securityDomain: String? = nil, accessGroup: String? = nil, accessibility: Accessibility = .whenUnlocked,
+        connection: KeychainConnection = .shared
+    ) {
+        self.init(
+            server: server.absoluteString, protocolType: protocolType, authenticationType: authenticationType,
+            securityDomain: securityDomain, accessGroup: accessGroup, accessibility: accessibility,
+            connection: connection)
+    }
+
+    /// An internet-password keychain for the items of `server`, as given.
+    public init(
+        server: Server, accessGroup: String? = nil, accessibility: Accessibility = .whenUnlocked,
+        connection: KeychainConnection = .shared
+    ) {
+        self.init(
+            service: "", server: server, accessGroup: accessGroup, accessibility: accessibility, label: nil,
             connection: connection)
     }
 
     private init(
-        service: String, accessGroup: String?, accessibility: Accessibility, label: String?,
+        service: String, server: Server?, accessGroup: String?, accessibility: Accessibility, label: String?,
         connection: KeychainConnection
     ) {
         self.service = service
+        self.server = server
         self.accessGroup = accessGroup
         self.accessibility = accessibility
         self.label = label
@@ -76,35 +205,52 @@ public struct Keychain: Sendable, Equatable {
 
     /// Equal when they name the same configuration and share the same connection object.
     public static func == (a: Keychain, b: Keychain) -> Bool {
-        a.service == b.service && a.accessGroup == b.accessGroup && a.accessibility == b.accessibility
+        a.service == b.service && a.server == b.server && a.accessGroup == b.accessGroup
+            && a.accessibility == b.accessibility
             && a.label == b.label && a.connection === b.connection
     }
 
     /// A copy bound to `group` (nil: the app's groups, with the first as default for writes).
     public func accessGroup(_ group: String?) -> Keychain {
         Keychain(
-            service: service, accessGroup: group, accessibility: accessibility, label: label, connection: connection)
+            service: service, server: server, accessGroup: group, accessibility: accessibility, label: label,
+            connection: connection)
     }
 
     /// A copy that writes items with `accessibility`.
     public func accessibility(_ accessibility: Accessibility) -> Keychain {
         Keychain(
-            service: service, accessGroup: accessGroup, accessibility: accessibility, label: label,
+            service: service, server: server, accessGroup: accessGroup, accessibility: accessibility, label: label,
             connection: connection)
     }
 
     /// A copy that writes items with this user-visible label.
     public func label(_ label: String?) -> Keychain {
         Keychain(
-            service: service, accessGroup: accessGroup, accessibility: accessibility, label: label,
+            service: service, server: server, accessGroup: accessGroup, accessibility: accessibility, label: label,
             connection: connection)
     }
 
     // MARK: Requests
 
     private func base() throws(KeychainError) -> [String: Value] {
-        guard !service.isEmpty else { throw .param("the keychain's service must not be empty") }
-        var q: [String: Value] = ["class": .text("genp"), "svce": .text(service)]
+        var q: [String: Value]
+        if let server {
+            guard !server.host.isEmpty else { throw .param("the keychain's server must not be empty") }
+            q = [
+                "class": .text(ItemClass.internetPassword.code), "srvr": .text(server.host),
+                "ptcl": .text(server.protocolType.rawValue), "atyp": .text(server.authenticationType.rawValue),
+                "path": .text(server.path),
+            ]
+            if let port = server.port {
+                guard (0...65535).contains(port) else { throw .param("the keychain's port must be 0…65535") }
+                q["port"] = .int(Int64(port))
+            }
+            if let domain = server.securityDomain { q["sdmn"] = .text(domain) }
+        } else {
+            guard !service.isEmpty else { throw .param("the keychain's service must not be empty") }
+            q = ["class": .text(ItemClass.genericPassword.code), "svce": .text(service)]
+        }
         if let accessGroup { q["agrp"] = .text(accessGroup) }
         return q
     }
@@ -341,7 +487,12 @@ public struct Keychain: Sendable, Equatable {
 extension Keychain: CustomStringConvertible {
     /// Names the configuration only; never reads or prints items.
     public var description: String {
-        "Keychain(service: \(service), accessGroup: \(accessGroup ?? "default"), accessibility: \(accessibility))"
+        if let server {
+            return
+                "Keychain(server: \(server.host), protocolType: \(server.protocolType), accessGroup: \(accessGroup ?? "default"), accessibility: \(accessibility))"
+        }
+        return
+            "Keychain(service: \(service), accessGroup: \(accessGroup ?? "default"), accessibility: \(accessibility))"
     }
 }
 

@@ -616,21 +616,9 @@ public struct StoreWriter {
     public func insert(_ item: StoredItem) throws(KeychainError) -> Int64 {
         try Self.refusePartial(item)
         let rows = try tracker()
-        let rowid = try db.withStatement(
-            """
-            INSERT INTO items (ref, class, agrp_ix, svce_ix, acct_ix, key_ix, item_key, attributes, secret)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-            """
-        ) { (s) throws(KeychainError) in
+        let rowid = try db.withStatement(Self.insertSQL) { (s) throws(KeychainError) in
             try s.bind(1, item.ref)
-            try s.bind(2, Int64(item.protectionClass))
-            try s.bind(3, item.accessGroupIndex)
-            try s.bind(4, item.serviceIndex)
-            try s.bind(5, item.accountIndex)
-            try s.bind(6, item.uniqueIndex)
-            try s.bind(7, item.wrappedKey)
-            try s.bind(8, item.attributes)
-            try s.bind(9, item.secret)
+            try Self.bindWritten(s, item, from: 2)
             try s.run()
             return try db.withStatement("SELECT last_insert_rowid()") { (r) throws(KeychainError) in
                 _ = try r.step()
@@ -651,19 +639,9 @@ public struct StoreWriter {
         guard let before = try reader.fingerprint(rowid: item.rowid) else {
             throw KeychainError(.itemNotFound, "the item was deleted meanwhile")
         }
-        try db.withStatement(
-            "UPDATE items SET class=?, agrp_ix=?, svce_ix=?, acct_ix=?, key_ix=?, item_key=?, attributes=?, secret=? WHERE rowid=?"
-        ) {
-            (s) throws(KeychainError) in
-            try s.bind(1, Int64(item.protectionClass))
-            try s.bind(2, item.accessGroupIndex)
-            try s.bind(3, item.serviceIndex)
-            try s.bind(4, item.accountIndex)
-            try s.bind(5, item.uniqueIndex)
-            try s.bind(6, item.wrappedKey)
-            try s.bind(7, item.attributes)
-            try s.bind(8, item.secret)
-            try s.bind(9, item.rowid)
+        try db.withStatement(Self.updateSQL) { (s) throws(KeychainError) in
+            try Self.bindWritten(s, item, from: 1)
+            try s.bind(Int32(Self.writtenColumns.count + 1), item.rowid)
             try s.run()
         }
         var after = RowFingerprint(item)
@@ -674,6 +652,29 @@ public struct StoreWriter {
             try removeAttributeIndexes(ref: before.ref)
             try addAttributeIndexes(ref: before.ref, indexes)
         }
+    }
+
+    /// The columns a write sets (all but `ref`, which only an insert writes), in the order
+    /// `bindWritten` binds them: the one list both statements are made from.
+    static let writtenColumns = [
+        "class", "agrp_ix", "svce_ix", "acct_ix", "key_ix", "item_key", "attributes", "secret",
+    ]
+    static let insertSQL =
+        "INSERT INTO items (ref, \(writtenColumns.joined(separator: ", "))) VALUES (?\(String(repeating: ", ?", count: writtenColumns.count)))"
+    static let updateSQL =
+        "UPDATE items SET \(writtenColumns.map { $0 + "=?" }.joined(separator: ", ")) WHERE rowid=?"
+
+    /// Binds `item`'s `writtenColumns` to parameters `first`, `first + 1`, …
+    @inline(__always)
+    private static func bindWritten(_ s: SQLiteStatement, _ item: StoredItem, from first: Int32) throws(KeychainError) {
+        try s.bind(first, Int64(item.protectionClass))
+        try s.bind(first + 1, item.accessGroupIndex)
+        try s.bind(first + 2, item.serviceIndex)
+        try s.bind(first + 3, item.accountIndex)
+        try s.bind(first + 4, item.uniqueIndex)
+        try s.bind(first + 5, item.wrappedKey)
+        try s.bind(first + 6, item.attributes)
+        try s.bind(first + 7, item.secret)
     }
 
     /// A row read without some columns would write them (and record them in the row state) empty:

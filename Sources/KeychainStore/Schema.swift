@@ -15,9 +15,11 @@ import KeychainCore
 ///   ref        BLOB NOT NULL UNIQUE,   -- 16 bytes (creation time + random): the persistent reference's id
 ///   class      INTEGER NOT NULL,       -- accessibility class (Apple's keybag number, 6…12)
 ///   agrp_ix    BLOB NOT NULL,          -- blind index of the access group
-///   svce_ix    BLOB NOT NULL,          -- blind index of the service
+///   svce_ix    BLOB NOT NULL,          -- blind index of the service (an internet password's server;
+///                                      -- ItemClass.indexed, under the class's own hash domain)
 ///   acct_ix    BLOB NOT NULL,          -- blind index of the account
-///   key_ix     BLOB NOT NULL UNIQUE,   -- blind index of (agrp, svce, acct, sync): Apple's uniqueness key
+///   key_ix     BLOB NOT NULL UNIQUE,   -- blind index of Apple's uniqueness key (ItemClass.uniqueness):
+///                                      -- (agrp, svce, acct, sync) for generic passwords
 ///   item_key   BLOB NOT NULL,          -- the item's random key, sealed by the class key
 ///   attributes BLOB NOT NULL,          -- CBOR map of every attribute, sealed by the item key
 ///   secret     BLOB NOT NULL)          -- v_Data, sealed by the item key (opened only when asked for)

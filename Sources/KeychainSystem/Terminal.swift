@@ -11,6 +11,21 @@ public enum Terminal {
         try? FileDescriptor.open("/dev/tty", [.readWrite, .noControllingTerminal])
     }
 
+    /// The device path of the terminal open on `fd` (`/dev/pts/3`), or nil.
+    public static func name(of fd: Int32) -> String? {
+        var buffer = [CChar](repeating: 0, count: 256)
+        guard ttyname_r(fd, &buffer, buffer.count) == 0 else { return nil }
+        return String(cString: buffer)
+    }
+
+    /// Whether standard input is a pipe or a regular file (a script hands something over on it).
+    public static var standardInputIsPipeOrFile: Bool {
+        var st = stat()
+        guard fstat(0, &st) == 0 else { return false }
+        let type = st.st_mode & S_IFMT
+        return type == S_IFIFO || type == S_IFREG
+    }
+
     /// Whether this process has a controlling terminal it can open.
     public static var isAvailable: Bool { open() != nil }
 

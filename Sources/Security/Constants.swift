@@ -40,11 +40,11 @@ extension SecConstant: _HasCustomAnyHashableRepresentation {
 }
 
 // MARK: Item class
-/// The item class key; the only class keychaind stores is `kSecClassGenericPassword`.
+/// The item class key; keychaind stores `kSecClassGenericPassword` and `kSecClassInternetPassword`.
 nonisolated(unsafe) public let kSecClass: CFString = SecConstant("class")
 /// The generic-password item class: a secret found by service and account.
 nonisolated(unsafe) public let kSecClassGenericPassword: CFString = SecConstant("genp")
-/// Accepted by the compiler only: keychaind answers `errSecNoSuchClass`.
+/// The internet-password item class: a secret found by server, protocol, port, path and account.
 nonisolated(unsafe) public let kSecClassInternetPassword: CFString = SecConstant("inet")
 /// Accepted by the compiler only: keychaind answers `errSecNoSuchClass`.
 nonisolated(unsafe) public let kSecClassCertificate: CFString = SecConstant("cert")
@@ -85,19 +85,21 @@ nonisolated(unsafe) public let kSecAttrCreationDate: CFString = SecConstant("cda
 /// When the item was last modified (a date, read-only).
 nonisolated(unsafe) public let kSecAttrModificationDate: CFString = SecConstant("mdat")
 
-// MARK: Attributes keychaind does not store (they compile; each says what a call that names it gets)
-/// Internet-password attribute: compiles, keychaind answers `errSecNoSuchAttr`.
+// MARK: Attributes of an internet password (besides kSecAttrAccount and the common ones)
+/// The security domain (realm) the password belongs to (a string); part of the item's primary key.
 nonisolated(unsafe) public let kSecAttrSecurityDomain: CFString = SecConstant("sdmn")
-/// Internet-password attribute: compiles, keychaind answers `errSecNoSuchAttr`.
+/// The server's host name or address (a string); part of the item's primary key.
 nonisolated(unsafe) public let kSecAttrServer: CFString = SecConstant("srvr")
-/// Internet-password attribute: compiles, keychaind answers `errSecNoSuchAttr`.
+/// The protocol: one of the `kSecAttrProtocol…` values; part of the item's primary key.
 nonisolated(unsafe) public let kSecAttrProtocol: CFString = SecConstant("ptcl")
-/// Internet-password attribute: compiles, keychaind answers `errSecNoSuchAttr`.
+/// The authentication scheme: one of the `kSecAttrAuthenticationType…` values; part of the primary key.
 nonisolated(unsafe) public let kSecAttrAuthenticationType: CFString = SecConstant("atyp")
-/// Internet-password attribute: compiles, keychaind answers `errSecNoSuchAttr`.
+/// The port (a number); part of the item's primary key.
 nonisolated(unsafe) public let kSecAttrPort: CFString = SecConstant("port")
-/// Internet-password attribute: compiles, keychaind answers `errSecNoSuchAttr`.
+/// The path on the server (a string); part of the item's primary key.
 nonisolated(unsafe) public let kSecAttrPath: CFString = SecConstant("path")
+
+// MARK: Attributes keychaind does not store (they compile; each says what a call that names it gets)
 /// Key attribute: compiles, keychaind answers `errSecNoSuchAttr`.
 nonisolated(unsafe) public let kSecAttrApplicationTag: CFString = SecConstant("atag")
 /// Key attribute: compiles, keychaind answers `errSecNoSuchAttr`.
@@ -133,7 +135,7 @@ nonisolated(unsafe) public let kSecAttrAccessibleAfterFirstUnlockThisDeviceOnly:
 /// Always readable, even while locked; never migrates to another device (deprecated by Apple).
 nonisolated(unsafe) public let kSecAttrAccessibleAlwaysThisDeviceOnly: CFString = SecConstant("dku")
 
-// MARK: Values of kSecAttrProtocol (Apple's full list; internet passwords are not stored here)
+// MARK: Values of kSecAttrProtocol (Apple's full list)
 /// FTP.
 nonisolated(unsafe) public let kSecAttrProtocolFTP: CFString = SecConstant("ftp ")
 /// FTP account.

@@ -17,14 +17,22 @@ import KeychainSystem
 /// `Date` for dates, and `NSNumber` for booleans (0/1) and integers — an `NSNumber` answers both
 /// `as? Bool` and `as? Int`, as a CFNumber does on Apple platforms.
 enum Conversion {
-    private static let boolKeys: Set<String> = [
-        "invi", "nega", "sync", "m_CaseInsensitive", "r_Data", "r_Attributes", "r_PersistentRef", "r_Ref",
-    ]
-    private static let textKeys: Set<String> = ["class", "agrp", "pdmn"]
+    /// The wire keys of every class's attributes of `types` (KeychainCore/ItemClass.swift).
+    private static func attributeKeys(_ types: ItemClass.AttributeType...) -> Set<String> {
+        Set(ItemClass.all.flatMap(\.attributes).filter { types.contains($0.type) }.map(\.key))
+    }
+    private static let flagKeys = attributeKeys(.flag)
+    private static let boolKeys = flagKeys.union([
+        "m_CaseInsensitive", "r_Data", "r_Attributes", "r_PersistentRef", "r_Ref",
+    ])
+    /// Attributes that are text only (`agrp`, `pdmn`, `ptcl`, `atyp`).
+    private static let textAttributeKeys = attributeKeys(.text, .accessibility)
+    private static let textKeys = textAttributeKeys.union(["class"])
     /// Apple's blob columns: a `String` or `Data`, stored and returned as written, matched by bytes.
-    static let blobKeys: Set<String> = ["svce", "acct", "labl", "desc", "icmt", "gena"]
-    private static let integerKeys: Set<String> = ["crtr", "type"]
-    private static let dateKeys: Set<String> = ["cdat", "mdat"]
+    static let blobKeys = attributeKeys(.stringOrData, .data)
+    /// Numbers: `crtr`, `type`, `port`.
+    private static let integerKeys = attributeKeys(.uint32)
+    private static let dateKeys = attributeKeys(.date)
 
     /// Apple keys that keychaind refuses whatever their value (`errSecParam`, as the daemon answers), and
     /// why: refused here, because their values (item references, keychain lists) have no wire form.
@@ -251,10 +259,10 @@ enum Conversion {
             case .text, .bytes: return true
             default: return false
             }
-        case "agrp", "pdmn":
+        case _ where textAttributeKeys.contains(key):
             if case .text = value { return true }
             return false
-        case "sync", "invi", "nega":
+        case _ where flagKeys.contains(key):
             if case .bool = value { return true }
             return false
         case _ where integerKeys.contains(key):
@@ -303,18 +311,16 @@ enum Conversion {
 
     // MARK: Messages
 
-    private static let constantNames: [String: String] = [
-        "class": "kSecClass", "svce": "kSecAttrService", "acct": "kSecAttrAccount", "agrp": "kSecAttrAccessGroup",
-        "pdmn": "kSecAttrAccessible", "labl": "kSecAttrLabel", "desc": "kSecAttrDescription",
-        "icmt": "kSecAttrComment", "gena": "kSecAttrGeneric", "crtr": "kSecAttrCreator", "type": "kSecAttrType",
-        "invi": "kSecAttrIsInvisible", "nega": "kSecAttrIsNegative", "sync": "kSecAttrSynchronizable",
-        "cdat": "kSecAttrCreationDate", "mdat": "kSecAttrModificationDate", "v_Data": "kSecValueData",
+    private static let constantNames: [String: String] = Dictionary(
+        ItemClass.all.flatMap(\.attributes).map { ($0.key, $0.constant) }, uniquingKeysWith: { a, _ in a }
+    ).merging([
+        "class": "kSecClass", "v_Data": "kSecValueData",
         "v_PersistentRef": "kSecValuePersistentRef", "m_Limit": "kSecMatchLimit",
         "m_CaseInsensitive": "kSecMatchCaseInsensitive", "r_Data": "kSecReturnData",
         "r_Attributes": "kSecReturnAttributes", "r_PersistentRef": "kSecReturnPersistentRef",
         "v_Ref": "kSecValueRef", "m_ItemList": "kSecMatchItemList", "m_SearchList": "kSecMatchSearchList",
         "persistref": "kSecAttrPersistentReference",
-    ]
+    ]) { a, _ in a }
 
     /// `kSecValueData ("v_Data")`, or the quoted key when it has no constant.
     static func displayName(_ key: String) -> String {

@@ -7,6 +7,22 @@ enum Verb: String, CaseIterable {
     case deviceID = "device-id"
     case status, lock, unlock, passwd, backup, restore
     case apps, register, approve, unregister, help
+    case addInternetPassword = "add-internet-password"
+    case findInternetPassword = "find-internet-password"
+    case deleteInternetPassword = "delete-internet-password"
+
+    /// The item class the verb reads and writes (KeychainCore/ItemClass.swift).
+    var itemClass: ItemClass {
+        switch self {
+        case .addInternetPassword, .findInternetPassword, .deleteInternetPassword: return .internetPassword
+        default: return .genericPassword
+        }
+    }
+
+    /// The options that name an internet password (macOS `security`'s flags).
+    private static let internetFilters: Set<Opt> = [
+        .account, .server, .protocolCode, .port, .path, .securityDomain, .authenticationType, .group,
+    ]
 
     var options: Set<Opt> {
         switch self {
@@ -24,7 +40,7 @@ enum Verb: String, CaseIterable {
         case .delete: return [.service, .account, .group, .all, .keychainPassphraseFile]
         case .list, .deviceID: return [.group]
         case .status, .lock, .apps, .help: return []
-        case .unlock: return [.passphraseFile, .passphraseFD, .ifLocked]
+        case .unlock: return [.passphraseFile, .passphraseFD, .ifLocked, .pinentry]
         case .backup, .restore: return [.passphraseFile, .passphraseFD, .keychainPassphraseFile]
         case .passwd:
             return [
@@ -33,6 +49,13 @@ enum Verb: String, CaseIterable {
             ]
         case .register: return [.appID, .group, .executable, .admin, .keychainPassphraseFile]
         case .approve, .unregister: return [.keychainPassphraseFile]
+        case .addInternetPassword:
+            return Self.internetFilters.union([
+                .secret, .stdin, .accessible, .label, .comment, .description, .updateExisting, .keychainPassphraseFile,
+            ])
+        case .findInternetPassword:
+            return Self.internetFilters.union([.showPassword, .printSecret, .all, .keychainPassphraseFile])
+        case .deleteInternetPassword: return Self.internetFilters.union([.all, .keychainPassphraseFile])
         }
     }
 
@@ -71,7 +94,8 @@ enum Verb: String, CaseIterable {
         case .deviceID: return "keychainctl device-id [-g GROUP]"
         case .status: return "keychainctl status"
         case .lock: return "keychainctl lock"
-        case .unlock: return "keychainctl unlock [--passphrase-file FILE | --passphrase-fd N] [--if-locked]"
+        case .unlock:
+            return "keychainctl unlock [--passphrase-file FILE | --passphrase-fd N | --pinentry] [--if-locked]"
         case .passwd:
             return
                 "keychainctl passwd [--passphrase-file OLD_FILE | --passphrase-fd N] [--new-passphrase-file NEW_FILE | --new-passphrase-fd N] [--if-set] [--approve NAME]… [--approve-none]"
@@ -88,6 +112,15 @@ enum Verb: String, CaseIterable {
         case .approve: return "keychainctl approve NAME [--keychain-passphrase-file FILE]"
         case .unregister: return "keychainctl unregister APPLICATION-ID [--keychain-passphrase-file FILE]"
         case .help: return "keychainctl help [VERB]"
+        case .addInternetPassword:
+            return
+                "keychainctl add-internet-password -a ACCOUNT -s SERVER [-r PROTOCOL] [-P PORT] [-p PATH] [-d DOMAIN] [-t AUTHTYPE] [--group GROUP] [-w PASSWORD | --stdin] [--accessible CLASS] [-l LABEL] [-j COMMENT] [-D DESCRIPTION] [-U]"
+        case .findInternetPassword:
+            return
+                "keychainctl find-internet-password [-a ACCOUNT] [-s SERVER] [-r PROTOCOL] [-P PORT] [-p PATH] [-d DOMAIN] [-t AUTHTYPE] [--group GROUP] [-g | -w] [--all]"
+        case .deleteInternetPassword:
+            return
+                "keychainctl delete-internet-password [-a ACCOUNT] [-s SERVER] [-r PROTOCOL] [-P PORT] [-p PATH] [-d DOMAIN] [-t AUTHTYPE] [--group GROUP] [--all]"
         }
     }
 
@@ -97,7 +130,7 @@ enum Verb: String, CaseIterable {
         case .find: return "show an item's attributes, or with -w only its secret"
         case .update: return "change an item's secret or attributes"
         case .delete: return "delete an item (or, with --all, every matching item)"
-        case .list: return "list items (service, account, group, accessibility, modification time)"
+        case .list: return "list generic passwords (service, account, group, accessibility, modification time)"
         case .deviceID: return "print the device UUID of an access group, creating it on first use"
         case .status: return "show the daemon's state (locked, passphrase, items, classes available)"
         case .lock: return "lock the keychain (drop the class keys)"
@@ -110,6 +143,10 @@ enum Verb: String, CaseIterable {
         case .approve: return "approve a registration file in your apps.d with the passphrase"
         case .unregister: return "remove an app's registration and its approval"
         case .help: return "show help for keychainctl or a verb"
+        case .addInternetPassword: return "add an internet password (kSecClassInternetPassword)"
+        case .findInternetPassword:
+            return "show an internet password's attributes, with -g its password, with -w only it"
+        case .deleteInternetPassword: return "delete an internet password (or, with --all, every matching one)"
         }
     }
 
@@ -142,14 +179,16 @@ enum Verb: String, CaseIterable {
                 """
         case .list:
             return
-                "Lists every item (synchronizable ones too), or those of GROUP, sorted by group, service and account."
+                "Lists every generic password (synchronizable ones too), or those of GROUP, sorted by group, service and account; `find-internet-password --all` lists internet passwords."
         case .deviceID: return "Every app of the group gets the same UUID, also when many start at once."
         case .status: return "Also says plainly when no passphrase is set (keys protected by the device key only)."
         case .lock: return "WhenUnlocked items become unreadable (errSecInteractionNotAllowed) until `unlock`."
         case .unlock:
             return """
                 The passphrase is read from the terminal without echo, from --passphrase-file, or from the
-                first line of descriptor N (--passphrase-fd), never from the command line. --if-locked does
+                first line of descriptor N (--passphrase-fd), never from the command line. Without a terminal
+                (and with nothing piped in), or with --pinentry, pinentry asks: keychaind's pinentryProgram,
+                else pinentry on PATH, on $DISPLAY / $WAYLAND_DISPLAY or this terminal. --if-locked does
                 nothing (exit 0, without trying the passphrase) when the keychain is not locked, so a
                 passphrase that may be wrong is not counted as a failed unlock (used by pam_keychaind).
                 """
@@ -212,6 +251,27 @@ enum Verb: String, CaseIterable {
             return
                 "Revokes the approval of APPLICATION-ID (admin, keychain passphrase) and deletes the files in your apps.d that register it."
         case .help: return ""
+        case .addInternetPassword:
+            return """
+                The flags are macOS `security add-internet-password`'s. PROTOCOL is Apple's four-letter code
+                (htps, http, ftp, ssh, imap, …; a shorter one is padded with spaces, as Apple's "ftp ") or its
+                name (https); AUTHTYPE likewise (form, dflt, http, httd, ntlm, msna, dpaa, rpaa; or htmlform,
+                default, httpbasic, …). The item is unique by account, server, protocol, authentication type,
+                port, path, security domain, access group and synchronizable value: the same server and
+                account on another port or protocol is another item. The password comes from -w, --stdin or
+                the terminal. -U updates the item when it already exists.
+                """
+        case .findInternetPassword:
+            return """
+                The flags are macOS `security find-internet-password`'s: without -g or -w prints the first
+                matching item's attributes; -g prints them and then the password; -w prints only the
+                password and a newline. --all prints every match. Exit 44 when nothing matches.
+                """
+        case .deleteInternetPassword:
+            return """
+                Without --all, deletes the one matching internet password and fails (errSecParam) when
+                several match; with --all, deletes every match.
+                """
         }
     }
 
@@ -235,12 +295,24 @@ enum Verb: String, CaseIterable {
 func pad(_ s: String) -> String { s + String(repeating: " ", count: max(1, 30 - s.count)) }
 
 enum Opt: CaseIterable {
+    // `-g` is find-internet-password's "show the password" (as macOS security), everywhere else the
+    // group: `showPassword` comes first, so a verb that takes both reads `-g` as it.
+    case showPassword
+    case server, protocolCode, port, path, securityDomain, authenticationType
     case service, account, group, secret, printSecret, stdin, accessible, label, comment, description
-    case updateExisting, all, passphraseFile, newPassphraseFile, passphraseFD, newPassphraseFD, ifLocked, ifSet
+    case updateExisting, all, passphraseFile, newPassphraseFile, passphraseFD, newPassphraseFD, ifLocked, ifSet,
+        pinentry
     case keychainPassphraseFile, appID, executable, admin, approveRegistration, approveNone
 
     var spellings: [String] {
         switch self {
+        case .showPassword: return ["-g", "--show-password"]
+        case .server: return ["-s", "--server"]
+        case .protocolCode: return ["-r", "--protocol"]
+        case .port: return ["-P", "--port"]
+        case .path: return ["-p", "--path"]
+        case .securityDomain: return ["-d", "--security-domain"]
+        case .authenticationType: return ["-t", "--auth-type"]
         case .service: return ["-s", "--service"]
         case .account: return ["-a", "--account"]
         case .group: return ["-g", "--group", "--access-group"]
@@ -257,6 +329,7 @@ enum Opt: CaseIterable {
         case .passphraseFD: return ["--passphrase-fd"]
         case .newPassphraseFD: return ["--new-passphrase-fd"]
         case .ifLocked: return ["--if-locked"]
+        case .pinentry: return ["--pinentry"]
         case .ifSet: return ["--if-set"]
         case .keychainPassphraseFile: return ["--keychain-passphrase-file"]
         case .appID: return ["-i", "--id"]
@@ -269,14 +342,26 @@ enum Opt: CaseIterable {
 
     var takesValue: Bool {
         switch self {
-        case .printSecret, .stdin, .updateExisting, .all, .ifLocked, .ifSet, .admin, .approveNone: return false
+        case .showPassword, .printSecret, .stdin, .updateExisting, .all, .ifLocked, .ifSet, .admin, .approveNone,
+            .pinentry:
+            return false
         default: return true
         }
     }
 
     func helpLine(for verb: Verb) -> String {
-        let names = spellings.prefix(2).joined(separator: ", ")
+        var names = spellings.prefix(2).joined(separator: ", ")
+        // Where `-g` shows the password, the group is --group alone.
+        if self == .group && verb.options.contains(.showPassword) { names = "--group" }
         switch self {
+        case .showPassword: return pad(names) + "print the attributes and then the password"
+        case .server: return pad(names + " SERVER") + "the server (kSecAttrServer)"
+        case .protocolCode: return pad(names + " PROTOCOL") + "the protocol: htps, http, ftp, ssh, … (kSecAttrProtocol)"
+        case .port: return pad(names + " PORT") + "the port (kSecAttrPort)"
+        case .path: return pad(names + " PATH") + "the path (kSecAttrPath)"
+        case .securityDomain: return pad(names + " DOMAIN") + "the security domain (kSecAttrSecurityDomain)"
+        case .authenticationType:
+            return pad(names + " AUTHTYPE") + "form, dflt, http, … (kSecAttrAuthenticationType)"
         case .service: return pad(names + " SERVICE") + "the item's service (kSecAttrService)"
         case .account: return pad(names + " ACCOUNT") + "the item's account (kSecAttrAccount)"
         case .group:
@@ -288,14 +373,20 @@ enum Opt: CaseIterable {
             return pad(names + " SECRET")
                 + (verb == .update
                     ? "the new secret" : "the secret (visible to other users in ps; prefer --stdin or the prompt)")
-        case .printSecret: return pad(names) + "print only the secret, followed by a newline"
+        case .printSecret:
+            return pad(names)
+                + (verb.itemClass == .internetPassword
+                    ? "print only the password, followed by a newline" : "print only the secret, followed by a newline")
         case .stdin: return pad(names) + "read the secret from standard input"
         case .accessible: return pad(names + " CLASS") + "ak | ck | dk | akpu | aku | cku | dku (kSecAttrAccessible)"
         case .label: return pad(names + " LABEL") + "the item's label (kSecAttrLabel)"
         case .comment: return pad(names + " COMMENT") + "the item's comment (kSecAttrComment)"
         case .description: return pad(names + " DESCRIPTION") + "the item's description (kSecAttrDescription)"
         case .updateExisting: return pad(names) + "update the item if it already exists"
-        case .all: return pad(names) + (verb == .find ? "show every matching item" : "delete every matching item")
+        case .all:
+            return pad(names)
+                + (verb == .find || verb == .findInternetPassword
+                    ? "show every matching item" : "delete every matching item")
         case .passphraseFile:
             return pad(names + " FILE")
                 + (verb == .passwd
@@ -308,6 +399,7 @@ enum Opt: CaseIterable {
                     : "read the passphrase from descriptor N (first line)")
         case .newPassphraseFD: return pad(names + " N") + "read the new passphrase from descriptor N (next line)"
         case .ifLocked: return pad(names) + "do nothing unless the keychain is locked"
+        case .pinentry: return pad(names) + "ask through pinentry (on this terminal, or the desktop's dialog)"
         case .ifSet: return pad(names) + "change only a passphrase already set; never set a first one"
         case .keychainPassphraseFile:
             return pad(names + " FILE") + "the keychain passphrase (an admin proving presence) from FILE"
@@ -339,6 +431,19 @@ struct Invocation {
     func has(_ o: Opt) -> Bool { flags.contains(o) }
 
     static let accessibilityClasses: Set<String> = ["ak", "ck", "dk", "akpu", "aku", "cku", "dku"]
+
+    /// A `-r` value as Apple's wire code: the code itself, a shorter one padded with spaces (`ftp`
+    /// is "ftp "), or the constant's name in any case (`https`); nil for none of these.
+    static func protocolCode(_ given: String) -> String? { code(given, InternetProtocol.all) }
+
+    /// A `-t` value as Apple's wire code, read as `protocolCode` reads `-r`.
+    static func authenticationCode(_ given: String) -> String? { code(given, AuthenticationType.all) }
+
+    private static func code(_ given: String, _ table: [(name: String, code: String)]) -> String? {
+        let padded = given.count < 4 ? given + String(repeating: " ", count: 4 - given.count) : given
+        if let hit = table.first(where: { $0.code == padded }) { return hit.code }
+        return table.first(where: { $0.name.lowercased() == given.lowercased() })?.code
+    }
 
     /// Parses `args` (without the program name). Usage errors are `errSecParam` with a one-line reason.
     static func parse(_ args: [String]) throws(KeychainError) -> Invocation {
@@ -445,6 +550,13 @@ struct Invocation {
                 throw usageError("\(verb.rawValue) needs -s SERVICE and -a ACCOUNT")
             }
             if inv.value(.secret) != nil && inv.has(.stdin) { throw usageError("-w and --stdin exclude each other") }
+        case .addInternetPassword:
+            guard inv.value(.server) != nil, inv.value(.account) != nil else {
+                throw usageError("\(verb.rawValue) needs -a ACCOUNT and -s SERVER")
+            }
+            if inv.value(.secret) != nil && inv.has(.stdin) { throw usageError("-w and --stdin exclude each other") }
+        case .findInternetPassword:
+            if inv.has(.showPassword) && inv.has(.printSecret) { throw usageError("-g and -w exclude each other") }
         case .register:
             guard inv.value(.appID) != nil, inv.repeated[.group] != nil, inv.repeated[.executable] != nil else {
                 throw usageError("register needs -i APPLICATION-ID, -g GROUP and -e EXECUTABLE")
@@ -468,6 +580,16 @@ struct Invocation {
                 throw usageError("\(o.spellings[0]) needs a descriptor number, not \"\(v)\"")
             }
         }
+        if let v = inv.value(.protocolCode), Self.protocolCode(v) == nil {
+            throw usageError(
+                "-r must be a protocol such as htps, http, ftp, ssh (Apple's four-letter codes), not \"\(v)\"")
+        }
+        if let v = inv.value(.authenticationType), Self.authenticationCode(v) == nil {
+            throw usageError("-t must be an authentication type: form, dflt, http, httd, ntlm, msna, dpaa, rpaa")
+        }
+        if let v = inv.value(.port), UInt16(v) == nil {
+            throw usageError("-P must be a port number (0…65535), not \"\(v)\"")
+        }
         if let c = inv.value(.accessible), !accessibilityClasses.contains(c) {
             throw usageError("--accessible must be one of ak, ck, dk, akpu, aku, cku, dku, not \"\(c)\"")
         }
@@ -479,13 +601,13 @@ let toolHelp: String = {
     var s = """
         usage: keychainctl [--json] [--socket PATH] VERB [options]
 
-        Manage generic passwords in keychaind, the Keychain Services daemon.
+        Manage generic and internet passwords in keychaind, the Keychain Services daemon.
 
         verbs:
 
         """
     for v in Verb.allCases {
-        s += "  " + v.rawValue + String(repeating: " ", count: max(1, 11 - v.rawValue.count)) + v.summary + "\n"
+        s += "  " + v.rawValue + String(repeating: " ", count: max(1, 26 - v.rawValue.count)) + v.summary + "\n"
     }
     s += """
 

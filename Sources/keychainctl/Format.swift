@@ -89,7 +89,9 @@ enum Dates {
 /// Human-readable item attributes: one per line, labels aligned, dates in local time.
 enum Human {
     private static let order: [(String, String)] = [
-        ("svce", "service"), ("acct", "account"), ("agrp", "access group"), ("labl", "label"),
+        ("svce", "service"), ("srvr", "server"), ("ptcl", "protocol"), ("port", "port"), ("path", "path"),
+        ("sdmn", "security domain"), ("atyp", "authentication type"), ("acct", "account"), ("agrp", "access group"),
+        ("labl", "label"),
         ("desc", "description"), ("icmt", "comment"), ("pdmn", "accessible"), ("sync", "synchronizable"),
         ("invi", "invisible"), ("nega", "negative"), ("crtr", "creator"), ("type", "type"), ("gena", "generic"),
         ("cdat", "created"), ("mdat", "modified"),
@@ -112,6 +114,26 @@ enum Human {
             rows.append((key, text(m[key]!, key: key)))
         }
         return rows
+    }
+
+    /// A password as macOS `security find-… -g` shows it: quoted text when it is UTF-8 without
+    /// control characters, else its bytes in hex (0x…).
+    static func password(_ v: Value) -> String {
+        let bytes: [UInt8]
+        switch v {
+        case .secret(let s): bytes = s.withUnsafeBytes { Array($0) }
+        case .bytes(let b): bytes = b
+        case .text(let t): bytes = Array(t.utf8)
+        default: return ""
+        }
+        if let text = String(validating: bytes, as: UTF8.self),
+            !text.unicodeScalars.contains(where: { $0.value < 0x20 })
+        {
+            return "\"" + text + "\""
+        }
+        return "0x"
+            + bytes.map { String($0, radix: 16).count == 1 ? "0" + String($0, radix: 16) : String($0, radix: 16) }
+            .joined()
     }
 
     static func aligned(_ rows: [(String, String)]) -> String {

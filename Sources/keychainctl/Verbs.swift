@@ -1,5 +1,6 @@
 import KeychainClient
 import KeychainCore
+import KeychainPrompt
 import KeychainSystem
 
 /// Runs one parsed invocation against the daemon, writing into `out`.
@@ -16,10 +17,10 @@ struct Command {
     mutating func run() throws(KeychainError) {
         switch inv.verb! {
         case .help: try help()
-        case .add: try add()
-        case .find: try find()
+        case .add, .addInternetPassword: try add()
+        case .find, .findInternetPassword: try find()
         case .update: try update()
-        case .delete: try delete()
+        case .delete, .deleteInternetPassword: try delete()
         case .list: try list()
         case .deviceID: try deviceID()
         case .status: try status()
@@ -107,9 +108,19 @@ struct Command {
 
     // MARK: Queries
 
-    /// class genp plus the -s/-a/-g filters that were given.
+    /// The verb's class plus the filters that were given: -s/-a/-g for a generic password; for an
+    /// internet password -a/-s/-r/-P/-p/-d/-t and --group (Arguments.swift checked their values).
     private func filters() -> [String: Value] {
-        var q: [String: Value] = ["class": .text("genp")]
+        let itemClass = inv.verb?.itemClass ?? .genericPassword
+        var q: [String: Value] = ["class": .text(itemClass.code)]
+        if itemClass == .internetPassword {
+            if let s = inv.value(.server) { q["srvr"] = .text(s) }
+            if let r = inv.value(.protocolCode).flatMap(Invocation.protocolCode) { q["ptcl"] = .text(r) }
+            if let t = inv.value(.authenticationType).flatMap(Invocation.authenticationCode) { q["atyp"] = .text(t) }
+            if let p = inv.value(.port).flatMap({ UInt16($0) }) { q["port"] = .int(Int64(p)) }
+            if let p = inv.value(.path) { q["path"] = .text(p) }
+            if let d = inv.value(.securityDomain) { q["sdmn"] = .text(d) }
+        }
         if let s = inv.value(.service) { q["svce"] = .text(s) }
         if let a = inv.value(.account) { q["acct"] = .text(a) }
         if let g = inv.value(.group) { q["agrp"] = .text(g) }
@@ -183,7 +194,8 @@ struct Command {
         var q = filters()
         q["m_Limit"] = .text(inv.has(.all) ? "m_LimitAll" : "m_LimitOne")
         let printSecret = inv.has(.printSecret)
-        if printSecret { q["r_Data"] = .bool(true) }
+        let showPassword = inv.has(.showPassword)
+        if printSecret || showPassword { q["r_Data"] = .bool(true) }
         if !printSecret || inv.json { q["r_Attributes"] = .bool(true) }
         let result = try withPresence { (p) throws(KeychainError) in try connection.call(.copy, query: q, arguments: p)
         }
@@ -200,7 +212,13 @@ struct Command {
                 out.raw([10])
             }
         } else {
-            out.write(items.compactMap { $0.map }.map { Human.aligned(Human.item($0)) }.joined(separator: "\n\n"))
+            out.write(
+                items.compactMap { $0.map }.map { m in
+                    var rows = Human.item(m)
+                    // macOS `security find-… -g`: the password after the attributes.
+                    if showPassword, let data = m["v_Data"] { rows.append(("password", Human.password(data))) }
+                    return Human.aligned(rows)
+                }.joined(separator: "\n\n"))
             out.line()
         }
     }
@@ -229,11 +247,15 @@ struct Command {
         if inv.has(.all) {
             _ = try withPresence { (p) throws(KeychainError) in try connection.call(.delete, query: q, arguments: p) }
         } else {
+            let narrowing =
+                inv.verb?.itemClass == .internetPassword ? "-a, -s, -r, -P, -p, -d, -t and --group" : "-s, -a and -g"
             guard refs.count == 1, let ref = refs[0].plainBytes else {
                 throw .param(
-                    "\(refs.count) items match; narrow the match with -s, -a and -g, or pass --all to delete them all")
+                    "\(refs.count) items match; narrow the match with \(narrowing), or pass --all to delete them all")
             }
-            let one: [String: Value] = ["class": .text("genp"), "v_PersistentRef": .bytes(ref)]
+            let one: [String: Value] = [
+                "class": .text((inv.verb?.itemClass ?? .genericPassword).code), "v_PersistentRef": .bytes(ref),
+            ]
             _ = try withPresence { (p) throws(KeychainError) in try connection.call(.delete, query: one, arguments: p) }
         }
         if inv.json { out.line("{\"deleted\":\(refs.count)}") }
@@ -649,6 +671,10 @@ struct Command {
         var p: [UInt8]
         if let early {
             p = early
+        } else if inv.has(.pinentry) || (!Terminal.isAvailable && !Terminal.standardInputIsPipeOrFile) {
+            try unlockThroughPinentry(admin)
+            ok()
+            return
         } else {
             p = try Prompt.readSecret(
                 "keychain passphrase: ", missing: noPassphrase(file: .passphraseFile, fd: .passphraseFD))
@@ -656,6 +682,42 @@ struct Command {
         defer { IO.wipe(&p) }
         try admin.unlock(passphrase: p)
         ok()
+    }
+
+    /// `unlock` where no terminal can be asked (or with --pinentry): keychainctl runs the pinentry
+    /// itself — in the user's session, with its display and terminal, none of which the daemon may
+    /// have — and sends each passphrase typed to keychaind as a terminal's would go (the unlock
+    /// request), asking again after a wrong one (at most three times).
+    private func unlockThroughPinentry(_ admin: KeychainAdmin) throws(KeychainError) {
+        let configured: String?
+        if case .text(let program)? = try admin.status().raw["pinentryProgram"] {
+            configured = program
+        } else {
+            configured = nil
+        }
+        let prompter = Prompter(configured: configured, timeoutSeconds: 120)
+        var request = PromptRequest(
+            title: "Unlock the keychain",
+            description:
+                "keychainctl unlock asks for the keychain passphrase.\n\nType it to unlock the keychain for every app.")
+        if let tty = Terminal.open() {
+            request.ttyName = Terminal.name(of: tty.rawValue)
+            request.ttyType = CurrentProcess.environment("TERM")
+        }
+        do throws(PromptFailure) {
+            try prompter.ask(request) { (pin) throws(KeychainError) -> String? in
+                var typed = pin.unprotectedArray
+                defer { IO.wipe(&typed) }
+                do throws(KeychainError) {
+                    try admin.unlock(passphrase: typed)
+                    return nil
+                } catch  where error.status == .authFailed {
+                    return error.message
+                }
+            }
+        } catch {
+            throw error.keychainError
+        }
     }
 
     private mutating func passwd() throws(KeychainError) {

@@ -21,6 +21,9 @@ do { try Daemon.installSignalHandlers() } catch {
 CurrentProcess.makeUmaskPrivate()
 // One descriptor per client: take the hard limit so a thousand clients fit.
 CurrentProcess.raiseOpenFileLimit()
+// Large buffers (an answer of a large item, its sealed row) are mapped for themselves and unmapped
+// when freed: the memory of answers is returned once they are written or their peers close.
+HeapMemory.returnLargeAllocations(above: 128 * 1024)
 // Non-dumpable: no core files, and no /proc/<pid>/mem or ptrace for other processes of this user.
 // Debug builds (never a release or a package) can stay dumpable for the heap-scan test, which reads
 // the daemon's memory to prove secrets are wiped (docs/security.md §1).
@@ -118,13 +121,16 @@ case .run(let options):
     } catch {
         fail("cannot start: \(error)")
     }
-    // The Secret Service on the session bus, inside this process (SPEC §9): it takes its bus name
+    // The Secret Service on the session bus, inside this process: it takes its bus name
     // before the daemon reports ready, and stops before the store closes.
     if settings.secretService {
         let secretService: SecretService
         do {
+            let prompts = PassphrasePrompts(
+                prompter: { daemon.prompter },
+                unlock: { (pin, by) throws(KeychainError) in try daemon.unlock(typed: pin, by: by) })
             secretService = try SecretService(
-                core: daemon.core, unregistered: settings.secretServiceUnregistered,
+                core: daemon.core, prompts: prompts, unregistered: settings.secretServiceUnregistered,
                 maxFrameBytes: settings.maxFrameBytes, replace: options.replaceBusName)
         } catch {
             daemon.abandon()

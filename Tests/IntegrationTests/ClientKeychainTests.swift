@@ -8,6 +8,49 @@ import XCTest
 
 /// The Swift-native layer (`Keychain`, `DeviceIdentifier`) against the real daemon.
 final class ClientKeychainTests: SharedConnectionTestCase {
+    /// KeychainAccess's `Keychain(server:protocolType:)`: internet passwords keyed by account, found
+    /// by SecItem code under Apple's attributes, never mixed with the generic passwords of a service
+    /// named like the server.
+    func testInternetPasswordKeychain() throws {
+        let site = Keychain(
+            server: "https://example.com:8443/login", protocolType: .https, authenticationType: .htmlForm)
+        XCTAssertEqual(site.server?.host, "example.com")
+        XCTAssertEqual(site.server?.port, 8443)
+        XCTAssertEqual(site.server?.path, "/login")
+        try site.set("s3cret", forKey: "alice")
+        try site.set("changed", forKey: "alice")  // add, then update on errSecDuplicateItem
+        try site.set("bob's", forKey: "bob")
+        XCTAssertEqual(try site.string(forKey: "alice"), "changed")
+        XCTAssertEqual(try site.allKeys(), ["alice", "bob"])
+
+        // Another port or protocol is another keychain; the generic one named like the server too.
+        let plain = Keychain(server: "http://example.com:8443/login", protocolType: .http)
+        XCTAssertNil(try plain.string(forKey: "alice"))
+        let generic = Keychain(service: "example.com")
+        XCTAssertNil(try generic.string(forKey: "alice"))
+        try generic.set("generic", forKey: "alice")
+        XCTAssertEqual(try site.string(forKey: "alice"), "changed")
+
+        // What SecItem code sees: the class and Apple's attribute values.
+        let found = try XCTUnwrap(
+            try KeychainConnection.shared.call(
+                .copy,
+                query: [
+                    "class": .text("inet"), "srvr": .text("example.com"), "acct": .text("alice"),
+                    "r_Attributes": .bool(true),
+                ])?.map)
+        XCTAssertEqual(found["ptcl"], .text("htps"))
+        XCTAssertEqual(found["atyp"], .text("form"))
+        XCTAssertEqual(found["port"], .int(8443))
+        XCTAssertEqual(found["path"], .text("/login"))
+
+        try site.removeValue(forKey: "alice")
+        XCTAssertNil(try site.string(forKey: "alice"))
+        try site.removeAll()
+        XCTAssertEqual(try site.allKeys(), [])
+        XCTAssertEqual(try generic.string(forKey: "alice"), "generic")
+    }
+
     /// What the client reads stays in wiping storage from the frame to the caller, whatever shape
     /// the answer has: decoded into plain arrays, every secret read left a copy in freed heap.
     func testSecretsReadArriveInWipingStorage() throws {

@@ -405,7 +405,7 @@ final class ClientSecItemTests: SharedConnectionTestCase {
         ]
         XCTAssertEqual(SecItemCopyMatching(otherGroup as CFDictionary, nil), errSecMissingEntitlement)
         XCTAssertEqual(
-            SecItemCopyMatching([kSecClass as String: kSecClassInternetPassword] as CFDictionary, nil),
+            SecItemCopyMatching([kSecClass as String: kSecClassCertificate] as CFDictionary, nil),
             errSecNoSuchClass)
         let unknownAttr: [String: Any] = [
             kSecClass as String: kSecClassGenericPassword, kSecAttrServer as String: "host",

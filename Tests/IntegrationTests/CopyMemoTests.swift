@@ -12,6 +12,37 @@ final class CopyMemoTests: XCTestCase {
         return q
     }
 
+    /// On one connection, copies of both classes with the same server/service and accounts, asked in
+    /// turn many times: the memo and the generic passwords' templates never answer one class's query
+    /// with the other's item.
+    func testTheMemoKeepsTheClassesApart() throws {
+        let d = try DaemonHarness()
+        let c = try d.connect()
+        for account in ["a", "b"] {
+            for itemClass in ["genp", "inet"] {
+                let key = itemClass == "genp" ? "svce" : "srvr"
+                let add: [String: Value] = [
+                    "class": .text(itemClass), key: .text("example.com"), "acct": .text(account),
+                    "v_Data": .bytes(Array("\(itemClass)-\(account)".utf8)),
+                ]
+                XCTAssertEqual(try c.call("add", query: add).status, .success)
+            }
+        }
+        for _ in 0..<3 {
+            for account in ["a", "b"] {
+                for itemClass in ["genp", "inet"] {
+                    let key = itemClass == "genp" ? "svce" : "srvr"
+                    let copy: [String: Value] = [
+                        "class": .text(itemClass), key: .text("example.com"), "acct": .text(account),
+                        "r_Data": .bool(true),
+                    ]
+                    XCTAssertEqual(
+                        try c.call("copy", query: copy).result, .bytes(Array("\(itemClass)-\(account)".utf8)))
+                }
+            }
+        }
+    }
+
     func testMemoFollowsPassphraseLockAndRevoke() throws {
         let admin = DaemonHarness.App(
             id: "TEAM.admin", groups: ["TEAM.tests"], executables: [DaemonHarness.runnerExecutable], admin: true)

@@ -71,11 +71,12 @@ final class HostilePeerTests: XCTestCase {
         XCTAssertEqual(
             try c.call("copy", query: copy(limit: .int(3))).result?.array?.count, 3, "smaller answers are served")
 
-        // Three items (each counted twice, as the sealed row and the opened secret it holds) that
-        // its peer does not read: the daemon's write waits, holding its share.
+        // Three items (each counted twice while the answer is built, as the sealed row and the
+        // opened secret it holds, then as the answer framed) that its peer does not read: the
+        // daemon's write waits, holding its share.
         let idle = try d.connect()
         try idle.send(Request(id: 1, op: "copy", query: copy(limit: .int(3))))
-        XCTAssertTrue(try d.waitFor { try self.buffered(d) >= 6 << 20 }, "the unread answer is held")
+        XCTAssertTrue(try d.waitFor { try self.buffered(d) >= 3 << 20 }, "the unread answer is held")
         let refused = try c.call("copy", query: copy(limit: .int(3)))
         XCTAssertEqual(refused.status, .allocate, refused.message ?? "")
         // Read, it is given back, and the same request is served.
@@ -86,6 +87,93 @@ final class HostilePeerTests: XCTestCase {
         XCTAssertEqual(
             try c.call("copy", query: ["class": .text("genp"), "svce": .text("bulk"), "m_Limit": .text("m_LimitAll")])
                 .status, .success, "every item is still there")
+    }
+
+    /// One-item answers count against the same budget until they are written: many connections each
+    /// asking for a large item and never reading keep the daemon within `maxBufferedBytes` plus a
+    /// small allowance per connection; the requests past it get errSecAllocate while a well-behaved
+    /// client is served; and the memory comes back once the connections close. (An attack review
+    /// asked for a 1 MiB item on 300 connections it never read: 20 MB grew to 417 MB, and 141 MB
+    /// stayed after they closed.)
+    func testUnreadOneItemAnswersShareTheBudget() throws {
+        let budget = 8 << 20
+        let d = try DaemonHarness(
+            config: #"{"maxBufferedBytes": \#(budget), "maxFrameBytes": 4194304}"#, start: false)
+        var environment = ["KEYCHAIND_TEST_DUMPABLE": "1"]
+        if let asan = ProcessInfo.processInfo.environment["ASAN_OPTIONS"] {
+            environment["ASAN_OPTIONS"] = asan + ":quarantine_size_mb=0:thread_local_quarantine_size_kb=0"
+        }
+        try d.start(extraEnvironment: environment)
+        let pid = try XCTUnwrap(d.process?.processIdentifier)
+        func rss() throws -> Int {
+            let text = try String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)
+            let line = try XCTUnwrap(text.split(separator: "\n").first { $0.hasPrefix("VmRSS:") })
+            return Int(line.split(separator: " ", omittingEmptySubsequences: true)[1])! << 10
+        }
+        let item = 2 << 20
+        let c = try d.connect()
+        for (account, size) in [("large", item), ("small", 32)] {
+            let add = try c.call(
+                "add",
+                query: [
+                    "class": .text("genp"), "svce": .text("answers"), "acct": .text(account),
+                    "v_Data": .bytes([UInt8](repeating: 0x42, count: size)),
+                ])
+            XCTAssertEqual(add.status, .success, add.message ?? "")
+        }
+        func copy(_ account: String) -> Request {
+            Request(
+                id: 1, op: "copy",
+                query: [
+                    "class": .text("genp"), "svce": .text("answers"), "acct": .text(account), "r_Data": .bool(true),
+                ])
+        }
+        XCTAssertEqual(try c.call("copy", query: copy("large").query).result?.plainBytes?.count, item)
+        let before = try rss()
+
+        // Each peer's request answered (its socket readable), none of it read.
+        let peers = 48
+        func askAndWait() throws -> [RawClient] {
+            let idle = try (0..<peers).map { _ in try d.connect() }
+            for peer in idle { try peer.send(copy("large")) }
+            for peer in idle {
+                var p = pollfd(fd: peer.socket.fd, events: Int16(POLLIN), revents: 0)
+                XCTAssertEqual(poll(&p, 1, Int32(DaemonHarness.eventTimeout * 1000)), 1, "an answer arrives")
+            }
+            return idle
+        }
+        let idle = try askAndWait()
+        // The budget, plus per connection its thread and small buffers (256 KiB), plus 16 MiB.
+        let bound = budget + peers * (256 << 10) + (16 << 20)
+        let held = try rss() - before
+        XCTAssertLessThan(
+            held, bound, "\(peers) unread answers of \(item >> 20) MiB grew the daemon by \(held >> 20) MB")
+        XCTAssertLessThanOrEqual(try buffered(d), budget)
+
+        // A well-behaved client is served meanwhile; a large answer now is past the budget.
+        XCTAssertEqual(try c.call("copy", query: copy("small").query).result?.plainBytes?.count, 32)
+        let refused = try c.call("copy", query: copy("large").query)
+        XCTAssertEqual(refused.status, .allocate, refused.message ?? "")
+        XCTAssertTrue(refused.message?.contains("maxBufferedBytes") ?? false, refused.message ?? "")
+
+        // What the idle peers got: the answers within the budget, errSecAllocate past it.
+        var statuses: [Status: Int] = [:]
+        for peer in idle { statuses[try peer.receive().status, default: 0] += 1 }
+        XCTAssertLessThanOrEqual(statuses[.success] ?? 0, budget / item, "\(statuses)")
+        XCTAssertEqual(statuses[.allocate] ?? 0, peers - (statuses[.success] ?? 0), "\(statuses)")
+        XCTAssertTrue(try d.waitFor { try self.buffered(d) == 0 }, "the shares are given back")
+
+        // Unread again, then closed: the memory comes back, but for what the database's pooled
+        // readers cache of the item's pages and the allocator's per-thread arenas keep (16 MiB).
+        for peer in try askAndWait() { peer.socket.close() }
+        XCTAssertTrue(try d.waitFor { try self.buffered(d) == 0 }, "the shares of closed peers are given back")
+        var after = 0
+        let returned = try d.waitFor {
+            after = try rss() - before
+            return after < 16 << 20
+        }
+        XCTAssertTrue(returned, "after the peers closed the daemon still held \(after >> 20) MB more")
+        XCTAssertEqual(try c.call("copy", query: copy("large").query).result?.plainBytes?.count, item)
     }
 
     /// A copy over many large items holds one row at a time, whatever it asks for: SQLite once

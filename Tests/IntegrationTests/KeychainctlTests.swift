@@ -45,7 +45,8 @@ final class KeychainctlTests: XCTestCase {
         for verb in [
             "add", "find", "update", "delete", "list", "device-id", "status", "lock", "unlock", "passwd", "backup",
             "restore",
-            "apps", "register", "approve", "unregister",
+            "apps", "register", "approve", "unregister", "add-internet-password", "find-internet-password",
+            "delete-internet-password",
         ] {
             XCTAssertTrue(tool.stdout.contains("  \(verb) "), verb)
             let help = try ctl(verb, "--help")
@@ -55,6 +56,49 @@ final class KeychainctlTests: XCTestCase {
             XCTAssertEqual(try ctl("help", verb).stdout, help.stdout)
         }
         XCTAssertEqual(try ctl().stdout, tool.stdout)
+    }
+
+    /// macOS `security`'s internet-password verbs and flags, end to end; what SecItem code stored is
+    /// what they find.
+    func testInternetPasswordVerbs() throws {
+        var r = try ctl(
+            "add-internet-password", "-a", "alice", "-s", "example.com", "-r", "htps", "-P", "8443", "-p", "/login",
+            "-d", "realm", "-t", "form", "-w", "s3cret", "-l", "Example")
+        XCTAssertEqual(r.status, 0, r.stderr)
+        // The same server and account on another port or protocol is another item; the same is a duplicate.
+        XCTAssertEqual(
+            try ctl("add-internet-password", "-a", "alice", "-s", "example.com", "-r", "http", "-w", "plain").status, 0)
+        assertFailure(
+            try ctl(
+                "add-internet-password", "-a", "alice", "-s", "example.com", "-r", "https", "-P", "8443", "-p",
+                "/login", "-d", "realm", "-t", "htmlform", "-w", "again"), errSecDuplicateItem, "errSecDuplicateItem")
+        XCTAssertEqual(
+            try ctl(
+                "add-internet-password", "-U", "-a", "alice", "-s", "example.com", "-r", "htps", "-P", "8443", "-p",
+                "/login", "-d", "realm", "-t", "form", "-w", "updated"
+            ).status, 0)
+
+        r = try ctl("find-internet-password", "-a", "alice", "-s", "example.com", "-r", "htps", "-w")
+        XCTAssertEqual(r.stdout, "updated\n", r.stderr)
+        r = try ctl("find-internet-password", "-s", "example.com", "-P", "8443", "-g")
+        XCTAssertEqual(r.status, 0, r.stderr)
+        for part in ["server", "example.com", "htps", "8443", "/login", "realm", "form", "Example", "password"] {
+            XCTAssertTrue(r.stdout.contains(part), "\(part) in \(r.stdout)")
+        }
+        XCTAssertTrue(r.stdout.contains("\"updated\""), r.stdout)
+        r = try ctl("find-internet-password", "-s", "example.com", "-r", "ftp", "-w")
+        assertFailure(r, errSecItemNotFound, "errSecItemNotFound")
+        // Generic-password verbs do not see them.
+        assertFailure(try ctl("find", "-s", "example.com"), errSecItemNotFound, "errSecItemNotFound")
+        assertFailure(try ctl("find-internet-password", "-r", "xyz12"), errSecParam, "errSecParam")
+
+        // Two match: delete needs --all, or a narrower match.
+        assertFailure(
+            try ctl("delete-internet-password", "-a", "alice", "-s", "example.com"), errSecParam, "errSecParam")
+        XCTAssertEqual(try ctl("delete-internet-password", "-a", "alice", "-s", "example.com", "-r", "http").status, 0)
+        XCTAssertEqual(try ctl("find-internet-password", "-s", "example.com", "-w").stdout, "updated\n")
+        XCTAssertEqual(try ctl("delete-internet-password", "-s", "example.com", "--all").status, 0)
+        assertFailure(try ctl("find-internet-password", "-s", "example.com"), errSecItemNotFound, "errSecItemNotFound")
     }
 
     func testUsageErrorsAreErrSecParam() throws {

@@ -110,33 +110,92 @@ final class WrapperConstantsTests: SharedConnectionTestCase {
         XCTAssertFalse(message.contains("\n"), "one line: \(message)", line: line)
     }
 
-    func testOtherClassesAndTheirAttributesAreClearErrors() {
-        // An internet-password query: the class decides.
-        var inet: [String: Any] = [
-            kSecClass as String: kSecClassInternetPassword, kSecAttrServer as String: "example.com",
-            kSecAttrProtocol as String: kSecAttrProtocolHTTPS, kSecAttrPort as String: 443,
-            kSecReturnData as String: kCFBooleanTrue!, kSecMatchLimit as String: kSecMatchLimitOne,
-        ]
-        var result: CFTypeRef?
-        XCTAssertEqual(SecItemCopyMatching(inet as CFDictionary, &result), errSecNoSuchClass)
-        XCTAssertNil(result)
-        assertOneLine(lastMessage(errSecNoSuchClass), contains: "kSecClassGenericPassword")
-        inet[kSecValueData as String] = Data("pw".utf8)
-        inet[kSecReturnData as String] = nil
-        inet[kSecMatchLimit as String] = nil
-        XCTAssertEqual(SecItemAdd(inet as CFDictionary, nil), errSecNoSuchClass)
+    func testInternetPasswordsAsIOSCodeWritesThem() {
+        // Add, as a login screen does.
+        var add = InternetPasswordOptions().query()
+        add[kSecAttrSynchronizable as String] = nil
+        add[kSecAttrAccount as String] = "alice"
+        add[kSecValueData as String] = Data("s3cret".utf8)
+        XCTAssertEqual(SecItemAdd(add as CFDictionary, nil), errSecSuccess)
+        XCTAssertEqual(SecItemAdd(add as CFDictionary, nil), errSecDuplicateItem)
+        assertOneLine(lastMessage(errSecDuplicateItem), contains: "internet password")
 
-        // The wrapper's full query: the class decides, though `atyp` sorts before `class`.
+        // Read back by the wrapper's full query, with its attributes as Apple returns them.
+        var query = InternetPasswordOptions().query()
+        query[kSecAttrAccount as String] = "alice"
+        query[kSecReturnData as String] = kCFBooleanTrue!
+        query[kSecReturnAttributes as String] = kCFBooleanTrue!
+        query[kSecMatchLimit as String] = kSecMatchLimitOne
+        var result: CFTypeRef?
+        XCTAssertEqual(SecItemCopyMatching(query as CFDictionary, &result), errSecSuccess)
+        let item = result as? [String: Any]
+        XCTAssertEqual(item?[kSecValueData as String] as? Data, Data("s3cret".utf8))
+        XCTAssertEqual(item?[kSecAttrServer as String] as? String, "example.com")
+        XCTAssertEqual(item?[kSecAttrPort as String] as? Int, 8443)
+        XCTAssertEqual(item?[kSecAttrPath as String] as? String, "/login")
+        XCTAssertEqual(item?[kSecAttrProtocol as String] as? String, kSecAttrProtocolHTTPS as String)
         XCTAssertEqual(
-            SecItemCopyMatching(InternetPasswordOptions().query() as CFDictionary, &result), errSecNoSuchClass)
-        assertOneLine(lastMessage(errSecNoSuchClass), contains: "kSecClassGenericPassword")
+            item?[kSecAttrAuthenticationType as String] as? String, kSecAttrAuthenticationTypeHTMLForm as String)
+        XCTAssertEqual(item?[kSecAttrSecurityDomain as String] as? String, "realm")
+
+        // Same server and account on another port or protocol: another item, not a duplicate.
+        var otherPort = add
+        otherPort[kSecAttrPort as String] = 443
+        XCTAssertEqual(SecItemAdd(otherPort as CFDictionary, nil), errSecSuccess)
+        var otherProtocol = add
+        otherProtocol[kSecAttrProtocol as String] = kSecAttrProtocolHTTP
+        XCTAssertEqual(SecItemAdd(otherProtocol as CFDictionary, nil), errSecSuccess)
+
+        // A generic-password query never returns them, and the reverse.
+        let genp: [String: Any] = [
+            kSecClass as String: kSecClassGenericPassword, kSecAttrAccount as String: "alice",
+            kSecMatchLimit as String: kSecMatchLimitAll, kSecReturnAttributes as String: kCFBooleanTrue!,
+        ]
+        XCTAssertEqual(SecItemCopyMatching(genp as CFDictionary, nil), errSecItemNotFound)
+        XCTAssertEqual(
+            SecItemAdd(
+                [
+                    kSecClass as String: kSecClassGenericPassword, kSecAttrService as String: "example.com",
+                    kSecAttrAccount as String: "alice", kSecValueData as String: Data("generic".utf8),
+                ] as CFDictionary, nil), errSecSuccess)
+        let all: [String: Any] = [
+            kSecClass as String: kSecClassInternetPassword, kSecAttrServer as String: "example.com",
+            kSecMatchLimit as String: kSecMatchLimitAll, kSecReturnData as String: kCFBooleanTrue!,
+        ]
+        XCTAssertEqual(SecItemCopyMatching(all as CFDictionary, &result), errSecSuccess)
+        XCTAssertEqual((result as? [Data])?.count, 3)
+        XCTAssertFalse((result as? [Data] ?? []).contains(Data("generic".utf8)))
+
+        // Update and delete by the wrapper's query.
+        var match = InternetPasswordOptions().query()
+        match[kSecAttrAccount as String] = "alice"
+        XCTAssertEqual(
+            SecItemUpdate(match as CFDictionary, [kSecValueData as String: Data("new".utf8)] as CFDictionary),
+            errSecSuccess)
+        XCTAssertEqual(SecItemCopyMatching(query as CFDictionary, &result), errSecSuccess)
+        XCTAssertEqual((result as? [String: Any])?[kSecValueData as String] as? Data, Data("new".utf8))
+        XCTAssertEqual(SecItemDelete(match as CFDictionary), errSecSuccess)
+        XCTAssertEqual(SecItemCopyMatching(query as CFDictionary, &result), errSecItemNotFound)
+        XCTAssertEqual(SecItemCopyMatching(all as CFDictionary, &result), errSecSuccess)
+        XCTAssertEqual((result as? [Data])?.count, 2)
+
+        // A generic password's attribute in an internet-password query names itself.
+        var wrong = InternetPasswordOptions().query()
+        wrong[kSecAttrService as String] = "svc"
+        XCTAssertEqual(SecItemCopyMatching(wrong as CFDictionary, nil), errSecNoSuchAttr)
+        assertOneLine(lastMessage(errSecNoSuchAttr), contains: "svce")
+    }
+
+    func testOtherClassesAndTheirAttributesAreClearErrors() {
+        var result: CFTypeRef?
         for itemClass in [kSecClassCertificate, kSecClassKey, kSecClassIdentity] {
             let keyQuery: [String: Any] = [
                 kSecClass as String: itemClass, kSecAttrKeyType as String: kSecAttrKeyTypeRSA,
                 kSecAttrTokenID as String: "com.apple.setoken",
                 kSecAttrApplicationTag as String: Data("com.example.key".utf8),
             ]
-            XCTAssertEqual(SecItemCopyMatching(keyQuery as CFDictionary, nil), errSecNoSuchClass)
+            XCTAssertEqual(SecItemCopyMatching(keyQuery as CFDictionary, &result), errSecNoSuchClass)
+            assertOneLine(lastMessage(errSecNoSuchClass), contains: "kSecClassInternetPassword")
         }
 
         // Attributes of the other classes in a generic-password query: errSecNoSuchAttr naming the key.

@@ -73,4 +73,37 @@ import Testing
         #expect(try secret(service, "bob") == "changed now")
         #expect(try secret(service, "alice") == "golden secret (ak)")
     }
+
+    /// The golden keychain needs no migration for internet passwords: its rows are generic passwords
+    /// as they always were (no class entry, the same digests), and internet passwords go beside them
+    /// in the same columns under hash domains of their own. Every generic item is still found, no
+    /// query of one class returns the other's, and the file reopens with its row-state record intact.
+    @Test func theGoldenKeychainTakesInternetPasswordsBesideItsGenericOnes() throws {
+        let temporary = try TemporaryDirectory(prefix: "kc-golden")
+        try Golden.copyKeychain("keychain-v1", to: temporary.appending("data"))
+        let login: [String: Value] = [
+            "class": .text("inet"), "srvr": .text("golden.service"), "acct": .text("alice"), "ptcl": .text("htps"),
+        ]
+        do {
+            let service = try ItemService(directory: temporary.appending("data"), kdfProfile: .interactive)
+            #expect(service.rowCheck.rows == 4 && !service.rowCheck.resealed)
+            _ = try service.add(login.merging(["v_Data": .bytes(Array("internet".utf8))]) { $1 }, caller: Self.app)
+            service.close()
+        }
+        let service = try ItemService(directory: temporary.appending("data"), kdfProfile: .interactive)
+        defer { service.close() }
+        #expect(service.rowCheck.rows == 5 && !service.rowCheck.resealed)
+        #expect(try secret(service, "alice") == "golden secret (ak)")
+        #expect(try secret(service, "dave") == "golden secret (cku, this device only)")
+        let generic = try service.copyMatching(
+            ["class": .text("genp"), "m_Limit": .text("m_LimitAll"), "r_Attributes": .bool(true)], caller: Self.app)
+        #expect(generic?.array?.count == 4)
+        #expect(generic?.array?.allSatisfy { $0.map?["srvr"] == nil } == true)
+        let internet = try service.copyMatching(
+            ["class": .text("inet"), "m_Limit": .text("m_LimitAll"), "r_Data": .bool(true)], caller: Self.app)
+        #expect(internet?.array?.map { $0.secretBytes?.unprotectedArray } == [Array("internet".utf8)])
+        #expect(
+            try service.copyMatching(login.merging(["r_Data": .bool(true)]) { $1 }, caller: Self.app)?.secretBytes?
+                .unprotectedArray == Array("internet".utf8))
+    }
 }

@@ -20,10 +20,10 @@ import Testing
 
     @Test func unknownClassIsNoSuchClass() throws {
         try withKeychain { (fx) throws in
-            #expect(status { try fx.add("svc", "alice", ["class": .text("inet")]) } == .noSuchClass)
+            #expect(status { try fx.add("svc", "alice", ["class": .text("cert")]) } == .noSuchClass)
             #expect(status { try fx.copy(["class": .text("keys")]) } == .noSuchClass)
             // The class decides, though the attributes of that class sort before `class`.
-            #expect(status { try fx.copy(["class": .text("inet"), "atyp": .text("form")]) } == .noSuchClass)
+            #expect(status { try fx.copy(["class": .text("cert"), "ctyp": .int(1)]) } == .noSuchClass)
             #expect(status { try fx.copy(["class": .text("keys"), "atag": .bytes([1])]) } == .noSuchClass)
         }
     }

@@ -241,8 +241,13 @@ import Testing
             #expect(status { try fx.copy(["v_PersistentRef": .text("genp0123456789abcdef")]) } == .param)
             #expect(
                 status {
-                    try fx.copy(["v_PersistentRef": .bytes(Array("inet".utf8) + [UInt8](repeating: 0, count: 16))])
+                    try fx.copy(["v_PersistentRef": .bytes(Array("cert".utf8) + [UInt8](repeating: 0, count: 16))])
                 } == .param)
+            // An internet password's reference is one; it names no item here.
+            #expect(
+                status {
+                    try fx.copy(["v_PersistentRef": .bytes(Array("inet".utf8) + [UInt8](repeating: 0, count: 16))])
+                } == .itemNotFound)
         }
     }
 

@@ -50,6 +50,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -110,7 +112,28 @@ static struct buf request(int id, const char *op, const char *service, const cha
 
 /* ---- connections ---- */
 
-struct conn { int fd; size_t have; unsigned char in[65536]; };
+struct conn { int fd; int identified; size_t have; unsigned char in[65536]; };
+
+/* A connection's first bytes go with a pidfd of this process (SCM_RIGHTS), as keychaind's clients
+ * send them: on kernels without SO_PEERPIDFD the daemon answers nothing that arrived before it pinned
+ * the connecting process without one (docs/protocol.md §1). Returns what sendmsg returns. */
+static ssize_t send_identifying(int fd, const unsigned char *b, size_t n) {
+    int pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0);
+    if (pidfd < 0) return send(fd, b, n, MSG_NOSIGNAL);
+    struct iovec iov = { .iov_base = (void *)b, .iov_len = n };
+    union { char bytes[CMSG_SPACE(sizeof(int))]; struct cmsghdr align; } control;
+    memset(&control, 0, sizeof control);
+    struct msghdr msg;
+    memset(&msg, 0, sizeof msg);
+    msg.msg_iov = &iov; msg.msg_iovlen = 1;
+    msg.msg_control = control.bytes; msg.msg_controllen = sizeof control.bytes;
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+    cm->cmsg_level = SOL_SOCKET; cm->cmsg_type = SCM_RIGHTS; cm->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(cm), &pidfd, sizeof pidfd);
+    ssize_t w = sendmsg(fd, &msg, MSG_NOSIGNAL);
+    close(pidfd);
+    return w;
+}
 
 static struct conn *dial(const char *path) {
     struct conn *c = calloc(1, sizeof *c);
@@ -133,8 +156,10 @@ static void hang_up(struct conn *c) { close(c->fd); free(c); }
 static size_t round_trip(struct conn *c, const struct buf *req) {
     size_t sent = 0;
     while (sent < req->n) {
-        ssize_t w = send(c->fd, req->b + sent, req->n - sent, MSG_NOSIGNAL);
+        ssize_t w = c->identified ? send(c->fd, req->b + sent, req->n - sent, MSG_NOSIGNAL)
+                                  : send_identifying(c->fd, req->b + sent, req->n - sent);
         if (w < 0) { if (errno == EINTR) continue; die("send failed"); }
+        c->identified = 1;
         sent += (size_t)w;
     }
     for (;;) {

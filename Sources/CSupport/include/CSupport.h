@@ -64,4 +64,10 @@ int kc_install_signal_pipe(int write_fd);
 /* libFuzzer's driver, linked only in -sanitize=fuzzer builds (the fuzz target calls it under FUZZING). */
 int LLVMFuzzerRunDriver(int *argc, char ***argv, int (*callback)(const uint8_t *data, size_t size));
 
+/* mallopt(M_MMAP_THRESHOLD) and mallopt(M_TRIM_THRESHOLD) set to `bytes` (<malloc.h>, which the Swift
+   Glibc module does not show): allocations that large are mapped for themselves and unmapped when freed. */
+void kc_return_large_allocations(int bytes);
+/* malloc_trim(0): the free pages of every arena given back to the system. */
+void kc_malloc_trim(void);
+
 #endif

@@ -47,6 +47,34 @@ def test_add_copy_update_delete_round_trip(client, service):
     assert status_of(client.copy, item(service, **{kSecReturnData: True})) == errSecItemNotFound
 
 
+def test_internet_password_round_trip(client, service):
+    server = service + ".example"  # a server of this test's own
+    login = {kSecClass: kSecClassInternetPassword, kSecAttrServer: server, kSecAttrAccount: "alice",
+             kSecAttrProtocol: kSecAttrProtocolHTTPS, kSecAttrPort: 8443, kSecAttrPath: "/login",
+             kSecAttrAuthenticationType: kSecAttrAuthenticationTypeHTMLForm}
+    client.add({**login, kSecValueData: b"s3cret"})
+    with pytest.raises(KeychainError) as e:
+        client.add({**login, kSecValueData: b"again"})
+    assert e.value.status == errSecDuplicateItem
+    # Another port or protocol: another item, not a duplicate.
+    client.add({**login, kSecAttrPort: 443, kSecValueData: b"other-port"})
+    client.add({**login, kSecAttrProtocol: kSecAttrProtocolHTTP, kSecValueData: b"other-protocol"})
+    got = client.copy({**login, kSecReturnData: True, kSecReturnAttributes: True})
+    assert got[kSecValueData] == b"s3cret"
+    assert got[kSecAttrServer] == server and got[kSecAttrPort] == 8443 and got[kSecAttrProtocol] == "htps"
+    assert got[kSecAttrAuthenticationType] == "form" and got[kSecAttrPath] == "/login"
+    # A generic-password query never returns it.
+    assert status_of(client.copy, {kSecClass: kSecClassGenericPassword, kSecAttrAccount: "alice",
+                                   kSecAttrService: server}) == errSecItemNotFound
+    client.update(login, {kSecValueData: b"n3w"})
+    assert client.copy({**login, kSecReturnData: True}) == b"n3w"
+    client.delete(login)
+    assert status_of(client.copy, login) == errSecItemNotFound
+    everything = client.copy({kSecClass: kSecClassInternetPassword, kSecAttrServer: server,
+                              kSecMatchLimit: kSecMatchLimitAll, kSecReturnData: True})
+    assert sorted(everything) == [b"other-port", b"other-protocol"]
+
+
 def test_copy_without_return_keys_sends_no_result(client, service):
     client.add(item(service, **{kSecValueData: b"x"}))
     assert client.copy(item(service)) is None  # success: something matched
@@ -181,7 +209,7 @@ def test_unicode_and_binary_round_trip(client, service):
 
 @pytest.mark.parametrize("query, statuses", [
     ({kSecAttrService: "x"}, {errSecParam}),                                           # no class
-    ({kSecClass: "inet"}, {errSecNoSuchClass}),
+    ({kSecClass: "cert"}, {errSecNoSuchClass}),                                       # not served
     ({kSecClass: kSecClassGenericPassword, kSecAttrService: 5}, {errSecParam}),
     ({kSecClass: kSecClassGenericPassword, kSecValueData: "text, not bytes"}, {errSecParam}),
     ({kSecClass: kSecClassGenericPassword, kSecAttrAccessible: "zz"}, {errSecParam}),

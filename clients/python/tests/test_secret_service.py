@@ -78,7 +78,7 @@ class SessionBus:
 
 
 class SecretServiceDaemon:
-    def __init__(self, root: Path, config: dict | None = None):
+    def __init__(self, root: Path, config: dict | None = None, env: dict | None = None):
         self.root = root
         self.socket = str(root / "run" / "kc.sock")
         self.data = root / "data"
@@ -107,8 +107,11 @@ class SecretServiceDaemon:
         self._app("admin", "T.admin", ["T.admin"], [os.path.realpath(self.keychainctl)], admin=True)
         self.bus = SessionBus(root)
         self.env = dict(os.environ, DBUS_SESSION_BUS_ADDRESS=self.bus.address, KEYCHAIND_SOCKET=self.socket)
-        for k in ("NOTIFY_SOCKET", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES"):
+        # No display unless a test gives one: a prompt then waits for `keychainctl unlock`, and no
+        # real pinentry opens on the desktop of whoever runs the tests.
+        for k in ("NOTIFY_SOCKET", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES", "DISPLAY", "WAYLAND_DISPLAY"):
             self.env.pop(k, None)
+        self.env.update(env or {})
         self.process = None
         self.start()
 
@@ -196,13 +199,13 @@ class SecretServiceDaemon:
             return c.status()["locked"]
 
 
-def make_daemon(config=None):
+def make_daemon(config=None, env=None):
     binary = daemon_binary()
     if not binary.exists():
         pytest.skip(f"keychaind binary not found at {binary}")
     root = Path(tempfile.mkdtemp(prefix="kcd-ss-"))
     try:
-        d = SecretServiceDaemon(root, config)
+        d = SecretServiceDaemon(root, config, env)
     except Exception:
         shutil.rmtree(root, ignore_errors=True)
         raise
@@ -222,8 +225,8 @@ def fresh():
     """A daemon of its own (for tests that lock the keychain or change settings)."""
     made = []
 
-    def make(config=None):
-        d, root = make_daemon(config)
+    def make(config=None, env=None):
+        d, root = make_daemon(config, env)
         made.append((d, root))
         return d
     yield make
