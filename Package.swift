@@ -55,6 +55,10 @@ let package = Package(
         // The item model and Apple's SecItem semantics on top of the store.
         .target(
             name: "KeychainItems", dependencies: ["KeychainSystem", "KeychainCore", "KeychainStore", "KeychainCrypto"]),
+        // Synchronizable items through a folder another engine replicates (docs/sync.md): the file
+        // format, the merge rule, pairing, and the bridge to the item service.
+        .target(
+            name: "KeychainSync", dependencies: ["KeychainSystem", "KeychainCore", "KeychainCrypto", "KeychainItems"]),
         // Sockets, connections, caller identity, configuration, policy, lifecycle.
         .target(
             name: "KeychainDaemon",
@@ -120,6 +124,12 @@ let package = Package(
             name: "KeychainItemsTests",
             dependencies: [
                 "KeychainSystem", "KeychainItems", "KeychainStore", "KeychainCrypto", "KeychainCore",
+                "KeychainTestSupport",
+            ]),
+        .testTarget(
+            name: "KeychainSyncTests",
+            dependencies: [
+                "KeychainSystem", "KeychainSync", "KeychainItems", "KeychainCrypto", "KeychainCore",
                 "KeychainTestSupport",
             ]),
         .testTarget(
