@@ -64,7 +64,7 @@ let package = Package(
             name: "KeychainDaemon",
             dependencies: [
                 "KeychainSystem", "KeychainCore", "KeychainWire", "KeychainItems", "KeychainStore", "KeychainCrypto",
-                "KeychainPrompt",
+                "KeychainPrompt", "KeychainSync",
             ]),
         // The freedesktop Secret Service on the session bus, served inside keychaind (`--secret-service`).
         .target(

@@ -89,6 +89,7 @@ public final class Daemon: Sendable {
             shutdownHooks.withLock { $0.append { appsWatcher.stop() } }
         }
         startAutoLockThread()
+        startSync()
         ServiceNotifier.send("READY=1\nSTATUS=serving\nMAINPID=\(CurrentProcess.pid)")
         while let accepted = listener.accept() {
             if stopping.load(ordering: .acquiring) {

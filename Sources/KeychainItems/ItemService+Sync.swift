@@ -145,3 +145,64 @@ enum SyncKeyText {
         bytes.map { String($0, radix: 16) }.joined(separator: ".")
     }
 }
+
+/// The sync key's own keeping: an item of class `aku` (WhenUnlockedThisDeviceOnly: bound to this
+/// device and, with a passphrase set, readable only while unlocked) in an access group of keychaind's
+/// own, never synchronizable. Whoever could read it could read the sync folder; so it is kept as the
+/// keychain's own items are, not in a file beside them.
+extension ItemService {
+    /// The access group of keychaind's sync key item.
+    public static let syncKeyGroup = "com.keychaind.sync"
+    static let syncKeyService = "sync-key"
+
+    /// The stored sync key record (nil when none); errSecInteractionNotAllowed while locked.
+    public func syncKeyRecord() throws(KeychainError) -> SecretBytes? {
+        guard vault.isAvailable(.whenUnlockedThisDeviceOnly) else {
+            throw KeychainError(
+                .interactionNotAllowed, "the keychain is locked: the sync key is readable once unlocked")
+        }
+        var found: SecretBytes?
+        let filter = RowFilter(classes: [ProtectionClass.whenUnlockedThisDeviceOnly.rawValue], includeSecret: true)
+        try store.read { (r) throws(KeychainError) in
+            try r.forEach(filter) { (row) throws(KeychainError) -> Bool in
+                guard let item = try? codec.open(row, withSecret: true),
+                    item.attributes["agrp"]?.text == Self.syncKeyGroup,
+                    item.attributes["svce"]?.text == Self.syncKeyService
+                else { return true }
+                found = item.secret
+                return false
+            }
+        }
+        return found
+    }
+
+    /// Replaces the stored sync key record (nil: removes it).
+    public func setSyncKeyRecord(_ record: SecretBytes?) throws(KeychainError) {
+        let now = clock.next()
+        let attributes: [String: Value] = [
+            "agrp": .text(Self.syncKeyGroup), "svce": .text(Self.syncKeyService), "acct": .text(""),
+            "pdmn": .text(ProtectionClass.whenUnlockedThisDeviceOnly.code), "sync": .bool(false),
+            "cdat": .date(now), "mdat": .date(now), "labl": .text("keychaind sync key"),
+        ]
+        try store.write { (w) throws(KeychainError) in
+            let filter = RowFilter(classes: [ProtectionClass.whenUnlockedThisDeviceOnly.rawValue])
+            var rowids: [Int64] = []
+            try w.reader.forEach(filter) { (row) throws(KeychainError) -> Bool in
+                if let item = try? codec.open(row, withSecret: false),
+                    item.attributes["agrp"]?.text == Self.syncKeyGroup,
+                    item.attributes["svce"]?.text == Self.syncKeyService
+                {
+                    rowids.append(row.rowid)
+                }
+                return true
+            }
+            for rowid in rowids { try w.delete(rowid: rowid) }
+            if let record {
+                let row = try codec.seal(
+                    ref: PersistentRef.newID(createdAt: now), protection: .whenUnlockedThisDeviceOnly,
+                    attributes: attributes, secret: record)
+                _ = try w.insert(row)
+            }
+        }
+    }
+}

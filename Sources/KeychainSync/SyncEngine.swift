@@ -6,8 +6,8 @@ public import KeychainSystem
 /// Keeps the synchronizable items of one keychain and a sync folder in step (docs/sync.md). One
 /// `cycle` exports the local changes (items added, changed or deleted since the last cycle get a new
 /// stamp), reads every device's file in the folder, makes the winning versions local, and writes this
-/// device's file. Its own state lives in `<data>/sync/`: the device identifier, the sync key, and the
-/// merged state sealed exactly as the folder file is.
+/// device's file. Its own state lives in `<data>/sync/`: the device identifier and the merged state,
+/// sealed exactly as the folder file is; the sync key is a keychain item (`ItemService.syncKeyRecord`).
 ///
 /// Not thread-safe: the daemon runs cycles on one thread and reads `status` under its own lock.
 public final class SyncEngine {
@@ -30,7 +30,6 @@ public final class SyncEngine {
     public private(set) var newerKeyEpoch: UInt32?
 
     static let identityName = "device-id"
-    static let keyName = "key"
     static let stateName = "state" + SyncFile.suffix
 
     /// Opens (or starts) the sync state in `stateDirectory` for `folder`. errSecIO when the state
@@ -56,11 +55,19 @@ public final class SyncEngine {
             try SyncFolder.writeAtomically(device, to: idPath)
         }
         clock = HybridClock(device: device)
-        if let stored = FileSystem.contents(of: stateDirectory + "/" + Self.keyName) {
-            key = try Self.decodeKey(stored)
-            if let data = FileSystem.contents(of: stateDirectory + "/" + Self.stateName) {
-                if let (_, s) = try? SyncFile.open(data, key: key!) { state = s }
-            }
+        try? loadKey()
+    }
+
+    /// Reads the sync key (kept as a keychain item: readable once unlocked) and the state sealed
+    /// under it, when not read yet. errSecInteractionNotAllowed while locked.
+    public func loadKey() throws(KeychainError) {
+        guard key == nil, let record = try service.syncKeyRecord() else { return }
+        let loaded = try record.withUnsafeBytes { (b) throws(KeychainError) in try Self.decodeKey(Array(b)) }
+        key = loaded
+        if let data = FileSystem.contents(of: stateDirectory + "/" + Self.stateName),
+            let (_, s) = try? SyncFile.open(data, key: loaded)
+        {
+            state = s
         }
         if let l = state.latestStamp { clock.observe(l) }
     }
@@ -78,13 +85,21 @@ public final class SyncEngine {
     /// Takes a key received by pairing. The state under the old key (if any) is kept: its versions
     /// are written again under the new key at the next cycle.
     public func adopt(_ newKey: SyncKey) throws(KeychainError) {
-        var bytes = SyncFile.bigEndian(UInt64(newKey.epoch), 4) + newKey.raw.withUnsafeBytes { Array($0) }
-        defer { Sodium.zero(&bytes) }
-        try SyncFolder.writeAtomically(bytes, to: stateDirectory + "/" + Self.keyName)
+        let bytes = SyncFile.bigEndian(UInt64(newKey.epoch), 4) + newKey.raw.withUnsafeBytes { Array($0) }
+        try service.setSyncKeyRecord(SecretBytes(bytes))
         key = newKey
         // Files read under the old key say nothing about the new one.
         for d in state.devices.keys { state.devices[d]!.sequence = 0 }
         newerKeyEpoch = nil
+    }
+
+    /// Forgets the sync key and this device's state (leaving the set of devices); the folder and the
+    /// items are untouched.
+    public func leave() throws(KeychainError) {
+        try service.setSyncKeyRecord(nil)
+        FileSystem.removeIfPresent(stateDirectory + "/" + Self.stateName)
+        key = nil
+        state = SyncState()
     }
 
     static func decodeKey(_ stored: [UInt8]) throws(KeychainError) -> SyncKey {
@@ -110,6 +125,7 @@ public final class SyncEngine {
     /// when the folder cannot be written. Damaged files are listed in `problems`, not thrown.
     @discardableResult
     public func cycle() throws(KeychainError) -> CycleResult {
+        try loadKey()
         guard let key else { throw KeychainError(.notAvailable, "this device is not paired for sync") }
         var result = CycleResult()
         let saved = state

@@ -7,6 +7,7 @@ enum Verb: String, CaseIterable {
     case deviceID = "device-id"
     case status, lock, unlock, passwd, backup, restore
     case apps, register, approve, unregister, help
+    case sync
 
     var options: Set<Opt> {
         switch self {
@@ -33,6 +34,7 @@ enum Verb: String, CaseIterable {
             ]
         case .register: return [.appID, .group, .executable, .admin, .keychainPassphraseFile]
         case .approve, .unregister: return [.keychainPassphraseFile]
+        case .sync: return [.keychainPassphraseFile]
         }
     }
 
@@ -53,6 +55,7 @@ enum Verb: String, CaseIterable {
         case .unregister: return ["APPLICATION-ID"]
         case .register: return ["[NAME]"]
         case .help: return ["[VERB]"]
+        case .sync: return ["ACTION", "[CODE]"]
         default: return []
         }
     }
@@ -89,6 +92,7 @@ enum Verb: String, CaseIterable {
         case .approve: return "keychainctl approve NAME [--keychain-passphrase-file FILE]"
         case .unregister: return "keychainctl unregister APPLICATION-ID [--keychain-passphrase-file FILE]"
         case .help: return "keychainctl help [VERB]"
+        case .sync: return SyncVerb.usage
         }
     }
 
@@ -111,6 +115,7 @@ enum Verb: String, CaseIterable {
         case .approve: return "approve a registration file in your apps.d with the passphrase"
         case .unregister: return "remove an app's registration and its approval"
         case .help: return "show help for keychainctl or a verb"
+        case .sync: return SyncVerb.summary
         }
     }
 
@@ -215,6 +220,7 @@ enum Verb: String, CaseIterable {
             return
                 "Revokes the approval of APPLICATION-ID (admin, keychain passphrase) and deletes the files in your apps.d that register it."
         case .help: return ""
+        case .sync: return SyncVerb.details
         }
     }
 
