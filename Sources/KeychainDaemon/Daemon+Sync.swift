@@ -257,7 +257,12 @@ extension RequestHandler {
         let presence = rest.removeValue(forKey: "keychainPassphrase")
         if (rest["action"]?.text ?? "status") != "status" {
             var offered: SecureBytes?
-            if case .bytes(let b)? = presence { offered = try PasswordHash.passphrase(b) }
+            switch presence {
+            case .bytes(let b)?: offered = try PasswordHash.passphrase(b)
+            case .secret(let s)?:
+                offered = try s.withUnsafeBytes { (b) throws(KeychainError) in try PasswordHash.passphrase(b) }
+            default: offered = nil
+            }
             try itemService.verifyPresence(passphrase: offered)
         }
         for key in rest.keys where !["action", "code", "timeoutSeconds"].contains(key) {

@@ -250,3 +250,43 @@ final class SyncthingTests: XCTestCase {
         }
     }
 }
+
+/// Who may pair a device (and so hand out the key to every synchronizable item), without Syncthing.
+final class SyncAccessTests: XCTestCase {
+    /// An app that is not an admin gets −34018 for every sync action; an admin needs the keychain
+    /// passphrase while one is set (−25293 without it); with it, pairing starts. A synchronizable
+    /// item of a ThisDeviceOnly class is refused over the wire with −50.
+    func testPairingNeedsAnAdminAndThePassphrase() throws {
+        let folder = NSTemporaryDirectory() + "keychaind-syncfolder-" + UUID().uuidString.prefix(8)
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: folder) }
+        let d = try DaemonHarness(
+            apps: DaemonHarness.defaultApps + [KeychainctlTests.cliAdmin],
+            config: #"{"syncFolder": "\#(folder)", "kdfProfile": "interactive"}"#)
+        defer { d.stop() }
+        for action in ["invite", "rotate", "leave", "status"] {
+            let r = try d.connect().call("sync", arguments: ["action": .text(action)])
+            XCTAssertEqual(r.status, .missingEntitlement, action)
+        }
+        let pass = d.root + "/pass"
+        try "sync passphrase\n".writeReplacing(pass)
+        XCTAssertEqual(try d.run(DaemonHarness.cliPath, ["passwd", "--new-passphrase-file", pass]).status, 0)
+        XCTAssertEqual(try d.run(DaemonHarness.cliPath, ["unlock", "--passphrase-file", pass]).status, 0)
+        let without = try d.run(DaemonHarness.cliPath, ["sync", "pair"])
+        XCTAssertEqual(without.status, exitCode(.authFailed), without.stderr)
+        XCTAssertTrue(try d.run(DaemonHarness.cliPath, ["sync", "status"]).stdout.contains("paired"))
+        let with = try d.run(DaemonHarness.cliPath, ["sync", "pair", "--keychain-passphrase-file", pass])
+        XCTAssertEqual(with.status, 0, with.stderr)
+        XCTAssertTrue(with.stdout.contains("pairing code: "), with.stdout)
+
+        let r = try d.connect().call(
+            "add",
+            query: [
+                "class": .text("genp"), "svce": .text("s"), "acct": .text("a"), "sync": .bool(true),
+                "pdmn": .text("cku"), "v_Data": .bytes([1]),
+            ])
+        XCTAssertEqual(r.status, .param, r.message ?? "")
+    }
+
+    func exitCode(_ s: Status) -> Int32 { Int32(UInt8(truncatingIfNeeded: s.rawValue)) }
+}
