@@ -27,6 +27,11 @@ final class SyncService: SyncRequests, @unchecked Sendable {
     private var lastCycle: Double?
     private var pending = true
     private var databaseMark: [Int64] = []
+    /// Pairing joins waiting for their answer: stopped with the service.
+    private var waiters: [ObjectIdentifier: DirectoryWatch] = [:]
+    private var stopped = false
+    /// Signalled when the cycle thread has ended.
+    private let finished = DispatchSemaphore(value: 0)
 
     /// Pairing invitations last this long (seconds).
     static let inviteLifetime = 600.0
@@ -46,6 +51,7 @@ final class SyncService: SyncRequests, @unchecked Sendable {
     /// Starts the thread that runs cycles, until `stop`.
     func start() {
         let thread = Thread { [self] in
+            defer { finished.signal() }
             while true {
                 let woke: Bool?
                 do throws(Errno) { woke = try watch.waitForEvents(timeoutMilliseconds: 1000) } catch {
@@ -72,7 +78,17 @@ final class SyncService: SyncRequests, @unchecked Sendable {
         thread.start()
     }
 
-    func stop() { watch.stop() }
+    /// Ends the cycle thread (waiting up to 10 s for a cycle under way) and any join waiting: the
+    /// store closes after this.
+    func stop() {
+        let joins = lock.withLock { () -> [DirectoryWatch] in
+            stopped = true
+            return Array(waiters.values)
+        }
+        for w in joins { w.stop() }
+        watch.stop()
+        _ = finished.wait(timeout: .now() + 10)
+    }
 
     /// Size and change time of the database and its WAL: they change with every committed write.
     private func databaseMarkNow() -> [Int64] {
@@ -197,7 +213,16 @@ final class SyncService: SyncRequests, @unchecked Sendable {
         do { waiter = try DirectoryWatch(directories: [folder]) { $0 == code.replyName } } catch {
             throw KeychainError(.io, "cannot watch the sync folder", error)
         }
-        defer { waiter.stop() }
+        let registered = lock.withLock { () -> Bool in
+            guard !stopped else { return false }
+            waiters[ObjectIdentifier(waiter)] = waiter
+            return true
+        }
+        guard registered else { throw KeychainError(.notAvailable, "keychaind is stopping") }
+        defer {
+            lock.withLock { _ = waiters.removeValue(forKey: ObjectIdentifier(waiter)) }
+            waiter.stop()
+        }
         try SyncFolder.writeAtomically(
             Pairing.request(code, publicKey: publicKey, device: engine.device), to: requestPath)
         defer { FileSystem.removeIfPresent(requestPath) }
@@ -221,9 +246,11 @@ final class SyncService: SyncRequests, @unchecked Sendable {
                     "no answer in the sync folder within \(Int(timeout)) s: is the other device's keychaind running with the same syncFolder, and has the folder been copied here?"
                 )
             }
-            do { _ = try waiter.waitForEvents(timeoutMilliseconds: Int32(min(left, 1) * 1000)) } catch {
+            let woke: Bool?
+            do { woke = try waiter.waitForEvents(timeoutMilliseconds: Int32(min(left, 1) * 1000)) } catch {
                 throw KeychainError(.io, "cannot watch the sync folder", error)
             }
+            if woke == false { throw KeychainError(.notAvailable, "keychaind is stopping") }
             _ = try? waiter.hasChanged()
         }
     }

@@ -28,6 +28,8 @@ public final class SyncEngine {
     public private(set) var problems: [(name: String, reason: String)] = []
     /// Devices whose files are under a newer key than ours (this device was left out of a rotation).
     public private(set) var newerKeyEpoch: UInt32?
+    /// This device's file must be written again (a new key: the folder holds it under the old one).
+    private var mustWrite = false
 
     static let identityName = "device-id"
     static let stateName = "state" + SyncFile.suffix
@@ -88,6 +90,7 @@ public final class SyncEngine {
         let bytes = SyncFile.bigEndian(UInt64(newKey.epoch), 4) + newKey.raw.withUnsafeBytes { Array($0) }
         try service.setSyncKeyRecord(SecretBytes(bytes))
         key = newKey
+        mustWrite = true
         // Files read under the old key say nothing about the new one.
         for d in state.devices.keys { state.devices[d]!.sequence = 0 }
         newerKeyEpoch = nil
@@ -187,7 +190,7 @@ public final class SyncEngine {
         if let l = state.latestStamp { clock.observe(l) }
         // 4. This device's file, when anything changed or none is there yet.
         let path = folder + "/" + SyncFile.fileName(device: device)
-        if result.exported > 0 || !report.adopted.isEmpty || !FileSystem.exists(path)
+        if result.exported > 0 || !report.adopted.isEmpty || mustWrite || !FileSystem.exists(path)
             || !FileSystem.exists(stateDirectory + "/" + Self.stateName)
         {
             let previous = state.devices[device]?.sequence ?? 0
@@ -198,6 +201,7 @@ public final class SyncEngine {
             try SyncFolder.writeAtomically(bytes, to: stateDirectory + "/" + Self.stateName)
             try SyncFolder.writeAtomically(bytes, to: path)
             result.wrote = true
+            mustWrite = false
         }
         return result
     }

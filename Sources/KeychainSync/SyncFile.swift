@@ -12,7 +12,6 @@ public final class SyncKey: Sendable {
     /// The key itself: what pairing hands to a new device.
     public let raw: SecureBytes
     private let fileKey: SecureBytes
-    private let idKey: SecureBytes
 
     /// A key of `SyncKey.length` bytes, of generation `epoch`.
     public init(raw: SecureBytes, epoch: UInt32) throws(KeychainError) {
@@ -20,7 +19,6 @@ public final class SyncKey: Sendable {
         self.raw = raw
         self.epoch = epoch
         fileKey = try KeyedHash.deriveKey(from: raw, label: "keychaind sync file v1")
-        idKey = try KeyedHash.deriveKey(from: raw, label: "keychaind sync item id v1")
     }
 
     /// A new random key.
@@ -28,15 +26,19 @@ public final class SyncKey: Sendable {
         try SyncKey(raw: try SecureBytes(random: length), epoch: epoch)
     }
 
-    /// An item's identity across devices: keyed BLAKE2b of its class, access group, service and
-    /// account, so the identity says nothing of them to whoever lacks the key.
+    /// An item's identity across devices: BLAKE2b of its class, access group, service and account.
+    /// It is only ever inside the sealed payload, and the same under every key (a rotation keeps
+    /// every item's identity, so no item looks deleted and added again).
     public func itemID(itemClass: String, accessGroup: String, service: [UInt8], account: [UInt8]) -> [UInt8] {
-        idKey.withUnsafeBytes { k in
+        Self.idLabel.withUnsafeBytes { k in
             KeyedHash.hash(
                 key: k, domain: 0x53, parts: [Array(itemClass.utf8), Array(accessGroup.utf8), service, account],
                 length: 32)
         }
     }
+
+    /// The fixed BLAKE2b key of item identities (a label, not a secret).
+    private static let idLabel: [UInt8] = Array("keychaind sync item identity v1.".utf8)
 
     func withFileKey<R, E: Error>(_ body: (UnsafeRawBufferPointer) throws(E) -> R) throws(E) -> R {
         try fileKey.withUnsafeBytes(body)

@@ -10,7 +10,8 @@ public struct SyncState: Sendable {
     public var entries: [[UInt8]: SyncEntry] = [:]
     /// Per device: the newest file sequence accepted, and the latest stamp seen from it.
     public var devices: [[UInt8]: DeviceProgress] = [:]
-    /// Versions this device discarded because another version of the same item won.
+    /// Versions written without knowledge of the version that won (concurrent writes of one item),
+    /// discarded by this device.
     public var conflictsResolved: Int = 0
 
     /// An empty state.
@@ -42,6 +43,10 @@ public struct SyncState: Sendable {
     /// Merges one version by the rule (`SyncEntry.wins`).
     @discardableResult
     public mutating func merge(_ incoming: SyncEntry) -> Outcome {
+        // A version newer than any seen from its writer, that loses: its writer had not seen the
+        // winner (had it, its clock would have stamped it later) — a conflict, resolved here.
+        let known = devices[incoming.stamp.device]?.latest
+        let unseen = known == nil || known! < incoming.stamp
         note(incoming.stamp)
         guard let present = entries[incoming.id] else {
             entries[incoming.id] = incoming
@@ -52,7 +57,7 @@ public struct SyncState: Sendable {
             entries[incoming.id] = incoming
             return .adopted
         }
-        conflictsResolved += 1
+        if unseen { conflictsResolved += 1 }
         return .discarded
     }
 

@@ -133,6 +133,36 @@ final class TwoDevices {
         #expect(t.syncB.status["problems"]?.array?.count == 1)
     }
 
+    /// After a rotation the device left out reads nothing written under the new key and says a newer
+    /// key exists; paired again (given the new key) it writes its file under it and both converge.
+    @Test func aRotationLeavesOutTheDevicesNotPairedAgain() throws {
+        let t = try TwoDevices()
+        try t.add(t.a, "before", "both see it")
+        try t.syncA.cycle()
+        try t.syncB.cycle()
+        try t.syncA.makeKey()
+        // Nothing changed but the key: the file is written again under it all the same.
+        let rotated = try t.syncA.cycle()
+        #expect(rotated.exported == 0 && rotated.wrote)  // identities do not change with the key
+        let fileA = t.folder + "/" + SyncFile.fileName(device: t.syncA.device)
+        #expect(try SyncFile.header(of: FileSystem.contents(of: fileA)!).epoch == 2)
+        try t.add(t.a, "after", "only paired devices")
+        try t.syncA.cycle()
+        try t.syncB.cycle()
+        #expect(try t.secret(t.b, "after") == nil)
+        #expect(t.syncB.newerKeyEpoch == 2)
+        #expect(t.syncB.status["newerKeyEpoch"]?.int == 2)
+        try t.syncB.adopt(t.syncA.key!)
+        try t.update(t.b, "before", "changed after pairing again")
+        try t.syncB.cycle()
+        try t.syncA.cycle()
+        #expect(try t.secret(t.b, "after") == "only paired devices")
+        #expect(try t.secret(t.a, "before") == "changed after pairing again")
+        let header = try SyncFile.header(
+            of: FileSystem.contents(of: t.folder + "/" + SyncFile.fileName(device: t.syncB.device))!)
+        #expect(header.epoch == 2)
+    }
+
     /// A device whose data directory is put back from an older copy catches up from the folder and
     /// does not roll the others back.
     @Test func aDeviceRestoredFromAnOlderCopyCatchesUp() throws {
