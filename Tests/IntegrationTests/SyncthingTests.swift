@@ -188,7 +188,9 @@ final class SyncthingTests: XCTestCase {
         local["sync"] = .bool(false)
         local["v_Data"] = .bytes(Array("stays here".utf8))
         XCTAssertEqual(try a.connect().call("add", query: local).status, .success)
+        let added = Date()
         try waitForConvergence(["mail.example.com": "first secret"], "add")
+        print("sync: an item added on A was readable on B after \(Int(Date().timeIntervalSince(added) * 1000)) ms")
         try update(b, "mail.example.com", "changed on B")
         try waitForConvergence(["mail.example.com": "changed on B"], "update")
         try add(b, "git.example.com", "token")
@@ -220,7 +222,9 @@ final class SyncthingTests: XCTestCase {
         XCTAssertTrue(try a.waitFor(timeout: 90) { try items(a) == expected })
         XCTAssertEqual(try items(b), winner, "B changed while its Syncthing was stopped")
         try pair.start(1)
+        let back = Date()
         try waitForConvergence(expected, "after B came back")
+        print("sync: B caught up \(Int(Date().timeIntervalSince(back) * 1000)) ms after its Syncthing restarted")
 
         // The device UUID (a ThisDeviceOnly item) differs; the local item stayed on A.
         let idA = try ctl(a, "device-id")
