@@ -131,7 +131,8 @@ final class SyncService: SyncRequests, @unchecked Sendable {
         invites.removeAll { $0.expires < now }
         guard let key = engine.key else { return }
         invites.removeAll { invite in
-            guard let data = FileSystem.contents(of: folder + "/" + invite.code.requestName) else { return false }
+            let path = folder + "/" + invite.code.requestName
+            guard FileSystem.exists(path), case .success(let data) = SyncFolder.readFile(path) else { return false }
             do throws(KeychainError) {
                 let (publicKey, device) = try Pairing.openRequest(data, code: invite.code)
                 let reply = try Pairing.reply(invite.code, to: publicKey, key: key, device: engine.device)
@@ -228,7 +229,7 @@ final class SyncService: SyncRequests, @unchecked Sendable {
         defer { FileSystem.removeIfPresent(requestPath) }
         let deadline = MonotonicClock.now() + timeout
         while true {
-            if let data = FileSystem.contents(of: replyPath) {
+            if FileSystem.exists(replyPath), case .success(let data) = SyncFolder.readFile(replyPath) {
                 let (key, from) = try Pairing.openReply(data, code: code, publicKey: publicKey, secretKey: secretKey)
                 FileSystem.removeIfPresent(replyPath)
                 try lock.withLock { () throws(KeychainError) in

@@ -80,16 +80,18 @@ extension ItemService {
     }
 
     /// Applies other devices' versions in one transaction. A put's attributes must be what this daemon
-    /// stores (checked as a backup's are; errSecDecode otherwise, nothing written) and of a
-    /// synchronized class with `sync` true. The local item keeps its persistent reference.
-    public func applySynced(_ changes: [SyncChange]) throws(KeychainError) {
-        for case .put(let item) in changes {
-            let attributes = try Self.validatedBackupAttributes(item.attributes, index: 0)
-            guard attributes["sync"]?.bool == true else {
-                throw KeychainError(.decode, "a synced item is not synchronizable")
-            }
+    /// stores (checked as a backup's are) and of a synchronized class with `sync` true; one that is
+    /// not is left out (and counted), the others are applied. The local item keeps its persistent
+    /// reference. Returns how many were left out.
+    @discardableResult
+    public func applySynced(_ given: [SyncChange]) throws(KeychainError) -> Int {
+        let changes = given.filter { change in
+            guard case .put(let item) = change else { return true }
+            guard let attributes = try? Self.validatedBackupAttributes(item.attributes, index: 0) else { return false }
+            return attributes["sync"]?.bool == true
         }
-        guard !changes.isEmpty else { return }
+        let leftOut = given.count - changes.count
+        guard !changes.isEmpty else { return leftOut }
         try store.write { (w) throws(KeychainError) in
             let index = try vault.indexer()
             // The synchronizable items present, by key.
@@ -137,6 +139,7 @@ extension ItemService {
                 }
             }
         }
+        return leftOut
     }
 }
 

@@ -181,7 +181,10 @@ public final class SyncEngine {
             }
         }
         do throws(KeychainError) {
-            try service.applySynced(changes)
+            let leftOut = try service.applySynced(changes)
+            if leftOut > 0 {
+                problems.append(("(items)", "\(leftOut) version(s) from other devices are not valid items: left out"))
+            }
         } catch {
             state = saved
             throw error

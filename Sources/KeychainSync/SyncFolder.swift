@@ -64,13 +64,34 @@ public enum SyncFolder {
         var report = Report()
         for name in fileNames(in: folder) {
             let path = folder + "/" + name
-            guard let data = FileSystem.contents(of: path) else {
-                report.results.append((name, .damaged(reason: "cannot be read")))
+            let data: [UInt8]
+            switch readFile(path) {
+            case .success(let d): data = d
+            case .failure(let e):
+                report.results.append((name, .damaged(reason: e.message)))
                 continue
             }
             report.results.append((name, merge(data, key: key, into: &state, adopted: &report.adopted)))
         }
         return report
+    }
+
+    /// A file of the folder, read only when it is a regular file (not a FIFO, device or symbolic
+    /// link: whoever can write the folder could otherwise make the reader wait for ever or read
+    /// without end) of at most `SyncFile.maximumBytes`.
+    public static func readFile(_ path: String) -> Result<[UInt8], KeychainError> {
+        do throws(Errno) {
+            let fd = try FileDescriptor.open(path, [.readOnly, .noFollow, .nonBlocking])
+            defer { fd.close() }
+            let st = try fd.status()
+            guard st.kind == .regular else { return .failure(KeychainError(.decode, "not a regular file")) }
+            guard st.size <= Int64(SyncFile.maximumBytes) else {
+                return .failure(KeychainError(.decode, "larger than \(SyncFile.maximumBytes) bytes"))
+            }
+            return .success(try fd.readToEnd())
+        } catch {
+            return .failure(KeychainError(.io, "cannot be read (\(error.message))"))
+        }
     }
 
     /// Replaces `path` with `bytes` atomically: a temporary file beside it (a name no reader takes),

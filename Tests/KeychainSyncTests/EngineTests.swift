@@ -127,10 +127,15 @@ final class TwoDevices {
         let bytes = FileSystem.contents(of: fileA)!
         let half = t.folder + "/" + SyncFile.fileName(device: [UInt8](repeating: 7, count: 16))
         try SyncFolder.writeAtomically(Array(bytes.prefix(bytes.count / 2)), to: half)
+        // A FIFO would make a plain read wait for ever, a link to /dev/zero read without end.
+        #expect(mkfifo(t.folder + "/fifo.kcsync", 0o600) == 0)
+        try FileManager.default.createSymbolicLink(atPath: t.folder + "/zero.kcsync", withDestinationPath: "/dev/zero")
         try t.syncB.cycle()
         #expect(try t.secret(t.b, "good") == "yes")
-        #expect(t.syncB.problems.map(\.name) == [SyncFile.fileName(device: [UInt8](repeating: 7, count: 16))])
-        #expect(t.syncB.status["problems"]?.array?.count == 1)
+        #expect(
+            Set(t.syncB.problems.map(\.name))
+                == [SyncFile.fileName(device: [UInt8](repeating: 7, count: 16)), "fifo.kcsync", "zero.kcsync"])
+        #expect(t.syncB.status["problems"]?.array?.count == 3)
     }
 
     /// After a rotation the device left out reads nothing written under the new key and says a newer
