@@ -72,7 +72,9 @@ extension Command {
     private mutating func statusLines(_ m: [String: Value]) {
         out.line(pad("folder") + (m["folder"]?.text ?? ""))
         out.line(pad("this device") + (m["device"]?.text ?? ""))
-        if m["paired"]?.bool != true {
+        if m["paired"]?.bool != true && m["locked"]?.bool == true {
+            out.line(pad("paired") + "not known while the keychain is locked (the sync key is a keychain item)")
+        } else if m["paired"]?.bool != true {
             out.line(pad("paired") + "no (keychainctl sync pair)")
         } else {
             out.line(pad("sync key") + String(m["keyEpoch"]?.int ?? 0))
