@@ -117,7 +117,8 @@ final class SyncService: SyncRequests, @unchecked Sendable {
             return true
         } catch {
             if error.status == .notAvailable { return true }  // not paired: nothing to do
-            if error.status != .interactionNotAllowed {
+            // Tried again each second until it works: said once per different error.
+            if error.status != .interactionNotAllowed && lastError != error.message {
                 lastError = error.message
                 Log.warning("sync cycle failed", [("error", error.message)])
             }
