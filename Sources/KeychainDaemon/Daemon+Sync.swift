@@ -11,8 +11,8 @@ protocol SyncRequests: Sendable {
 }
 
 /// Sync (docs/sync.md) in the daemon: one thread runs the engine's cycles when a file in the sync
-/// folder changes, when the database changed (a local write; looked at once a second, a `stat` of
-/// the database and its WAL), and after an unlock; the `sync` request pairs devices, rotates the key
+/// folder changes, when a write transaction finished (a local write; the store's write count,
+/// looked at once a second), and after an unlock; the `sync` request pairs devices, rotates the key
 /// and reports status.
 final class SyncService: SyncRequests, @unchecked Sendable {
     // Safety: every mutable field below is read and written with `lock` held.
@@ -26,7 +26,8 @@ final class SyncService: SyncRequests, @unchecked Sendable {
     private var lastError: String?
     private var lastCycle: Double?
     private var pending = true
-    private var databaseMark: [Int64] = []
+    /// The store's write count when the last successful cycle began.
+    private var databaseMark: UInt64?
     /// Pairing joins waiting for their answer: stopped with the service.
     private var waiters: [ObjectIdentifier: DirectoryWatch] = [:]
     private var stopped = false
@@ -64,11 +65,7 @@ final class SyncService: SyncRequests, @unchecked Sendable {
                         _ = try? watch.hasChanged()
                         pending = true
                     }
-                    let mark = databaseMarkNow()
-                    if mark != databaseMark {
-                        databaseMark = mark
-                        pending = true
-                    }
+                    if items.writeGeneration != databaseMark { pending = true }
                     if !invites.isEmpty { answerInvites() }
                     if pending && items.synchronizedClassesAvailable { pending = !runCycle() }
                 }
@@ -90,19 +87,10 @@ final class SyncService: SyncRequests, @unchecked Sendable {
         _ = finished.wait(timeout: .now() + 10)
     }
 
-    /// Size and change time of the database and its WAL: they change with every committed write.
-    private func databaseMarkNow() -> [Int64] {
-        var out: [Int64] = []
-        for name in [ItemService.databaseName, ItemService.databaseName + "-wal"] {
-            if let st = try? FileSystem.status(dataDirectory + "/" + name) {
-                out += [st.size, st.changeTime, Int64(bitPattern: st.inode)]
-            }
-        }
-        return out
-    }
-
     /// One cycle, with the lock held; true when done (or nothing to do), false to try again later.
     private func runCycle() -> Bool {
+        // Taken before the cycle: a write made while it runs (its own included) makes another.
+        let mark = items.writeGeneration
         do {
             let r = try engine.cycle()
             lastCycle = WallClock.now()
@@ -113,10 +101,13 @@ final class SyncService: SyncRequests, @unchecked Sendable {
             for p in engine.problems {
                 Log.warning("sync file not read", [("file", p.name), ("reason", p.reason)])
             }
-            databaseMark = databaseMarkNow()
+            databaseMark = mark
             return true
         } catch {
-            if error.status == .notAvailable { return true }  // not paired: nothing to do
+            if error.status == .notAvailable {  // not paired: nothing to do until pairing
+                databaseMark = mark
+                return true
+            }
             // Tried again each second until it works: said once per different error.
             if error.status != .interactionNotAllowed && lastError != error.message {
                 lastError = error.message

@@ -50,6 +50,9 @@ extension ItemService {
         )
     }
 
+    /// Changes with every write transaction that finishes (see `ItemStore.writeGeneration`).
+    public var writeGeneration: UInt64 { store.writeGeneration }
+
     /// Whether the synchronized classes are open (sync waits for the first unlock otherwise).
     public var synchronizedClassesAvailable: Bool { Self.synchronizedClasses.allSatisfy { vault.isAvailable($0) } }
 
