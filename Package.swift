@@ -63,13 +63,17 @@ let package = Package(
         // The request core under every transport: peer identity, the registered app and its caller,
         // activity, the unlock gate, the log (RequestCore.swift says how a transport plugs in).
         .target(name: "KeychainRequests", dependencies: ["KeychainSystem", "KeychainCore", "KeychainItems"]),
+        // Synchronizable items through a folder another engine replicates (docs/sync.md): the file
+        // format, the merge rule, pairing, and the bridge to the item service.
+        .target(
+            name: "KeychainSync", dependencies: ["KeychainSystem", "KeychainCore", "KeychainCrypto", "KeychainItems"]),
         // The socket transport and the daemon: sockets, connections, the app registry,
         // configuration, admin verbs, status, lifecycle.
         .target(
             name: "KeychainDaemon",
             dependencies: [
                 "KeychainSystem", "KeychainCore", "KeychainWire", "KeychainItems", "KeychainStore", "KeychainCrypto",
-                "KeychainRequests", "KeychainPrompt",
+                "KeychainRequests", "KeychainPrompt", "KeychainSync",
             ]),
         // The freedesktop Secret Service on the session bus, served inside keychaind (`--secret-service`).
         .target(
@@ -131,6 +135,12 @@ let package = Package(
             dependencies: [
                 "KeychainSystem", "KeychainItems", "KeychainStore", "KeychainCrypto", "KeychainCore",
                 "KeychainTestSupport", "KeychainSecretService",
+            ]),
+        .testTarget(
+            name: "KeychainSyncTests",
+            dependencies: [
+                "KeychainSystem", "KeychainSync", "KeychainItems", "KeychainCrypto", "KeychainCore",
+                "KeychainTestSupport",
             ]),
         .testTarget(
             name: "KeychainDaemonTests",

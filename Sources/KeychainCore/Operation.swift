@@ -8,6 +8,8 @@ public enum Operation: String, Sendable, CaseIterable {
     case status, lock, unlock, passwd, backup, restore
     /// Registrations: approve an `apps.d` file, revoke an approval (admins, with the passphrase).
     case approve, revoke
+    /// Sync through a shared folder: status, pairing, key rotation (admins; docs/sync.md).
+    case sync
 
     /// The four SecItem calls.
     public var isItemOperation: Bool { self == .add || self == .copy || self == .update || self == .delete }

@@ -61,6 +61,9 @@ public struct Settings: Sendable {
     public var pinentryProgram: String?
     /// Seconds a passphrase prompt waits for an answer (`pinentryTimeoutSeconds`; 0 = no limit).
     public var pinentryTimeoutSeconds = 120
+    /// The folder synchronizable items travel through (`syncFolder`, an absolute path kept in step
+    /// across devices by Syncthing or the like; docs/sync.md); nil: no sync.
+    public var syncFolder: String?
 
     /// The folder of app drop-ins: `apps.d/` beside the configuration file in use.
     public var appsDirectory: String {
@@ -174,7 +177,7 @@ extension Settings {
         "idleTimeoutSeconds", "autoLockSeconds", "maxUnlockedSeconds", "kdfProfile", "lookupCacheEntries",
         "maxBufferedBytes", "logLevel",
         "secretService", "secretServiceUnregistered", "lockWithSession", "pinentryProgram",
-        "pinentryTimeoutSeconds",
+        "pinentryTimeoutSeconds", "syncFolder",
     ]
 
     /// Applies `keychaind.json` when it exists. Unknown keys and wrong types are errors.
@@ -237,6 +240,12 @@ extension Settings {
                 pinentryProgram = program
             case "pinentryTimeoutSeconds":
                 pinentryTimeoutSeconds = try JSONFile.int(value, key: key, file: path, range: 0...86400)
+            case "syncFolder":
+                let folder = try JSONFile.string(value, key: key, file: path)
+                guard folder.hasPrefix("/") else {
+                    throw ConfigurationError(file: path, reason: "\"syncFolder\" must be an absolute path")
+                }
+                syncFolder = folder
             default:
                 throw ConfigurationError(
                     file: path, reason: "unknown key \"\(key)\" (known: \(Self.knownKeys.joined(separator: ", ")))")

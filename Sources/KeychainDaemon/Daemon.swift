@@ -97,6 +97,7 @@ public final class Daemon: Sendable {
             core.onShutdown { appsWatcher.stop() }
         }
         startAutoLockThread()
+        startSync()
         ServiceNotifier.send("READY=1\nSTATUS=serving\nMAINPID=\(CurrentProcess.pid)")
         while let accepted = listener.accept() {
             if stopping.load(ordering: .acquiring) {

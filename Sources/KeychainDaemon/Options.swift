@@ -63,7 +63,7 @@ public struct Options: Sendable {
         Settings in keychaind.json: socket, dataDirectory, maxFrameBytes (1048576), maxConnections (4096),
         idleTimeoutSeconds (900; 0 = never), autoLockSeconds (0 = never), maxUnlockedSeconds (0 = no bound),
         kdfProfile (moderate|interactive), lookupCacheEntries (4096; 0 = off), maxBufferedBytes (67108864),
-        logLevel, secretService (false),
+        logLevel, secretService (false), syncFolder (none: no sync; docs/sync.md),
         secretServiceUnregistered (shared: processes that are not registered apps share one collection, the
         access group secret-service, as on every desktop today; refuse: only registered apps are served),
         lockWithSession (\(Settings.lockWithSessionDefault) in this build; true in the Debian package: lock when

@@ -35,6 +35,10 @@ public final class RequestHandler: Sendable {
 
     /// The config's `pinentryProgram`, for `status` (keychainctl runs it where it has no terminal).
     let pinentryProgram: String?
+    /// The sync service, when `syncFolder` is set (Daemon+Sync.swift).
+    let sync = Locked<(any SyncRequests)?>(nil)
+    /// The item service, for extensions in other files.
+    var itemService: ItemService { items }
 
     init(
         core: RequestCore, registrar: Registrar, maxFrameBytes: Int = Frame.defaultMaxBytes,
@@ -352,6 +356,8 @@ public final class RequestHandler: Sendable {
             return try status(app: app, identified: identified)
         case .lock, .unlock, .passwd, .backup, .restore, .approve, .revoke:
             return try admin(action, args, caller: caller!)
+        case .sync:
+            return try sync(args.values)
         }
     }
 

@@ -107,6 +107,10 @@ public enum AccessPolicy {
             // The current passphrase is required in the request itself ("old"), so no separate proof.
             guard caller.isAdmin else { return .deny(adminOnly(action, caller)) }
             return .allow
+        case .sync:
+            // Presence (the passphrase) is checked by the sync request for everything but status.
+            guard caller.isAdmin else { return .deny(adminOnly(action, caller)) }
+            return .allow
         case .backup, .restore, .approve, .revoke:
             guard caller.isAdmin else { return .deny(adminOnly(action, caller)) }
             return passphraseSet ? .allowWithPresence : .allow

@@ -148,6 +148,7 @@ public final class ItemService: Sendable {
             group = first
         }
         let protection = try protectionForWrite(query.attributes[.accessible]?.text)
+        try Self.checkSynchronizable(query.sync == .yes, protection)
         let now = clock.next()
         let itemClass = query.itemClass
         var stored = itemClass.defaults
@@ -628,6 +629,7 @@ public final class ItemService: Sendable {
                     if let sync = changes.sync { merged["sync"] = .bool(sync) }
                     merged["mdat"] = .date(clock.next(after: item.attributes["mdat"]?.date))
                     let protection = newProtection ?? item.protection
+                    try Self.checkSynchronizable(merged["sync"]?.bool == true, protection)
                     merged["pdmn"] = .text(protection.code)
                     // Every update seals the whole row afresh under a new item key (the old secret is
                     // opened to be sealed again when it does not change), so nothing written now can

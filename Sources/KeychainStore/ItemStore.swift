@@ -93,6 +93,9 @@ public final class ItemStore: Sendable {
 
     /// Whether point lookups go through the cache of sealed rows (`lookupCacheEntries` above 0).
     public var hasLookupCache: Bool { pointCache.capacity > 0 }
+    /// How many write transactions have finished since the store opened: a change of it says the
+    /// items may have changed (sync looks at it to find local writes).
+    public var writeGeneration: UInt64 { pointCache.generation }
 
     /// Closes every connection (finalizing their statements). Later calls are errSecNotAvailable;
     /// readers in use are closed when they are handed back.

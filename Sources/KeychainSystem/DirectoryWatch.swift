@@ -75,6 +75,20 @@ public final class DirectoryWatch: Sendable {
         return false
     }
 
+    /// As `waitForEvents`, giving up after `timeoutMilliseconds`: true when events are queued, false
+    /// after `stop`, nil when the time passed without either.
+    public func waitForEvents(timeoutMilliseconds: Int32) throws(Errno) -> Bool? {
+        if state.withLock({ $0.stopped }) { return false }
+        var fds = [
+            pollfd(fd: inotify.rawValue, events: Int16(POLLIN), revents: 0),
+            pollfd(fd: wake.readDescriptor, events: Int16(POLLIN), revents: 0),
+        ]
+        let n = try valueOrErrno("poll inotify") { poll(&fds, 2, timeoutMilliseconds) }
+        if fds[1].revents != 0 || state.withLock({ $0.stopped }) { return false }
+        if n > 0 && fds[0].revents != 0 { return true }
+        return nil
+    }
+
     /// Takes the queued events: whether a file that matters changed since the last look (or a target
     /// directory appeared or went), without waiting. The kernel queues a change before the call
     /// that made it returns, so this sees every change made before it (short of a flood: see

@@ -61,6 +61,8 @@ public final class FileDescriptor: Sendable {
         public static let noFollow = Options(rawValue: O_NOFOLLOW)
         /// Fail unless the path is a directory.
         public static let directory = Options(rawValue: O_DIRECTORY)
+        /// Do not wait in `open` or `read` (a FIFO without a writer opens at once, reads nothing).
+        public static let nonBlocking = Options(rawValue: O_NONBLOCK)
         /// A terminal that must not become the controlling terminal.
         public static let noControllingTerminal = Options(rawValue: O_NOCTTY)
         /// A handle on the file that reads and writes nothing (`O_PATH`): enough for `status`, and

@@ -7,6 +7,7 @@ enum Verb: String, CaseIterable {
     case deviceID = "device-id"
     case status, lock, unlock, passwd, backup, restore
     case apps, register, approve, unregister, help
+    case sync
     case addInternetPassword = "add-internet-password"
     case findInternetPassword = "find-internet-password"
     case deleteInternetPassword = "delete-internet-password"
@@ -56,6 +57,7 @@ enum Verb: String, CaseIterable {
         case .findInternetPassword:
             return Self.internetFilters.union([.showPassword, .printSecret, .all, .keychainPassphraseFile])
         case .deleteInternetPassword: return Self.internetFilters.union([.all, .keychainPassphraseFile])
+        case .sync: return [.keychainPassphraseFile]
         }
     }
 
@@ -76,6 +78,7 @@ enum Verb: String, CaseIterable {
         case .unregister: return ["APPLICATION-ID"]
         case .register: return ["[NAME]"]
         case .help: return ["[VERB]"]
+        case .sync: return ["ACTION", "[CODE]"]
         default: return []
         }
     }
@@ -121,6 +124,7 @@ enum Verb: String, CaseIterable {
         case .deleteInternetPassword:
             return
                 "keychainctl delete-internet-password [-a ACCOUNT] [-s SERVER] [-r PROTOCOL] [-P PORT] [-p PATH] [-d DOMAIN] [-t AUTHTYPE] [--group GROUP] [--all]"
+        case .sync: return SyncVerb.usage
         }
     }
 
@@ -147,6 +151,7 @@ enum Verb: String, CaseIterable {
         case .findInternetPassword:
             return "show an internet password's attributes, with -g its password, with -w only it"
         case .deleteInternetPassword: return "delete an internet password (or, with --all, every matching one)"
+        case .sync: return SyncVerb.summary
         }
     }
 
@@ -272,6 +277,7 @@ enum Verb: String, CaseIterable {
                 Without --all, deletes the one matching internet password and fails (errSecParam) when
                 several match; with --all, deletes every match.
                 """
+        case .sync: return SyncVerb.details
         }
     }
 

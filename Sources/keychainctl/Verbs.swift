@@ -35,6 +35,7 @@ struct Command {
         case .register: try register()
         case .approve: try approve(inv.positional[0])
         case .unregister: try unregister()
+        case .sync: try sync()
         }
     }
 
@@ -71,7 +72,7 @@ struct Command {
     /// Runs `body` with the request arguments that prove presence: the keychain passphrase when a
     /// file gives it, else none at first and — when the daemon answers that it needs it — asked on the
     /// terminal, and `body` run once more.
-    private func withPresence<R>(_ body: ([String: Value]) throws(KeychainError) -> R) throws(KeychainError) -> R {
+    func withPresence<R>(_ body: ([String: Value]) throws(KeychainError) -> R) throws(KeychainError) -> R {
         if inv.value(.keychainPassphraseFile) != nil {
             var p = try keychainPassphrase()
             defer { IO.wipe(&p) }

@@ -1,0 +1,226 @@
+import KeychainCore
+import KeychainCrypto
+import KeychainSystem
+import Testing
+
+@testable import KeychainSync
+
+/// SplitMix64: the same "random" operations on every run.
+struct SeededGenerator: RandomNumberGenerator {
+    var state: UInt64
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
+
+/// A simulated device: its state, clock and the files it has written.
+struct SimDevice {
+    let id: [UInt8]
+    var state = SyncState()
+    var clock: HybridClock
+    var sequence: UInt64 = 0
+    init(_ n: UInt8) {
+        id = [UInt8](repeating: n, count: 16)
+        clock = HybridClock(device: id)
+    }
+
+    mutating func write(_ itemID: [UInt8], secret: String?, now: UInt64) {
+        let stamp = clock.tick(now: now)
+        let attributes: [String: Value] = [
+            "svce": .text("svc-\(itemID[0])"), "acct": .text("me"), "agrp": .text("TEAM.app"),
+        ]
+        state.merge(
+            SyncEntry(
+                id: itemID, stamp: stamp, deleted: secret == nil, attributes: attributes,
+                secret: SecretBytes(Array((secret ?? "").utf8))))
+    }
+
+    mutating func file(_ key: SyncKey) -> [UInt8] {
+        sequence += 1
+        state.devices[id, default: .init()].sequence = sequence
+        return SyncFile.seal(state, header: .init(epoch: key.epoch, device: id, sequence: sequence), key: key)
+    }
+
+    mutating func read(_ files: [[UInt8]], _ key: SyncKey) {
+        var adopted = Set<[UInt8]>()
+        for f in files {
+            _ = SyncFolder.merge(f, key: key, into: &state, adopted: &adopted)
+        }
+        if let l = state.latestStamp { clock.observe(l) }
+    }
+}
+
+/// A 32-byte item identity.
+func iid(_ n: UInt8) -> [UInt8] { [UInt8](repeating: n, count: 32) }
+
+/// The winning version of each item, comparable across states.
+func summary(_ s: SyncState) -> [String] {
+    s.entries.values.map { e in
+        "\(SyncHex.encode(e.id)) \(e.stamp) \(e.deleted) \(String(decoding: e.secret.unprotectedArray, as: UTF8.self))"
+    }.sorted()
+}
+
+@Suite struct MergeTests {
+    let key = try! SyncKey.fresh(epoch: 1)
+
+    /// Three devices edit and delete the same few items concurrently, with skewed clocks, reading each
+    /// other's files at random moments. Every file any of them ever wrote (old versions included, as a
+    /// replay or a slow copy would bring them) is then read by fresh devices in many shuffled orders:
+    /// all end with the same version of every item, the one the rule picks.
+    @Test func shuffledOrdersConverge() throws {
+        var rng = SeededGenerator(state: 42)
+        var devices = [SimDevice(1), SimDevice(2), SimDevice(3)]
+        let skew: [UInt64] = [0, 5_000, 0]  // device 2's clock runs 5 s ahead
+        let items: [[UInt8]] = (0..<6).map { [UInt8](repeating: $0, count: 32) }
+        var allFiles: [[UInt8]] = []
+        var latest: [[UInt8]] = [[], [], []]
+        var now: UInt64 = 1_700_000_000_000
+        for step in 0..<200 {
+            now += UInt64.random(in: 0...3, using: &rng)  // often the same millisecond
+            let d = Int.random(in: 0..<3, using: &rng)
+            if Bool.random(using: &rng) {
+                devices[d].read(latest.filter { !$0.isEmpty }.shuffled(using: &rng), key)
+            }
+            let item = items.randomElement(using: &rng)!
+            let delete = Int.random(in: 0..<4, using: &rng) == 0
+            devices[d].write(item, secret: delete ? nil : "v\(step)-d\(d)", now: now + skew[d])
+            let file = devices[d].file(key)
+            latest[d] = file
+            allFiles.append(file)
+        }
+        var reference = SimDevice(9)
+        reference.read(allFiles, key)
+        let expected = summary(reference.state)
+        #expect(expected.count == items.count)
+        for round in 0..<25 {
+            var reader = SimDevice(UInt8(10 + round))
+            reader.read(allFiles.shuffled(using: &rng), key)
+            #expect(summary(reader.state) == expected, "order \(round)")
+        }
+        // The devices themselves, once each has read the others' last files, agree too.
+        for d in devices.indices {
+            devices[d].read(latest.shuffled(using: &rng), key)
+            #expect(summary(devices[d].state) == expected, "device \(d + 1)")
+        }
+    }
+
+    /// The rule itself: the later stamp wins; a write made after seeing a version from a device whose
+    /// clock runs ahead still wins over it; equal stamps are broken by content, the same way on both sides.
+    @Test func lastWriterWinsOnTheHybridClock() {
+        var fast = SimDevice(1)
+        var slow = SimDevice(2)
+        fast.write(iid(7), secret: "from the fast clock", now: 10_000)
+        slow.read([fast.file(key)], key)
+        slow.write(iid(7), secret: "later, on the slow clock", now: 1_000)
+        fast.read([slow.file(key)], key)
+        #expect(summary(fast.state) == summary(slow.state))
+        #expect(
+            fast.state.entries[iid(7)].map { String(decoding: $0.secret.unprotectedArray, as: UTF8.self) }
+                == "later, on the slow clock")
+
+        let stamp = SyncStamp(wall: 5, counter: 0, device: [UInt8](repeating: 3, count: 16))
+        let a = SyncEntry(
+            id: iid(1), stamp: stamp, deleted: false, attributes: [:], secret: SecretBytes(Array("a".utf8)))
+        let b = SyncEntry(
+            id: iid(1), stamp: stamp, deleted: false, attributes: [:], secret: SecretBytes(Array("b".utf8)))
+        #expect(b.wins(over: a) && !a.wins(over: b))
+        var s1 = SyncState()
+        var s2 = SyncState()
+        s1.merge(a)
+        s1.merge(b)
+        s2.merge(b)
+        s2.merge(a)
+        #expect(summary(s1) == summary(s2))
+    }
+
+    /// A delete is a tombstone: an older version of the item arriving later does not bring it back.
+    @Test func tombstonesKeepDeletedItemsDeleted() {
+        var a = SimDevice(1)
+        var b = SimDevice(2)
+        a.write(iid(5), secret: "one", now: 100)
+        let old = a.file(key)
+        b.read([old], key)
+        b.write(iid(5), secret: nil, now: 200)
+        let deleted = b.file(key)
+        var c = SimDevice(3)
+        c.read([deleted, old], key)
+        #expect(c.state.entries[iid(5)]?.deleted == true)
+        #expect(c.state.liveEntries.isEmpty)
+    }
+
+    /// A replayed older file from a device is skipped (and could not roll anything back anyway); a
+    /// truncated, bit-flipped or foreign file changes nothing and says why; a file of another key epoch
+    /// is not read.
+    @Test func replayedDamagedAndForeignFilesChangeNothing() throws {
+        var a = SimDevice(1)
+        a.write(iid(1), secret: "first", now: 100)
+        let first = a.file(key)
+        a.write(iid(1), secret: "second", now: 200)
+        let second = a.file(key)
+        var reader = SimDevice(2)
+        var adopted = Set<[UInt8]>()
+        #expect(
+            SyncFolder.merge(second, key: key, into: &reader.state, adopted: &adopted)
+                == .merged(device: a.id, sequence: 2, adopted: 1))
+        #expect(
+            SyncFolder.merge(first, key: key, into: &reader.state, adopted: &adopted)
+                == .stale(device: a.id, sequence: 1))
+        let before = summary(reader.state)
+
+        var truncated = second
+        truncated.removeLast(100)
+        var flipped = second
+        flipped[flipped.count / 2] ^= 1
+        var forgedSequence = first
+        forgedSequence[SyncFile.headerBytes - 1] = 9  // header is authenticated: a raised sequence fails
+        for bad in [truncated, flipped, forgedSequence, Array("hello".utf8), []] {
+            // Read by a device that has seen nothing yet (one that has would skip them as not newer).
+            var fresh = SyncState()
+            let r = SyncFolder.merge(bad, key: key, into: &fresh, adopted: &adopted)
+            guard case .damaged = r else {
+                Issue.record("accepted a bad file: \(r)")
+                continue
+            }
+            #expect(fresh.entries.isEmpty && fresh.devices.isEmpty)
+        }
+        let otherKey = try SyncKey.fresh(epoch: 1)
+        var c = SimDevice(3)
+        c.write(iid(1), secret: "other key", now: 900)
+        let foreign = SyncFile.seal(c.state, header: .init(epoch: 1, device: c.id, sequence: 5), key: otherKey)
+        guard case .damaged = SyncFolder.merge(foreign, key: key, into: &reader.state, adopted: &adopted) else {
+            Issue.record("a file under another key was read")
+            return
+        }
+        let rotated = try SyncKey.fresh(epoch: 2)
+        let newer = SyncFile.seal(c.state, header: .init(epoch: 2, device: c.id, sequence: 6), key: rotated)
+        #expect(
+            SyncFolder.merge(newer, key: key, into: &reader.state, adopted: &adopted)
+                == .otherKey(device: c.id, epoch: 2))
+        #expect(summary(reader.state) == before)
+    }
+
+    /// The folder holds no service, account, group or secret in the clear, and sizes are padded: one
+    /// item and twenty small items make files of the same size.
+    @Test func filesAreCiphertextAndPadded() {
+        var one = SimDevice(1)
+        one.write(iid(1), secret: "hunter2-secret", now: 1)
+        let small = one.file(key)
+        var many = SimDevice(2)
+        for i in 0..<20 { many.write(iid(UInt8(i)), secret: "secret \(i)", now: UInt64(i)) }
+        let big = many.file(key)
+        #expect(small.count == big.count)
+        for needle in ["hunter2", "svc-", "TEAM.app", "me"] where needle.count > 2 {
+            #expect(!contains(small, Array(needle.utf8)), "\(needle) in clear")
+        }
+    }
+
+    func contains(_ hay: [UInt8], _ needle: [UInt8]) -> Bool {
+        guard needle.count <= hay.count else { return false }
+        for i in 0...(hay.count - needle.count) where Array(hay[i..<(i + needle.count)]) == needle { return true }
+        return false
+    }
+}
