@@ -87,6 +87,9 @@ extension RequestHandler {
                         }
                     }
                 } catch {
+                    // Unlocked meanwhile by someone else (`keychainctl unlock`, the Secret Service's
+                    // dialog): the call is served whatever this dialog's end.
+                    if !items.isLocked { return }
                     Log.info(
                         "passphrase prompt ended without unlocking",
                         [("app", app.applicationIdentifier), ("why", error.keychainError.message)])

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import daemon_binary
+from conftest import daemon_binary, python_env
 from test_secret_service import (DEADLINE, ROOT, SECRET_TOOL, SERVICE, call, fresh, set_passphrase,  # noqa: F401
                                  unique, wait_for)
 
@@ -421,3 +421,36 @@ print(json.dumps([first, second]))
 """)
     assert seen == ["py secret", "py secret"]
     assert pinentry.count("GETPIN") == 2
+
+
+def test_a_secitem_dialog_keeps_no_other_client_waiting_and_shows_once(fresh, pinentry):  # noqa: F811
+    d, exe, service = locked_with_app_item(fresh, pinentry)
+    release = pinentry.dir / "release"
+    pinentry.answer({"hold": str(release)})
+    code = f"""
+import json
+from keychaind import Client
+with Client(timeout=300) as c:
+    print(json.dumps({{"data": c.copy({{"class": "genp", "svce": "{service}", "acct": "a", "r_Data": True}}).decode()}}))
+"""
+    env = python_env(dict(KEYCHAIND_SOCKET=d.socket))
+    first = subprocess.Popen([exe, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    second = None
+    try:
+        wait_for("the dialog", lambda: "HOLDING" in pinentry.lines())
+        # The dialog runs on the asking connection's thread: other clients are answered meanwhile.
+        assert d.locked()
+        second = subprocess.Popen([exe, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        assert d.run([d.keychainctl, "unlock", "--passphrase-file", str(d.root / "pw")]).returncode == 0
+        release.touch()     # the dialog is cancelled now, after the unlock from elsewhere
+        for proc in (first, second):
+            out, err = proc.communicate(timeout=DEADLINE)
+            assert proc.returncode == 0 and json.loads(out) == {"data": "py secret"}, err
+    finally:
+        release.touch()
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    # One dialog for both callers.
+    assert pinentry.count("GETPIN") == 1 and pinentry.count("START") == 1
