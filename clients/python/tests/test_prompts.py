@@ -440,7 +440,8 @@ with Client(timeout=300) as c:
         wait_for("the dialog", lambda: "HOLDING" in pinentry.lines())
         # The dialog runs on the asking connection's thread: other clients are answered meanwhile.
         assert d.locked()
-        second = subprocess.Popen([exe, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        second = subprocess.Popen([exe, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  env=env)
         assert d.run([d.keychainctl, "unlock", "--passphrase-file", str(d.root / "pw")]).returncode == 0
         release.touch()     # the dialog is cancelled now, after the unlock from elsewhere
         for proc in (first, second):
