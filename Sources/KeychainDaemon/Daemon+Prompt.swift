@@ -1,5 +1,4 @@
 public import KeychainCore
-import KeychainCrypto
 public import KeychainPrompt
 public import KeychainSystem
 
@@ -14,8 +13,6 @@ extension Daemon {
     /// Unlocks with a passphrase a person typed at a prompt shown for `by` (logged, never the
     /// passphrase): errSecAuthFailed when it is wrong, counted towards the wrong-passphrase delays.
     public func unlock(typed: SecretBytes, by: String) throws(KeychainError) {
-        let passphrase = try typed.withUnsafeBytes { (b) throws(KeychainError) in try PasswordHash.passphrase(b) }
-        guard let passphrase else { throw KeychainError(.authFailed, "the passphrase is empty") }
-        try handler.unlock(passphrase: passphrase, by: by)
+        try handler.unlock(typed: typed, by: by)
     }
 }

@@ -2,6 +2,7 @@ import Foundation
 import KeychainCore
 import KeychainCrypto
 import KeychainItems
+import KeychainPrompt
 public import KeychainRequests
 import KeychainStore
 import KeychainSystem
@@ -67,7 +68,10 @@ public final class Daemon: Sendable {
             core: core, registrar: registrar, maxFrameBytes: settings.maxFrameBytes,
             maxBufferedBytes: settings.maxBufferedBytes,
             lockSettings: (settings.autoLockSeconds, settings.maxUnlockedSeconds),
-            pinentryProgram: settings.pinentryProgram)
+            pinentryProgram: settings.pinentryProgram,
+            prompter: { [program = settings.pinentryProgram, timeout = settings.pinentryTimeoutSeconds] in
+                Prompter(configured: program, timeoutSeconds: timeout)
+            })
         if let inherited = try Listener.inherited() {
             listener = inherited
         } else {

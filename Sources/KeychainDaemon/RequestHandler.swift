@@ -1,6 +1,7 @@
 import KeychainCore
 import KeychainCrypto
 public import KeychainItems
+import KeychainPrompt
 public import KeychainRequests
 import KeychainSystem
 public import KeychainWire
@@ -39,13 +40,17 @@ public final class RequestHandler: Sendable {
     let sync = Locked<(any SyncRequests)?>(nil)
     /// The item service, for extensions in other files.
     var itemService: ItemService { items }
+    /// The passphrase prompt a SecItem call on a locked keychain shows (RequestHandler+Prompt.swift),
+    /// made when one is needed; nil: nobody is asked (the fuzz target, tests over a fixed registry).
+    let makePrompter: (@Sendable () -> Prompter)?
 
     init(
         core: RequestCore, registrar: Registrar, maxFrameBytes: Int = Frame.defaultMaxBytes,
         maxBufferedBytes: Int = 64 << 20, lockSettings: (autoLock: Int, maxUnlocked: Int) = (0, 0),
-        pinentryProgram: String? = nil
+        pinentryProgram: String? = nil, prompter: (@Sendable () -> Prompter)? = nil
     ) {
         self.pinentryProgram = pinentryProgram
+        makePrompter = prompter
         self.core = core
         items = core.items
         self.registrar = registrar
@@ -127,11 +132,17 @@ public final class RequestHandler: Sendable {
         var slot: MemoSlot?
         if let memo, let shape = RequestShape.scan(body), shape.op == .copy {
             let query = UnsafeRawBufferPointer(rebasing: body[shape.queryStart...])
-            if memoized(query, id: shape.id, memo: memo, peer: peer, into: &output) {
-                if output.capacity > AnswerLedger.freeOutputBytes {
-                    held(&output, answerFrom: start, id: shape.id, peer: peer)
+            var failure: KeychainError?
+            if memoized(query, id: shape.id, memo: memo, peer: peer, into: &output, failure: &failure) {
+                if failure?.status == .interactionNotAllowed && makePrompter != nil {
+                    // The keychain is locked: the full path may ask the person (RequestHandler+Prompt.swift).
+                    output.removeLast(output.count - start)
+                } else {
+                    if output.capacity > AnswerLedger.freeOutputBytes {
+                        held(&output, answerFrom: start, id: shape.id, peer: peer)
+                    }
+                    return false
                 }
-                return false
             }
             slot = MemoSlot(memo: memo, query: query)
         }
@@ -198,7 +209,9 @@ public final class RequestHandler: Sendable {
     /// the filters and digests made again) and the compiled query kept. When a value is not valid
     /// UTF-8 the request takes the full path, which answers with the error.
     private func memoized(
-        _ query: UnsafeRawBufferPointer, id: Int64, memo: CopyMemo, peer: ConnectionPeer, into output: inout SecretBytes
+        _ query: UnsafeRawBufferPointer, id: Int64, memo: CopyMemo, peer: ConnectionPeer,
+        into output: inout SecretBytes,
+        failure: inout KeychainError?
     ) -> Bool {
         guard peer.isIdentified(in: registrar) else { return false }
         let token = CopyMemo.Token(
@@ -206,7 +219,7 @@ public final class RequestHandler: Sendable {
             indexGeneration: items.indexGeneration)
         let hash = CopyMemo.hash(query)
         if let compiled = memo.lookup(query, hash: hash, token: token) {
-            served(compiled, id, peer: peer, into: &output)
+            failure = served(compiled, id, peer: peer, into: &output)
             return true
         }
         var serviceRange = 0..<0
@@ -218,17 +231,16 @@ public final class RequestHandler: Sendable {
         let account = UnsafeRawBufferPointer(rebasing: query[accountRange])
         guard CBOR.isText(service), CBOR.isText(account) else { return false }
         if items.copiesInPlace(base) && !memo.noteRecompiled(query, hash: hash) {
-            let found: Bool
             if items.lendsData(base) {
-                found = answer(id, into: &output) { (place) throws(KeychainError) in
+                failure = answer(id, into: &output) { (place) throws(KeychainError) in
                     try items.withData(of: base, service: service, account: account, into: place)
                 }
             } else {
-                found = answer(id, into: &output) { () throws(KeychainError) in
+                failure = answer(id, into: &output) { () throws(KeychainError) in
                     try items.copy(base, service: service, account: account)
                 }
             }
-            if found { touch() }
+            if failure == nil { touch() }
             return true
         }
         guard let serviceText = CBOR.text(service), let accountText = CBOR.text(account),
@@ -240,34 +252,37 @@ public final class RequestHandler: Sendable {
         } else {
             memo.storeRecompiled(query, token: token, compiled: compiled)
         }
-        served(compiled, id, peer: peer, into: &output)
+        failure = served(compiled, id, peer: peer, into: &output)
         return true
     }
 
     /// A compiled `copy` run for request `id`: the rows read now, activity counted when it found some.
+    /// Returns the error answered, or nil.
     private func served(
         _ compiled: ItemService.CompiledCopy, _ id: Int64, peer: ConnectionPeer, into output: inout SecretBytes
-    ) {
-        let found =
+    ) -> KeychainError? {
+        let failure =
             items.lendsData(compiled)
             ? answer(id, into: &output) { (place) throws(KeychainError) in
                 try items.withData(of: compiled, into: place)
             }
             : answer(id, into: &output) { () throws(KeychainError) in try items.copy(compiled, answers: peer.answers) }
-        if found { touch() }
+        if failure == nil { touch() }
+        return failure
     }
 
-    /// The answer to request `id`: `result`'s value, or the error it threw. Returns whether it succeeded.
+    /// The answer to request `id`: `result`'s value, or the error it threw. Returns that error, or
+    /// nil when it succeeded.
     @discardableResult
     private func answer(_ id: Int64, into output: inout SecretBytes, _ result: () throws(KeychainError) -> Value?)
-        -> Bool
+        -> KeychainError?
     {
         do {
             Response(id: id, result: try result()).appendFrame(to: &output)
-            return true
+            return nil
         } catch {
             Response(id: id, error: error).appendFrame(to: &output)
-            return false
+            return error
         }
     }
 
@@ -278,17 +293,17 @@ public final class RequestHandler: Sendable {
     private func answer(
         _ id: Int64, into output: inout SecretBytes,
         data open: (ItemService.DataPlacement) throws(KeychainError) -> Void
-    ) -> Bool {
+    ) -> KeychainError? {
         let start = output.count
         do {
             try open { (count, fill) throws(KeychainError) in
                 try Response.appendSuccess(id: id, count: count, to: &output, filling: fill)
             }
-            return true
+            return nil
         } catch {
             output.removeLast(output.count - start)
             Response(id: id, error: error).appendFrame(to: &output)
-            return false
+            return error
         }
     }
 
@@ -331,25 +346,31 @@ public final class RequestHandler: Sendable {
         switch action {
         case .copy:
             guard let slot else {
-                let result = try item(action, request, caller: caller!, answers: peer.answers)
+                let result = try askingToUnlock(action, query: request.query, app: app) { () throws(KeychainError) in
+                    try item(action, request, caller: caller!, answers: peer.answers)
+                }
                 touch()
                 return result
             }
             let token = CopyMemo.Token(
                 registryGeneration: peer.generation, passphraseSet: passphraseSet,
                 indexGeneration: items.indexGeneration)
-            let result = try item(action, request, caller: caller!, answers: peer.answers) { compiled in
-                slot.memo.store(slot.query, token: token, compiled: compiled)
-                if let template = QueryTemplate.scan(slot.query) {
-                    slot.memo.store(
-                        template: template.key, queryCount: slot.query.count, token: token, compiled: compiled,
-                        markers: template.markers)
+            let result = try askingToUnlock(action, query: request.query, app: app) { () throws(KeychainError) in
+                try item(action, request, caller: caller!, answers: peer.answers) { compiled in
+                    slot.memo.store(slot.query, token: token, compiled: compiled)
+                    if let template = QueryTemplate.scan(slot.query) {
+                        slot.memo.store(
+                            template: template.key, queryCount: slot.query.count, token: token, compiled: compiled,
+                            markers: template.markers)
+                    }
                 }
             }
             touch()
             return result
         case .add, .update, .delete:
-            let result = try item(action, request, caller: caller!, answers: peer.answers)
+            let result = try askingToUnlock(action, query: request.query, app: app) { () throws(KeychainError) in
+                try item(action, request, caller: caller!, answers: peer.answers)
+            }
             touch()
             return result
         case .status:

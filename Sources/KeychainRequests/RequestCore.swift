@@ -40,6 +40,10 @@ public final class RequestCore: Sendable {
     /// and by the auto-lock thread or a lock request while it decides to lock: a right passphrase is
     /// never followed by a lock counted from before it.
     public let unlockGate = Lock()
+    /// Held while a passphrase dialog asked for by a request is showing: one dialog at a time, the
+    /// other requests that would ask wait for it to end (and are served without a dialog of their
+    /// own when it unlocked the keychain).
+    public let promptLock = Lock()
     /// What `status` says about each transport other than the socket (its fields under its name)
     /// and the isolation note that goes with it, in the order they were set.
     private let statuses = Locked<[(name: String, fields: [String: Value], note: String)]>([])

@@ -267,16 +267,17 @@ nonisolated(unsafe) public let kSecReturnRef: CFString = SecConstant("r_Ref")
 nonisolated(unsafe) public let kSecUseDataProtectionKeychain: CFString = SecConstant("nleg")
 /// The text Apple shows in the authentication prompt; accepted and ignored here.
 nonisolated(unsafe) public let kSecUseOperationPrompt: CFString = SecConstant("u_OpPrompt")
-/// Whether Apple may show authentication UI (deprecated); accepted and ignored here.
+/// Whether authentication UI may be shown: on a locked keychain keychaind asks for the passphrase
+/// through pinentry unless this says Fail or Skip (sent to the daemon).
 nonisolated(unsafe) public let kSecUseAuthenticationUI: CFString = SecConstant("u_AuthUI")
-/// Fail rather than show authentication UI (deprecated by Apple for `kSecUseAuthenticationUI`);
-/// accepted and ignored here.
+/// Fail rather than show authentication UI (deprecated by Apple for `kSecUseAuthenticationUI`):
+/// true is `kSecUseAuthenticationUIFail` (sent to the daemon).
 nonisolated(unsafe) public let kSecUseNoAuthenticationUI: CFString = SecConstant("u_NoAuthUI")
-/// Allow authentication UI (a value of `kSecUseAuthenticationUI`); accepted and ignored here.
+/// Allow authentication UI (a value of `kSecUseAuthenticationUI`; the default).
 nonisolated(unsafe) public let kSecUseAuthenticationUIAllow: CFString = SecConstant("u_AuthUIA")
-/// Fail with `errSecInteractionNotAllowed` rather than show UI; accepted and ignored here.
+/// Fail with `errSecInteractionNotAllowed` rather than show UI.
 nonisolated(unsafe) public let kSecUseAuthenticationUIFail: CFString = SecConstant("u_AuthUIF")
-/// Skip items that would need UI; accepted and ignored here.
+/// Skip items that would need UI: on a locked keychain, as Fail (every item of the locked classes would).
 nonisolated(unsafe) public let kSecUseAuthenticationUISkip: CFString = SecConstant("u_AuthUIS")
 /// A LocalAuthentication context to reuse for authentication; accepted and ignored here.
 nonisolated(unsafe) public let kSecUseAuthenticationContext: CFString = SecConstant("u_AuthCtx")

@@ -55,9 +55,12 @@ enum Conversion {
             guard let key = k as? String else {
                 throw .param("\(what) has a key of type \(typeName(k)); keys must be strings such as kSecAttrService")
             }
-            // Apple's client strips the UI/LocalAuthentication keys; `nleg` is a no-op; generic passwords
-            // have no reference type, so kSecReturnRef returns nothing.
-            if key.hasPrefix("u_") || key == "nleg" || key == "r_Ref" { continue }
+            // The daemon reads whether it may ask (kSecUseAuthenticationUI, kSecUseNoAuthenticationUI);
+            // the other LocalAuthentication keys are stripped as Apple's client does; `nleg` is a
+            // no-op; generic passwords have no reference type, so kSecReturnRef returns nothing.
+            if (key.hasPrefix("u_") && key != "u_AuthUI" && key != "u_NoAuthUI") || key == "nleg" || key == "r_Ref" {
+                continue
+            }
             if key == "accc" {
                 // No constraints: only a protection class, which is what kSecAttrAccessible says.
                 guard let control = v as? SecAccessControl, control.flags.isEmpty, let protection = control.protection

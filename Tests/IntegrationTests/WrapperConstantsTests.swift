@@ -253,7 +253,7 @@ final class WrapperConstantsTests: SharedConnectionTestCase {
             kSecClass as String: kSecClassGenericPassword, kSecAttrService as String: "com.example.noui",
             kSecAttrAccount as String: "a",
         ]
-        // kSecUseNoAuthenticationUI is accepted and ignored, as kSecUseAuthenticationUI is.
+        // kSecUseNoAuthenticationUI is accepted; on an unlocked keychain it changes nothing (no prompt is needed).
         var add = genp
         add[kSecValueData as String] = Data("pw".utf8)
         add[kSecUseNoAuthenticationUI as String] = kCFBooleanTrue

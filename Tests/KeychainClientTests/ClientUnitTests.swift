@@ -94,6 +94,24 @@ final class ClientUnitTests: XCTestCase {
             ])
     }
 
+    func testWhetherTheDaemonMayAskTravelsAndTheOtherUIKeysDoNot() throws {
+        // The daemon asks for the passphrase of a locked keychain unless the query says Fail or Skip.
+        let fail: [String: Any] = [
+            kSecClass as String: kSecClassGenericPassword,
+            kSecUseAuthenticationUI as String: kSecUseAuthenticationUIFail,
+            kSecUseOperationPrompt as String: "ignored",
+        ]
+        XCTAssertEqual(
+            try Conversion.map(fail as CFDictionary, what: "the query"),
+            ["class": .text("genp"), "u_AuthUI": .text("u_AuthUIF")])
+        let noUI: [String: Any] = [
+            kSecClass as String: kSecClassGenericPassword, kSecUseNoAuthenticationUI as String: true,
+        ]
+        XCTAssertEqual(
+            try Conversion.map(noUI as CFDictionary, what: "the query"),
+            ["class": .text("genp"), "u_NoAuthUI": .bool(true)])
+    }
+
     func testValuesWithoutAWireFormAreErrSecParamNamingTheKey() {
         func failure(_ dict: [String: Any]) -> KeychainError? {
             do throws(KeychainError) {

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import daemon_binary
+from conftest import daemon_binary, python_env
 from test_secret_service import (DEADLINE, ROOT, SECRET_TOOL, SERVICE, call, fresh, set_passphrase,  # noqa: F401
                                  unique, wait_for)
 
@@ -304,3 +304,154 @@ def test_the_real_pinentry_tty_under_a_pseudo_terminal(fresh, pinentry):  # noqa
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
         os.close(fd)
+
+
+# SecItem calls on a locked keychain: the daemon asks through pinentry when the caller allows UI.
+
+def python_app(d):
+    """A copy of the interpreter registered (system-wide, so no approval is needed) as T.syspy."""
+    from conftest import interpreter
+    exe = d._copy(interpreter(), "sys-python")
+    d._app("syspy", "T.syspy", ["T.syspy"], [exe], system=True)
+    os.kill(d.process.pid, signal.SIGHUP)
+    wait_for("the reload", lambda: "apps reloaded why=SIGHUP" in d.log_text())
+    return exe
+
+
+def locked_with_app_item(fresh, pinentry, env=None):  # noqa: F811
+    """A daemon with the fake pinentry (and a display unless env says otherwise), T.syspy's item in a
+    locked keychain; (daemon, the app's executable, the item's service)."""
+    d = fresh({"pinentryProgram": str(pinentry.program)}, env={"DISPLAY": ":99"} if env is None else env)
+    exe = python_app(d)
+    service = unique("secitem")
+    d.python(exe, f"""
+import json
+from keychaind import Client
+with Client() as c:
+    c.add({{"class": "genp", "svce": "{service}", "acct": "a", "v_Data": b"py secret"}})
+print(json.dumps({{"ok": True}}))
+""")
+    set_passphrase(d, PASSPHRASE)
+    assert d.run([d.keychainctl, "lock"]).returncode == 0
+    return d, exe, service
+
+
+def app_copy(d, exe, service, extra="", returns='"r_Data": True'):
+    """The app reads its item with SecItemCopyMatching; {"data": ...} or {"status": ..., "message": ...}."""
+    return d.python(exe, f"""
+import json
+from keychaind import Client, KeychainError
+try:
+    with Client(timeout=300) as c:
+        r = c.copy({{"class": "genp", "svce": "{service}", "acct": "a", {returns} {extra}}})
+    print(json.dumps({{"data": r.decode() if isinstance(r, bytes) else repr(r)}}))
+except KeychainError as e:
+    print(json.dumps({{"status": e.status, "message": str(e)}}))
+""")
+
+
+def test_secitem_on_a_locked_keychain_asks_then_answers(fresh, pinentry):  # noqa: F811
+    d, exe, service = locked_with_app_item(fresh, pinentry)
+    pinentry.answer({"pin": "wrong"}, {"pin": PASSPHRASE})
+    assert app_copy(d, exe, service) == {"data": "py secret"}
+    [description] = pinentry.argument("SETDESC")
+    assert "T.syspy" in description and f"service={service}" in description and "account=a" in description
+    assert pinentry.count("GETPIN") == 2 and "try 2 of 3" in pinentry.argument("SETERROR")[0]
+    assert not d.locked()
+    assert PASSPHRASE not in d.log_text()
+
+
+def test_secitem_allowing_ui_explicitly_asks(fresh, pinentry):  # noqa: F811
+    d, exe, service = locked_with_app_item(fresh, pinentry)
+    pinentry.answer({"pin": PASSPHRASE})
+    assert app_copy(d, exe, service, extra=', "u_AuthUI": "u_AuthUIA"') == {"data": "py secret"}
+    assert pinentry.count("GETPIN") == 1
+
+
+@pytest.mark.parametrize("extra", [', "u_AuthUI": "u_AuthUIF"', ', "u_NoAuthUI": True', ', "u_AuthUI": "u_AuthUIS"'])
+def test_secitem_refusing_ui_gets_interaction_not_allowed_without_a_prompt(fresh, pinentry, extra):  # noqa: F811
+    d, exe, service = locked_with_app_item(fresh, pinentry)
+    pinentry.answer({"pin": PASSPHRASE})
+    seen = app_copy(d, exe, service, extra=extra)
+    assert seen["status"] == -25308, seen
+    assert pinentry.lines() == []
+    assert d.locked()
+    # The same read allowing UI (the default) asks, and is answered.
+    assert app_copy(d, exe, service) == {"data": "py secret"}
+    assert pinentry.count("GETPIN") == 1
+
+
+def test_secitem_prompt_cancelled_is_user_canceled(fresh, pinentry):  # noqa: F811
+    d, exe, service = locked_with_app_item(fresh, pinentry)
+    pinentry.answer("cancel")
+    seen = app_copy(d, exe, service)
+    assert seen["status"] == -128 and "cancelled" in seen["message"], seen
+    assert pinentry.count("GETPIN") == 1
+    assert d.locked()
+
+
+def test_secitem_with_no_display_and_no_terminal_is_interaction_not_allowed(fresh, pinentry):  # noqa: F811
+    d, exe, service = locked_with_app_item(fresh, pinentry, env={})
+    seen = app_copy(d, exe, service)
+    assert seen["status"] == -25308, seen
+    assert pinentry.lines() == [] and "DISPLAY and WAYLAND_DISPLAY are unset" in d.log_text()
+
+
+def test_secitem_bad_authentication_ui_value_is_a_param_error(fresh, pinentry):  # noqa: F811
+    d, exe, service = locked_with_app_item(fresh, pinentry)
+    seen = app_copy(d, exe, service, extra=', "u_AuthUI": "always"')
+    assert seen["status"] == -50 and "u_AuthUIA" in seen["message"], seen
+    assert pinentry.lines() == []
+
+
+def test_a_repeated_secitem_read_on_one_connection_asks_after_a_lock(fresh, pinentry):  # noqa: F811
+    # The second read of the same query on one connection is served from the connection's memo of
+    # compiled queries: it must ask too once the keychain locked between the two.
+    d, exe, service = locked_with_app_item(fresh, pinentry)
+    pinentry.answer({"pin": PASSPHRASE}, {"pin": PASSPHRASE})
+    seen = d.python(exe, f"""
+import json, os, subprocess
+from keychaind import Client
+q = {{"class": "genp", "svce": "{service}", "acct": "a", "r_Data": True}}
+with Client(timeout=300) as c:
+    first = c.copy(q).decode()
+    subprocess.run([{str(d.keychainctl)!r}, "lock"], check=True)
+    second = c.copy(q).decode()
+print(json.dumps([first, second]))
+""")
+    assert seen == ["py secret", "py secret"]
+    assert pinentry.count("GETPIN") == 2
+
+
+def test_a_secitem_dialog_keeps_no_other_client_waiting_and_shows_once(fresh, pinentry):  # noqa: F811
+    d, exe, service = locked_with_app_item(fresh, pinentry)
+    release = pinentry.dir / "release"
+    pinentry.answer({"hold": str(release)})
+    code = f"""
+import json
+from keychaind import Client
+with Client(timeout=300) as c:
+    print(json.dumps({{"data": c.copy({{"class": "genp", "svce": "{service}", "acct": "a", "r_Data": True}}).decode()}}))
+"""
+    env = python_env(dict(KEYCHAIND_SOCKET=d.socket))
+    first = subprocess.Popen([exe, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    second = None
+    try:
+        wait_for("the dialog", lambda: "HOLDING" in pinentry.lines())
+        # The dialog runs on the asking connection's thread: other clients are answered meanwhile.
+        assert d.locked()
+        second = subprocess.Popen([exe, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  env=env)
+        assert d.run([d.keychainctl, "unlock", "--passphrase-file", str(d.root / "pw")]).returncode == 0
+        release.touch()     # the dialog is cancelled now, after the unlock from elsewhere
+        for proc in (first, second):
+            out, err = proc.communicate(timeout=DEADLINE)
+            assert proc.returncode == 0 and json.loads(out) == {"data": "py secret"}, err
+    finally:
+        release.touch()
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    # One dialog for both callers.
+    assert pinentry.count("GETPIN") == 1 and pinentry.count("START") == 1
