@@ -63,6 +63,8 @@ public final class FileDescriptor: Sendable {
         public static let directory = Options(rawValue: O_DIRECTORY)
         /// A terminal that must not become the controlling terminal.
         public static let noControllingTerminal = Options(rawValue: O_NOCTTY)
+        /// `O_NONBLOCK`: opening a FIFO does not wait for a writer.
+        public static let nonBlocking = Options(rawValue: O_NONBLOCK)
         /// A handle on the file that reads and writes nothing (`O_PATH`): enough for `status`, and
         /// closing it drops none of the process's POSIX locks on the file, which closing any other
         /// descriptor of it does.
@@ -102,6 +104,16 @@ public final class FileDescriptor: Sendable {
             done += n
         }
         return done
+    }
+
+    /// Whether the file lies on a read-only mount (`fstatvfs(2)`'s `ST_RDONLY`): no process can
+    /// write it through any path while the mount stays so.
+    public func isOnReadOnlyMount() throws(Errno) -> Bool {
+        try withDescriptor("fstatvfs") { (fd) throws(Errno) in
+            var info = statvfs()
+            _ = try valueOrErrno("fstatvfs") { fstatvfs(fd, &info) }
+            return info.f_flag & UInt(ST_RDONLY) != 0
+        }
     }
 
     /// Reads until end of file into a new array (`chunk` bytes at a time). The reading buffer is
