@@ -26,9 +26,29 @@ public enum FlatpakInfo {
             return nil
         }
         defer { file.close() }
+        // The sandbox's user namespace must be a child of keychaind's, as Flatpak makes it: a
+        // sandboxed app that makes a namespace of its own inside (with a /.flatpak-info of another
+        // app bound over its root) is a grandchild, and names no app.
+        let parent: FileStatus?
+        do {
+            let userNamespace = try FileDescriptor.open("/proc/\(pid)/ns/user")
+            defer { userNamespace.close() }
+            let parentNamespace = try userNamespace.namespaceParent()
+            defer { parentNamespace.close() }
+            parent = try parentNamespace.status()
+        } catch {
+            parent = nil
+        }
         guard process.isPinned else {
             return .failure(
                 KeychainIdentityError("the calling process (pid \(pid)) exited before it could be identified"))
+        }
+        guard let parent, FileIdentity(device: parent.device, inode: parent.inode) == PeerIdentity.ownUserNamespace
+        else {
+            return .failure(
+                KeychainIdentityError(
+                    "pid \(pid) runs in a sandbox inside another namespace than keychaind's own children (a sandbox made inside a sandbox), so its /.flatpak-info names no app"
+                ))
         }
         let bytes: [UInt8]
         do {

@@ -106,6 +106,14 @@ public final class FileDescriptor: Sendable {
         return done
     }
 
+    /// The parent of the namespace this descriptor names (`/proc/<pid>/ns/user` or `…/pid` opened):
+    /// `ioctl(NS_GET_PARENT)`, close-on-exec.
+    public func namespaceParent() throws(Errno) -> FileDescriptor {
+        try withDescriptor("ioctl NS_GET_PARENT") { (fd) throws(Errno) in
+            FileDescriptor(adopting: try valueOrErrno("ioctl NS_GET_PARENT") { kc_namespace_parent(fd) })
+        }
+    }
+
     /// Whether the file lies on a read-only mount (`fstatvfs(2)`'s `ST_RDONLY`): no process can
     /// write it through any path while the mount stays so.
     public func isOnReadOnlyMount() throws(Errno) -> Bool {

@@ -157,3 +157,19 @@ def test_a_registration_can_name_a_flatpak_app_id(d):
     assert added.returncode == 0, added.stderr
     found = box.run([kc, "--socket", d.socket, "--json", "find", "-s", svc, "-a", "acct"])
     assert found.returncode == 0 and '"T.fp"' in found.stdout.decode(), found.stdout
+
+
+def test_a_sandbox_cannot_claim_another_app_id_with_a_sandbox_of_its_own(d):
+    kc = str(Path(make_daemon.__globals__["daemon_binary"]()).parent / "keychainctl")
+    svc = unique("fp")
+    two = Sandbox(d, "org.example.Two")
+    assert two.run([kc, "--socket", d.socket, "add", "-s", svc, "-a", "acct", "-w", "two secret"]).returncode == 0
+    # App One makes a namespace of its own inside its sandbox, with a read-only /.flatpak-info naming Two.
+    nested = ('printf "[Application]\\nname=org.example.Two\\n" > /tmp/info && '
+              'exec bwrap --bind /proc /proc --dev-bind /dev /dev --ro-bind /usr /usr --symlink usr/lib /lib --symlink usr/lib64 /lib64 --symlink usr/bin /bin '
+              f'--bind {d.socket} {d.socket} --ro-bind {Path(kc).parent} {Path(kc).parent} '
+              + "".join(f"--ro-bind {lib} {lib} " for lib in swift_runtime())
+              + f'--unshare-user --ro-bind-data 3 /.flatpak-info {kc} --socket {d.socket} find -s {svc} -a acct -w 3</tmp/info')
+    got = Sandbox(d, "org.example.One").run(["sh", "-c", nested])
+    assert b"two secret" not in got.stdout, (got.stdout, got.stderr, nested)
+    assert got.returncode != 0 and b"a sandbox made inside a sandbox" in got.stderr, (got.returncode, got.stderr, nested)
