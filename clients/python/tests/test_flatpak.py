@@ -173,3 +173,16 @@ def test_a_sandbox_cannot_claim_another_app_id_with_a_sandbox_of_its_own(d):
     got = Sandbox(d, "org.example.One").run(["sh", "-c", nested])
     assert b"two secret" not in got.stdout, (got.stdout, got.stderr, nested)
     assert got.returncode != 0 and b"a sandbox made inside a sandbox" in got.stderr, (got.returncode, got.stderr, nested)
+
+
+def test_a_sandbox_made_inside_a_sandbox_is_no_app_on_the_bus_either(d):
+    key = unique("fp")
+    assert store(Sandbox(d, "org.example.Two"), "key", key, b"two's secret").returncode == 0
+    bus_path = d.bus.address.split("path=", 1)[1].split(",", 1)[0]
+    nested = ('printf "[Application]\\nname=org.example.Two\\n" > /tmp/info && '
+              'exec bwrap --bind /proc /proc --dev-bind /dev /dev --ro-bind /usr /usr --symlink usr/lib /lib '
+              f'--symlink usr/lib64 /lib64 --symlink usr/bin /bin --bind {bus_path} {bus_path} '
+              f'--unshare-user --ro-bind-data 3 /.flatpak-info secret-tool lookup key {key} 3</tmp/info')
+    got = Sandbox(d, "org.example.One").run(["sh", "-c", nested])
+    # Not Two: like any caller that is no app, it sees at most the shared collection, without Two's item.
+    assert got.returncode != 0 and b"two's secret" not in got.stdout, got.stderr
