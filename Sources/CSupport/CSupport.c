@@ -17,6 +17,7 @@
 #include <sys/random.h>
 #include <sys/ioctl.h>
 #include <linux/sockios.h>
+#include <linux/nsfs.h>
 #include <signal.h>
 
 #ifndef SO_PEERPIDFD
@@ -46,6 +47,12 @@ int kc_peer_pidfd(int fd) {
 
 int kc_pidfd_open(int32_t pid) {
     return (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
+}
+
+int kc_namespace_parent(int nsfd) {
+    int fd = ioctl(nsfd, NS_GET_PARENT);
+    if (fd >= 0) (void)fcntl(fd, F_SETFD, FD_CLOEXEC);
+    return fd;
 }
 
 #ifndef SYS_pidfd_send_signal

@@ -217,6 +217,7 @@ public struct AppRegistry: Sendable {
 
     /// The registration an identified peer runs, or why the peer is not one.
     public func identify(_ peer: PeerIdentity) -> Result<AppEntry, KeychainIdentityError> {
+        if let appID = peer.flatpakAppID { return .success(flatpakApp(appID)) }
         guard let exe = peer.executable, let file = peer.executableFile else {
             return .failure(KeychainIdentityError("caller not identified: \(peer.problem ?? "unknown executable")"))
         }
@@ -244,6 +245,31 @@ public struct AppRegistry: Sendable {
         }
         return .success(entry)
     }
+
+    /// The app a sandboxed peer with Flatpak app ID `appID` is: the first trusted registration that
+    /// names the ID in `flatpak-app-ids`, else an app of its own, `flatpak.<app id>` with the one
+    /// group of that name — so that every sandboxed app is walled off from every other without any
+    /// set-up. Never an admin (anything of the user can make a sandbox naming any app ID), and
+    /// identified on the bus too: a sandboxed process cannot exec its way out of its sandbox.
+    func flatpakApp(_ appID: String) -> AppEntry {
+        var entry: AppEntry
+        if let registered = registrations.first(where: {
+            $0.untrusted == nil && $0.entry.flatpakAppIDs.contains { $0.utf8.elementsEqual(appID.utf8) }
+        }) {
+            entry = registered.entry
+        } else {
+            entry = AppEntry(
+                applicationIdentifier: Self.flatpakPrefix + appID, accessGroups: [Self.flatpakPrefix + appID],
+                executables: [], admin: false, file: "(the Flatpak sandbox of \(appID), unregistered)")
+            entry.flatpakAppIDs = [appID]
+        }
+        entry.admin = false
+        entry.onBus = true
+        return entry
+    }
+
+    /// The prefix of the identifier and group of an unregistered Flatpak app.
+    public static let flatpakPrefix = "flatpak."
 
     /// Why `exe`, which the user can change (`problem` says how), carries no identity.
     static func modifiable(_ exe: String, _ problem: String) -> String {

@@ -258,6 +258,7 @@ extension Settings {
 public enum AppFiles {
     static let knownKeys = [
         "application-identifier", "keychain-access-groups", "executables", "admin", "secretService",
+        "flatpak-app-ids",
     ]
 
     /// Every `*.json` in `directory`, sorted by name; a missing directory means no apps.
@@ -290,10 +291,23 @@ public enum AppFiles {
             throw ConfigurationError(file: file, reason: "missing \"keychain-access-groups\"")
         }
         let groups = try JSONFile.strings(g, key: "keychain-access-groups", file: file)
-        guard let e = o["executables"] else {
-            throw ConfigurationError(file: file, reason: "missing \"executables\"")
+        var flatpakAppIDs: [String] = []
+        if let f = o["flatpak-app-ids"] {
+            flatpakAppIDs = try JSONFile.strings(f, key: "flatpak-app-ids", file: file)
+            for id in flatpakAppIDs where !FlatpakInfo.isValidAppID(id) {
+                throw ConfigurationError(
+                    file: file, reason: "\(id) in \"flatpak-app-ids\" is not a Flatpak app ID (such as org.example.App)"
+                )
+            }
         }
-        let exes = try JSONFile.strings(e, key: "executables", file: file)
+        let exes: [String]
+        if let e = o["executables"] {
+            exes = try JSONFile.strings(e, key: "executables", file: file)
+        } else if !flatpakAppIDs.isEmpty {
+            exes = []
+        } else {
+            throw ConfigurationError(file: file, reason: "missing \"executables\" (or \"flatpak-app-ids\")")
+        }
         for exe in exes where !exe.hasPrefix("/") {
             throw ConfigurationError(file: file, reason: "executable \(exe) must be an absolute path")
         }
@@ -312,6 +326,7 @@ public enum AppFiles {
             }
             entry.secretService = on
         }
+        entry.flatpakAppIDs = flatpakAppIDs
         return entry
     }
 }

@@ -21,6 +21,9 @@ public struct AppEntry: Sendable, Equatable {
     /// of the user can open a connection and then exec a registered app, so an app is reachable
     /// there only when it said so in a file the user's processes cannot write (docs/security.md).
     public var onBus = false
+    /// Flatpak app IDs (`flatpak-app-ids`) whose sandboxed processes are identified as this app
+    /// (read from their sandbox's `/.flatpak-info`, never their executable; never as an admin).
+    public var flatpakAppIDs: [String] = []
 
     /// An entry from its fields, as read from a registration file; validates nothing.
     public init(applicationIdentifier: String, accessGroups: [String], executables: [String], admin: Bool, file: String)
@@ -55,5 +58,6 @@ extension AppEntry {
         }
         return applicationIdentifier.utf8.elementsEqual(other.applicationIdentifier.utf8)
             && same(accessGroups, other.accessGroups) && same(executables, other.executables) && admin == other.admin
+            && same(flatpakAppIDs, other.flatpakAppIDs)
     }
 }

@@ -73,12 +73,17 @@ public struct PeerIdentity: Sendable {
     /// earlier process with the same pid, so the connection's first bytes must come with a pidfd of
     /// their writer that pins this process (`PeerProcess.isSameProcess`), or nothing is answered.
     public let firstWriteNeedsProof: Bool
+    /// The Flatpak app ID of a peer in a sandbox (its `/.flatpak-info`, `FlatpakInfo`): such a peer
+    /// has no executable identity (`executable` is nil) and is this app ID only.
+    public let flatpakAppID: String?
 
     /// An identity from what was read at accept time; checks nothing itself.
     public init(
         pid: Int32, uid: UInt32, executable: String?, executableFile: FileIdentity?,
-        problem: String?, process: PeerProcess? = nil, firstWriteNeedsProof: Bool = false
+        problem: String?, process: PeerProcess? = nil, firstWriteNeedsProof: Bool = false,
+        flatpakAppID: String? = nil
     ) {
+        self.flatpakAppID = flatpakAppID
         self.pid = pid
         self.uid = uid
         self.executable = executable
@@ -167,6 +172,20 @@ public struct PeerIdentity: Sendable {
         }
         if exe.hasSuffix(" (deleted)") {
             return unidentified("the executable of pid \(pid) was deleted or replaced after it started", process)
+        }
+        let namespaced =
+            userNamespace != ownUserNamespace || pidNamespace != ownPidNamespace || root != ownRoot
+            || namespace != ownMountNamespace
+        if namespaced, let sandbox = FlatpakInfo.read(pid: pid, process: process) {
+            switch sandbox {
+            case .success(let appID):
+                return PeerIdentity(
+                    pid: pid, uid: uid, executable: nil, executableFile: nil,
+                    problem: "pid \(pid) runs in the Flatpak sandbox of \(appID)", process: process,
+                    firstWriteNeedsProof: firstWriteNeedsProof, flatpakAppID: appID)
+            case .failure(let why):
+                return unidentified(why.message, process)
+            }
         }
         guard let userNamespace, userNamespace == ownUserNamespace else {
             return unidentified(

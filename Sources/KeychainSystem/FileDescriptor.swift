@@ -65,6 +65,8 @@ public final class FileDescriptor: Sendable {
         public static let nonBlocking = Options(rawValue: O_NONBLOCK)
         /// A terminal that must not become the controlling terminal.
         public static let noControllingTerminal = Options(rawValue: O_NOCTTY)
+        /// `O_NONBLOCK`: opening a FIFO does not wait for a writer.
+        public static let nonBlocking = Options(rawValue: O_NONBLOCK)
         /// A handle on the file that reads and writes nothing (`O_PATH`): enough for `status`, and
         /// closing it drops none of the process's POSIX locks on the file, which closing any other
         /// descriptor of it does.
@@ -104,6 +106,24 @@ public final class FileDescriptor: Sendable {
             done += n
         }
         return done
+    }
+
+    /// The parent of the namespace this descriptor names (`/proc/<pid>/ns/user` or `…/pid` opened):
+    /// `ioctl(NS_GET_PARENT)`, close-on-exec.
+    public func namespaceParent() throws(Errno) -> FileDescriptor {
+        try withDescriptor("ioctl NS_GET_PARENT") { (fd) throws(Errno) in
+            FileDescriptor(adopting: try valueOrErrno("ioctl NS_GET_PARENT") { kc_namespace_parent(fd) })
+        }
+    }
+
+    /// Whether the file lies on a read-only mount (`fstatvfs(2)`'s `ST_RDONLY`): no process can
+    /// write it through any path while the mount stays so.
+    public func isOnReadOnlyMount() throws(Errno) -> Bool {
+        try withDescriptor("fstatvfs") { (fd) throws(Errno) in
+            var info = statvfs()
+            _ = try valueOrErrno("fstatvfs") { fstatvfs(fd, &info) }
+            return info.f_flag & UInt(ST_RDONLY) != 0
+        }
     }
 
     /// Reads until end of file into a new array (`chunk` bytes at a time). The reading buffer is

@@ -18,6 +18,8 @@ int kc_peer_credentials(int fd, kc_peer_cred *out);
 int kc_peer_pidfd(int fd);
 /* pidfd_open(pid, 0). */
 int kc_pidfd_open(int32_t pid);
+/* ioctl(NS_GET_PARENT): a descriptor of the parent of the namespace `nsfd` names (a user or pid namespace). */
+int kc_namespace_parent(int nsfd);
 /* pidfd_send_signal(pidfd, sig, NULL, 0): signals exactly the process the pidfd pins. */
 int kc_pidfd_send_signal(int pidfd, int sig);
 /* 1 if the process behind the pidfd has exited, 0 if it still runs, -1 on error. */

@@ -1,0 +1,138 @@
+public import KeychainCore
+import KeychainSystem
+
+/// A Flatpak sandbox's `/.flatpak-info`, read the way xdg-desktop-portal reads it: through the
+/// caller's process root (`/proc/<pid>/root/.flatpak-info`), a key file whose `[Application]`
+/// group names the app (`name=<app id>`). Never the executable: inside a sandbox it is a file of
+/// the sandbox's own choosing.
+///
+/// What it proves: that the process runs in a namespace whose root holds that file. Flatpak puts it
+/// there read-only for every app; an unsandboxed process of the same user can make a namespace of
+/// its own with any `/.flatpak-info` (bubblewrap does), and is then that app ID and nothing else —
+/// the same trust xdg-desktop-portal gives (docs/security.md).
+public enum FlatpakInfo {
+    /// The largest `/.flatpak-info` read (Flatpak's are a few KiB).
+    static let maxBytes = 64 * 1024
+
+    /// The app ID of the sandbox `pid` runs in: nil when its root has no `/.flatpak-info` (not a
+    /// Flatpak sandbox), a failure with the reason when it has one that cannot be trusted or parsed.
+    /// The file is opened first and the pidfd checked after, so it is the pinned process's root.
+    public static func read(pid: Int32, process: PeerProcess) -> Result<String, KeychainIdentityError>? {
+        let file: FileDescriptor
+        do {
+            file = try FileDescriptor.open(
+                "/proc/\(pid)/root/.flatpak-info", [.noFollow, .noControllingTerminal, .nonBlocking])
+        } catch {
+            return nil
+        }
+        defer { file.close() }
+        // The sandbox's user namespace must be a child of keychaind's, as Flatpak makes it: a
+        // sandboxed app that makes a namespace of its own inside (with a /.flatpak-info of another
+        // app bound over its root) is a grandchild, and names no app.
+        let parent: FileStatus?
+        do {
+            let userNamespace = try FileDescriptor.open("/proc/\(pid)/ns/user")
+            defer { userNamespace.close() }
+            let parentNamespace = try userNamespace.namespaceParent()
+            defer { parentNamespace.close() }
+            parent = try parentNamespace.status()
+        } catch {
+            parent = nil
+        }
+        guard process.isPinned else {
+            return .failure(
+                KeychainIdentityError("the calling process (pid \(pid)) exited before it could be identified"))
+        }
+        guard let parent, FileIdentity(device: parent.device, inode: parent.inode) == PeerIdentity.ownUserNamespace
+        else {
+            return .failure(
+                KeychainIdentityError(
+                    "pid \(pid) runs in a sandbox inside another namespace than keychaind's own children (a sandbox made inside a sandbox), so its /.flatpak-info names no app"
+                ))
+        }
+        let bytes: [UInt8]
+        do {
+            guard try file.isOnReadOnlyMount() else {
+                return .failure(
+                    KeychainIdentityError(
+                        "pid \(pid) runs in a sandbox whose /.flatpak-info is writable, so it names no app (Flatpak mounts it read-only)"
+                    ))
+            }
+            let st = try file.status()
+            guard st.kind == .regular, st.size <= maxBytes else {
+                return .failure(
+                    KeychainIdentityError("the /.flatpak-info of pid \(pid) is not a regular file of at most 64 KiB"))
+            }
+            bytes = try file.readToEnd(chunk: 4096)
+        } catch {
+            return .failure(KeychainIdentityError("the /.flatpak-info of pid \(pid) cannot be read (\(error.message))"))
+        }
+        guard process.isPinned else {
+            return .failure(
+                KeychainIdentityError("the calling process (pid \(pid)) exited before it could be identified"))
+        }
+        guard bytes.count <= maxBytes, let appID = appID(in: bytes) else {
+            return .failure(
+                KeychainIdentityError(
+                    "the /.flatpak-info of pid \(pid) names no valid app ID in its [Application] group"))
+        }
+        return .success(appID)
+    }
+
+    /// The `name` of the `[Application]` group of a key file, when it is a valid app ID.
+    public static func appID(in bytes: [UInt8]) -> String? {
+        guard let text = String(validating: bytes, as: UTF8.self) else { return nil }
+        var group = ""
+        var name: String?
+        for raw in text.split(separator: "\n", omittingEmptySubsequences: true) {
+            let line = raw.hasSuffix("\r") ? raw.dropLast() : raw[...]
+            if line.hasPrefix("#") || line.allSatisfy({ $0 == " " || $0 == "\t" }) { continue }
+            if line.hasPrefix("[") {
+                guard line.hasSuffix("]") else { return nil }
+                group = String(line.dropFirst().dropLast())
+                continue
+            }
+            guard group == "Application", let eq = line.firstIndex(of: "=") else { continue }
+            let key = line[..<eq].trimmingSpaces
+            guard key == "name" else { continue }
+            // A key twice in one group: the key file is ambiguous, so it names nobody.
+            guard name == nil else { return nil }
+            name = String(line[line.index(after: eq)...].trimmingSpaces)
+        }
+        guard let name, isValidAppID(name) else { return nil }
+        return name
+    }
+
+    /// Flatpak's rule for an app ID (a D-Bus well-known name): at most 255 bytes, at least three
+    /// elements separated by dots, each non-empty, of ASCII letters, digits, `_` and `-`, not
+    /// starting with a digit.
+    public static func isValidAppID(_ id: String) -> Bool {
+        let bytes = Array(id.utf8)
+        guard !bytes.isEmpty, bytes.count <= 255 else { return false }
+        let elements = bytes.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false)
+        guard elements.count >= 3 else { return false }
+        for element in elements {
+            guard let first = element.first, !(UInt8(ascii: "0")...UInt8(ascii: "9")).contains(first) else {
+                return false
+            }
+            for b in element {
+                let ok =
+                    (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(b)
+                    || (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(b)
+                    || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(b) || b == UInt8(ascii: "_")
+                    || b == UInt8(ascii: "-")
+                guard ok else { return false }
+            }
+        }
+        return true
+    }
+}
+
+extension Substring {
+    fileprivate var trimmingSpaces: Substring {
+        var s = self
+        while let c = s.first, c == " " || c == "\t" { s = s.dropFirst() }
+        while let c = s.last, c == " " || c == "\t" { s = s.dropLast() }
+        return s
+    }
+}

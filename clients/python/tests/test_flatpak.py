@@ -1,0 +1,188 @@
+"""Sandboxed apps: callers in a Flatpak-like sandbox are identified by the app ID of their sandbox.
+
+The sandboxes are made with Debian's `bubblewrap` in Flatpak's layout: the host's /usr read-only
+(with the /lib, /lib64 and /bin symlinks), new user and pid namespaces, the app ID in a read-only
+`/.flatpak-info` (`--ro-bind-data`, as Flatpak mounts it), and the keychaind socket and the session
+bus socket bound in. No Flathub, no registration: a new user's view.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from test_secret_service import DEADLINE, SECRET_TOOL, make_daemon, unique
+
+BWRAP = shutil.which("bwrap")
+pytestmark = pytest.mark.skipif(not (BWRAP and SECRET_TOOL), reason="needs bwrap (bubblewrap); scripts/deps installs it")
+
+
+def swift_runtime() -> list[str]:
+    """The directories of the Swift runtime keychainctl links to, when outside /usr (a toolchain in /opt)."""
+    out = subprocess.run(["ldd", str(Path(make_daemon.__globals__["daemon_binary"]()).parent / "keychainctl")],
+                         capture_output=True, text=True).stdout
+    dirs = set()
+    for line in out.splitlines():
+        parts = line.split("=>")
+        if len(parts) == 2 and parts[1].strip().startswith("/") and not parts[1].strip().startswith("/usr"):
+            dirs.add(os.path.dirname(parts[1].split()[0]))
+    return sorted(dirs)
+
+
+class Sandbox:
+    """`bwrap` with Flatpak's layout around one command, its `/.flatpak-info` naming `app_id`."""
+
+    def __init__(self, d, app_id: str | None, writable_info: bool = False, info_text: str | None = None):
+        self.d = d
+        self.app_id = app_id
+        self.writable_info = writable_info
+        self.info_text = info_text
+
+    def run(self, argv, input: bytes | None = None) -> subprocess.CompletedProcess:
+        bus_path = self.d.bus.address.split("path=", 1)[1].split(",", 1)[0]
+        args = [BWRAP, "--ro-bind", "/usr", "/usr", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
+                "--symlink", "usr/bin", "/bin", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
+                "--unshare-user", "--unshare-pid", "--die-with-parent",
+                "--bind", self.d.socket, self.d.socket, "--bind", bus_path, bus_path]
+        build = str(Path(make_daemon.__globals__["daemon_binary"]()).parent)
+        args += ["--ro-bind", build, build]
+        for lib in swift_runtime():
+            args += ["--ro-bind", lib, lib]
+        pass_fds = ()
+        if self.app_id is not None or self.info_text is not None:
+            text = self.info_text if self.info_text is not None else f"[Application]\nname={self.app_id}\nruntime=runtime/org.example.Platform/x86_64/1\n"
+            r, w = os.pipe()
+            os.write(w, text.encode())
+            os.close(w)
+            args += ["--file" if self.writable_info else "--ro-bind-data", str(r), "/.flatpak-info"]
+            pass_fds = (r,)
+        env = {"DBUS_SESSION_BUS_ADDRESS": self.d.bus.address, "KEYCHAIND_SOCKET": self.d.socket, "PATH": "/usr/bin"}
+        try:
+            return subprocess.run(args + ["--"] + list(argv), input=input, capture_output=True, timeout=DEADLINE,
+                                  env=env, pass_fds=pass_fds)
+        finally:
+            for fd in pass_fds:
+                os.close(fd)
+
+
+@pytest.fixture(scope="module")
+def d():
+    made, root = make_daemon()
+    yield made
+    made.close()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def store(box, attr, value, secret):
+    return box.run(["secret-tool", "store", "--label", "sandboxed", attr, value], input=secret)
+
+
+def lookup(box, attr, value):
+    return box.run(["secret-tool", "lookup", attr, value])
+
+
+def test_two_unregistered_sandboxed_secret_tools_each_keep_their_own_secret(d):
+    one, two = Sandbox(d, "org.example.One"), Sandbox(d, "org.example.Two")
+    key = unique("fp")
+    assert store(one, "key", key, b"one's secret").returncode == 0, store(one, "key", key, b"x").stderr
+    assert store(two, "key", key, b"two's secret").returncode == 0
+    got1, got2 = lookup(one, "key", key), lookup(two, "key", key)
+    assert (got1.returncode, got1.stdout) == (0, b"one's secret"), got1.stderr
+    assert (got2.returncode, got2.stdout) == (0, b"two's secret"), got2.stderr
+    # Neither sees the other's item in a search, and an unsandboxed unregistered secret-tool sees neither.
+    search = one.run(["secret-tool", "search", "--all", "key", key])
+    assert b"two's secret" not in search.stdout and b"one's secret" in search.stdout
+    host = d.run([SECRET_TOOL, "lookup", "key", key])
+    assert host.stdout == b"", host.stdout
+
+
+def test_a_sandboxed_secitem_client_has_a_group_of_its_own_on_the_socket(d):
+    kc = str(Path(make_daemon.__globals__["daemon_binary"]()).parent / "keychainctl")
+    svc = unique("fp")
+    one, two = Sandbox(d, "org.example.One"), Sandbox(d, "org.example.Two")
+    added = one.run([kc, "--socket", d.socket, "add", "-s", svc, "-a", "acct", "-w", "one secret"])
+    assert added.returncode == 0, added.stderr
+    found = one.run([kc, "--socket", d.socket, "--json", "find", "-s", svc, "-a", "acct"])
+    assert found.returncode == 0, found.stderr
+    assert "flatpak.org.example.One" in found.stdout.decode()
+    other = two.run([kc, "--socket", d.socket, "find", "-s", svc, "-a", "acct", "-w"])
+    assert other.returncode != 0 and b"one secret" not in other.stdout
+    # Nor can it name the other app's group.
+    claimed = two.run([kc, "--socket", d.socket, "find", "-s", svc, "-a", "acct", "-w", "--group", "flatpak.org.example.One"])
+    assert claimed.returncode != 0 and b"one secret" not in claimed.stdout
+
+
+def test_a_writable_flatpak_info_names_no_app(d):
+    key = unique("fp")
+    assert store(Sandbox(d, "org.example.One"), "key", key, b"one's secret").returncode == 0
+    forged = Sandbox(d, "org.example.One", writable_info=True)
+    got = lookup(forged, "key", key)
+    assert b"one's secret" not in got.stdout
+    kc = str(Path(make_daemon.__globals__["daemon_binary"]()).parent / "keychainctl")
+    refused = forged.run([kc, "--socket", d.socket, "list"])
+    assert refused.returncode != 0 and b"writable" in refused.stderr, refused.stderr
+
+
+def test_an_ambiguous_or_invalid_flatpak_info_names_no_app(d):
+    kc = str(Path(make_daemon.__globals__["daemon_binary"]()).parent / "keychainctl")
+    for text in ("[Application]\nname=org.example.One\nname=org.example.Two\n", "[Application]\nname=../etc\n"):
+        refused = Sandbox(d, None, info_text=text).run([kc, "--socket", d.socket, "list"])
+        assert refused.returncode != 0 and b"names no valid app ID" in refused.stderr, refused.stderr
+
+
+def test_an_executable_registration_does_not_reach_into_a_sandbox(d):
+    # tool1 is registered by its executable (app T.tool1); the same file run in a sandbox is the
+    # sandbox's app ID, not T.tool1.
+    key = unique("fp")
+    host = d.run([d.tool1, "store", "--label", "host", "key", key], input=b"tool1's secret")
+    assert host.returncode == 0, host.stderr
+    box = Sandbox(d, "org.example.One")
+    bind = box.run(["secret-tool", "lookup", "key", key])
+    assert b"tool1's secret" not in bind.stdout
+
+
+def test_a_registration_can_name_a_flatpak_app_id(d):
+    (d.apps / "fp.json").write_text(json.dumps({
+        "application-identifier": "T.fp", "keychain-access-groups": ["T.fp"], "flatpak-app-ids": ["org.example.Registered"]}))
+    kc = str(Path(make_daemon.__globals__["daemon_binary"]()).parent / "keychainctl")
+    svc = unique("fp")
+    box = Sandbox(d, "org.example.Registered")
+    added = box.run([kc, "--socket", d.socket, "add", "-s", svc, "-a", "acct", "-w", "registered secret"])
+    assert added.returncode == 0, added.stderr
+    found = box.run([kc, "--socket", d.socket, "--json", "find", "-s", svc, "-a", "acct"])
+    assert found.returncode == 0 and '"T.fp"' in found.stdout.decode(), found.stdout
+
+
+def test_a_sandbox_cannot_claim_another_app_id_with_a_sandbox_of_its_own(d):
+    kc = str(Path(make_daemon.__globals__["daemon_binary"]()).parent / "keychainctl")
+    svc = unique("fp")
+    two = Sandbox(d, "org.example.Two")
+    assert two.run([kc, "--socket", d.socket, "add", "-s", svc, "-a", "acct", "-w", "two secret"]).returncode == 0
+    # App One makes a namespace of its own inside its sandbox, with a read-only /.flatpak-info naming Two.
+    nested = ('printf "[Application]\\nname=org.example.Two\\n" > /tmp/info && '
+              'exec bwrap --bind /proc /proc --dev-bind /dev /dev --ro-bind /usr /usr --symlink usr/lib /lib --symlink usr/lib64 /lib64 --symlink usr/bin /bin '
+              f'--bind {d.socket} {d.socket} --ro-bind {Path(kc).parent} {Path(kc).parent} '
+              + "".join(f"--ro-bind {lib} {lib} " for lib in swift_runtime())
+              + f'--unshare-user --ro-bind-data 3 /.flatpak-info {kc} --socket {d.socket} find -s {svc} -a acct -w 3</tmp/info')
+    got = Sandbox(d, "org.example.One").run(["sh", "-c", nested])
+    assert b"two secret" not in got.stdout, (got.stdout, got.stderr, nested)
+    assert got.returncode != 0 and b"a sandbox made inside a sandbox" in got.stderr, (got.returncode, got.stderr, nested)
+
+
+def test_a_sandbox_made_inside_a_sandbox_is_no_app_on_the_bus_either(d):
+    key = unique("fp")
+    assert store(Sandbox(d, "org.example.Two"), "key", key, b"two's secret").returncode == 0
+    bus_path = d.bus.address.split("path=", 1)[1].split(",", 1)[0]
+    nested = ('printf "[Application]\\nname=org.example.Two\\n" > /tmp/info && '
+              'exec bwrap --bind /proc /proc --dev-bind /dev /dev --ro-bind /usr /usr --symlink usr/lib /lib '
+              f'--symlink usr/lib64 /lib64 --symlink usr/bin /bin --bind {bus_path} {bus_path} '
+              f'--unshare-user --ro-bind-data 3 /.flatpak-info secret-tool lookup key {key} 3</tmp/info')
+    got = Sandbox(d, "org.example.One").run(["sh", "-c", nested])
+    # Not Two: like any caller that is no app, it sees at most the shared collection, without Two's item.
+    assert got.returncode != 0 and b"two's secret" not in got.stdout, got.stderr
