@@ -96,8 +96,85 @@ public enum SecretServiceFields {
     /// per pair when it has its own Secret Service attributes, none otherwise (its service and account
     /// are searched through their own columns).
     static func indexes(for attributes: [String: Value], _ index: BlindIndexer) -> [[UInt8]] {
+        if attributes["class"] == .text(ItemClass.internetPassword.code) {
+            // No mark: an internet password's attributes are its own class's, not `gena`'s.
+            return NetworkPassword.view(of: attributes).sorted.map {
+                index.secretServiceAttribute(name: $0.name, value: $0.value)
+            }
+        }
         guard let own = decode(attributes["gena"]) else { return [] }
         return [index.secretServiceItemMark]
             + own.attributes.sorted.map { index.secretServiceAttribute(name: $0.name, value: $0.value) }
+    }
+}
+
+/// Internet passwords on the Secret Service: the `org.gnome.keyring.NetworkPassword` schema's
+/// attributes are an internet password's (docs/secret-service.md). An internet password shows the bus
+/// `xdg:schema` and each of its attributes that is set; its attribute-index entries are one digest per
+/// pair it shows, so a search finds it by any of them without decrypting anything.
+public enum NetworkPassword {
+    /// The schema's name, the value of `xdg:schema`.
+    public static let schema = "org.gnome.keyring.NetworkPassword"
+    /// The attribute naming the schema.
+    public static let schemaAttribute = "xdg:schema"
+    /// The schema's text attributes and the wire keys they are: user, server, domain, object, authtype.
+    static let textFields: [(name: String, key: String)] = [
+        ("user", "acct"), ("server", "srvr"), ("domain", "sdmn"), ("object", "path"), ("authtype", "atyp"),
+    ]
+    /// libsecret's protocol names and Apple's `kSecAttrProtocol` codes (InternetProtocol); a name or a
+    /// code not in this list is kept as it is written.
+    public static let protocols: [(name: String, code: String)] = [
+        ("ftp", "ftp "), ("http", "http"), ("https", "htps"), ("irc", "irc "), ("ircs", "ircs"), ("nntp", "nntp"),
+        ("nntps", "ntps"), ("pop3", "pop3"), ("pop3s", "pops"), ("smtp", "smtp"), ("socks", "sox "),
+        ("imap", "imap"), ("imaps", "imps"), ("ldap", "ldap"), ("ldaps", "ldps"), ("afp", "afp "),
+        ("telnet", "teln"), ("telnets", "tels"), ("ssh", "ssh "), ("ftps", "ftps"), ("smb", "smb "),
+        ("rtsp", "rtsp"), ("daap", "daap"), ("ipp", "ipp "), ("eppc", "eppc"),
+    ]
+
+    /// The `kSecAttrProtocol` value for a libsecret protocol name.
+    public static func code(ofProtocol name: String) -> String {
+        protocols.first { $0.name == name }?.code ?? name
+    }
+
+    /// The libsecret protocol name for a `kSecAttrProtocol` value.
+    public static func name(ofProtocol code: String) -> String {
+        protocols.first { $0.code == code }?.name ?? code
+    }
+
+    /// The attributes an internet password with these stored attributes shows the bus: the schema,
+    /// then each of user, server, protocol, port, domain, object and authtype that is set (not empty,
+    /// a port not 0; text, or bytes that are UTF-8).
+    package static func view(of attributes: [String: Value]) -> SecretServiceAttributes {
+        var pairs: [[UInt8]: [UInt8]] = [Array(schemaAttribute.utf8): Array(schema.utf8)]
+        for (name, key) in textFields {
+            if let b = attributes[key].flatMap(Attribute.bytes(of:)), !b.isEmpty,
+                String(validating: b, as: UTF8.self) != nil
+            {
+                pairs[Array(name.utf8)] = b
+            }
+        }
+        if case .text(let code)? = attributes["ptcl"], !code.isEmpty {
+            pairs[Array("protocol".utf8)] = Array(name(ofProtocol: code).utf8)
+        }
+        if case .int(let port)? = attributes["port"], port != 0 { pairs[Array("port".utf8)] = Array(String(port).utf8) }
+        return SecretServiceAttributes(pairs)
+    }
+
+    /// The internet-password attributes (`acct`, `srvr`, `ptcl`, `port`, `sdmn`, `path`, `atyp`) for
+    /// Secret Service attributes of the schema, or nil when they are not exactly what such an item
+    /// shows back: another schema, an attribute the schema lacks, an empty value, a port that is not
+    /// a decimal number from 1 to 2³²−1 written plainly. Those stay Secret Service items of their own.
+    package static func attributes(for ss: SecretServiceAttributes) -> [String: Value]? {
+        guard ss[schemaAttribute] == Array(schema.utf8) else { return nil }
+        var stored: [String: Value] = ["class": .text(ItemClass.internetPassword.code)]
+        for (key, value) in ItemClass.internetPassword.defaults { stored[key] = value }
+        func text(_ name: String) -> String? { ss[name].map { String(decoding: $0, as: UTF8.self) } }
+        for (name, key) in textFields { if let v = text(name) { stored[key] = .text(v) } }
+        if let p = text("protocol") { stored["ptcl"] = .text(code(ofProtocol: p)) }
+        if let p = text("port") {
+            guard let n = UInt32(p) else { return nil }
+            stored["port"] = .int(Int64(n))
+        }
+        return view(of: stored) == ss ? stored : nil
     }
 }

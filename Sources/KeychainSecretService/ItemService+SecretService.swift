@@ -303,6 +303,16 @@ extension ItemService {
                 "cdat": .date(now), "mdat": .date(now), "labl": .text(label),
             ]
             func text(_ name: String) -> Value { .text(String(decoding: attributes[name] ?? [], as: UTF8.self)) }
+            if type == SecretServiceFields.defaultContentType, let inet = NetworkPassword.attributes(for: attributes) {
+                let row = try itemCodec.seal(
+                    ref: ref, protection: protection, attributes: stored.merging(inet) { $1 }, secret: secret)
+                do throws(KeychainError) {
+                    try w.insert(row)
+                    return (ref, false)
+                } catch  where error.status == .duplicateItem {
+                    // Taken (a second item with the same attributes): it keeps them as its own.
+                }
+            }
             if SecretServiceFields.isServiceAndAccount(attributes) && type == SecretServiceFields.defaultContentType {
                 stored["svce"] = text(SecretServiceFields.serviceName)
                 stored["acct"] = text(SecretServiceFields.accountName)
@@ -353,6 +363,18 @@ extension ItemService {
     ) throws(KeychainError) -> Bool {
         if let problem = attributes.problem { throw .param(problem) }
         return try modify(id: id, groups: groups, caller: caller, secret: nil) { (stored, view) throws(KeychainError) in
+            if SecretServiceFields.isInternetPassword(stored) {
+                guard let inet = NetworkPassword.attributes(for: attributes) else {
+                    throw KeychainError(
+                        .param,
+                        "this item is an internet password: its attributes are those of the \(NetworkPassword.schema) schema, each set once and not empty"
+                    )
+                }
+                stored["ptcl"] = nil
+                stored["atyp"] = nil
+                stored.merge(inet) { $1 }
+                return
+            }
             if !view.ownAttributes && SecretServiceFields.isServiceAndAccount(attributes) {
                 stored["svce"] = .text(String(decoding: attributes[SecretServiceFields.serviceName]!, as: UTF8.self))
                 stored["acct"] = .text(String(decoding: attributes[SecretServiceFields.accountName]!, as: UTF8.self))
@@ -459,6 +481,13 @@ extension ItemService {
     static func setContentType(_ type: String, attributes: SecretServiceAttributes, in stored: inout [String: Value])
         throws(KeychainError)
     {
+        if SecretServiceFields.isInternetPassword(stored) {
+            guard type == SecretServiceFields.defaultContentType else {
+                throw KeychainError(
+                    .param, "an internet password's secret is text/plain; it takes no other content type")
+            }
+            return
+        }
         if SecretServiceFields.decode(stored["gena"]) != nil {
             stored["gena"] = .bytes(
                 SecretServiceFields.encode(SecretServiceFields.decode(stored["gena"])!.attributes, contentType: type))

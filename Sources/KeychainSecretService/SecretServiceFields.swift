@@ -17,6 +17,9 @@ extension SecretServiceFields {
     static func view(of attributes: [String: Value]) -> (
         attributes: SecretServiceAttributes, contentType: String, own: Bool
     ) {
+        if isInternetPassword(attributes) {
+            return (NetworkPassword.view(of: attributes), defaultContentType, false)
+        }
         if let own = decode(attributes["gena"]) { return (own.attributes, own.contentType, true) }
         var derived: [[UInt8]: [UInt8]] = [:]
         for (name, key) in [(serviceName, "svce"), (accountName, "acct")] {
@@ -27,6 +30,11 @@ extension SecretServiceFields {
             }
         }
         return (SecretServiceAttributes(derived), defaultContentType, false)
+    }
+
+    /// Whether stored attributes are an internet password's (shown under the NetworkPassword schema).
+    static func isInternetPassword(_ attributes: [String: Value]) -> Bool {
+        attributes["class"] == .text(ItemClass.internetPassword.code)
     }
 
     /// Whether `attributes` are exactly the shape of an item made through the keychain API — a

@@ -65,6 +65,69 @@ import Testing
         }
     }
 
+    @Test func networkPasswordItemsAreInternetPasswordsAndTheReverse() throws {
+        try withKeychain { (fx) throws in
+            let schema = ("xdg:schema", "org.gnome.keyring.NetworkPassword")
+            // Secret Service → SecItem: an internet password with the schema's attributes.
+            let pairs = [schema, ("user", "alice"), ("server", "example.com"), ("protocol", "https"), ("port", "443")]
+            let id = try create(fx, pairs, secret: "net", label: "x")
+            let inet: [String: Value] = ["class": .text("inet"), "srvr": .text("example.com"), "acct": .text("alice")]
+            let found = try #require(
+                try fx.copy(
+                    inet.merging(["ptcl": .text("htps"), "port": .int(443), "r_Attributes": .bool(true)]) { $1 }))
+            guard case .map(let seen) = found else { throw KeychainError(.param, "not a map") }
+            #expect(seen["labl"] == .text("x") && seen["gena"] == nil && seen["path"] == .text(""))
+            #expect(throws: KeychainError.self) { try fx.copy(["class": .text("genp"), "acct": .text("alice")]) }
+            let item = try #require(try fx.service.secretServiceItem(id: id, groups: ["TEAM.app"], caller: Fixture.app))
+            #expect(item.attributes == attrs(pairs) && !item.ownAttributes)
+            #expect(try search(fx, [("server", "example.com"), ("port", "443")]).unlocked == [id])
+            #expect(try search(fx, [("server", "example.com"), ("port", "80")]).unlocked.isEmpty)
+            #expect(try search(fx, [("service", "example.com"), ("account", "alice")]).unlocked.isEmpty)
+            // Replace keeps the one item.
+            #expect(try create(fx, pairs, secret: "renewed", label: "x", replace: true) == id)
+            #expect(try secret(fx, id) == "renewed")
+            // SecItem → Secret Service: the schema and every attribute that is set.
+            _ = try fx.service.add(
+                [
+                    "class": .text("inet"), "srvr": .text("mail.example.org"), "acct": .text("bob"),
+                    "ptcl": .text("imps"), "port": .int(993), "sdmn": .text("realm"), "atyp": .text("dflt"),
+                    "v_Data": bytes("imap-pw"),
+                ], caller: Fixture.app)
+            let other = try search(fx, [("user", "bob"), ("protocol", "imaps")]).unlocked
+            #expect(other.count == 1)
+            let shown = try #require(
+                try fx.service.secretServiceItem(id: other[0], groups: ["TEAM.app"], caller: Fixture.app))
+            #expect(
+                shown.attributes
+                    == attrs([
+                        schema, ("user", "bob"), ("server", "mail.example.org"), ("protocol", "imaps"), ("port", "993"),
+                        ("domain", "realm"), ("authtype", "dflt"),
+                    ]))
+            #expect(try search(fx, [schema]).unlocked.count == 2)
+            // Attributes set on the bus are its internet-password attributes; others are refused.
+            #expect(
+                try fx.service.secretServiceSetAttributes(
+                    id: other[0], groups: ["TEAM.app"],
+                    attributes: attrs([schema, ("user", "bob"), ("server", "imap.example.org")]),
+                    caller: Fixture.app))
+            #expect(
+                try fx.copy([
+                    "class": .text("inet"), "srvr": .text("imap.example.org"), "acct": .text("bob"),
+                    "r_Attributes": .bool(true),
+                ]) != nil)
+            #expect(throws: KeychainError.self) {
+                try fx.service.secretServiceSetAttributes(
+                    id: other[0], groups: ["TEAM.app"], attributes: attrs([schema, ("colour", "blue")]),
+                    caller: Fixture.app)
+            }
+            // Not exactly the schema's shape (a port that is no number): a Secret Service item of its own.
+            let odd = try create(fx, [schema, ("server", "example.net"), ("port", "https")])
+            #expect(
+                try fx.service.secretServiceItem(id: odd, groups: ["TEAM.app"], caller: Fixture.app)?.ownAttributes
+                    == true)
+        }
+    }
+
     @Test func otherAttributesAreTheItemsOwnAndItsAccountIsItsID() throws {
         try withKeychain { (fx) throws in
             let pairs = [("service", "svc"), ("username", "carol"), ("xdg:schema", "org.example.Schema")]

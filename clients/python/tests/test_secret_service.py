@@ -319,6 +319,78 @@ def test_items_are_keychain_items_in_both_directions(ss):
     assert ss.run([ss.bridge, "find", "-g", "secret-service", "-s", odd]).returncode == 44     # errSecItemNotFound
 
 
+NETWORK_SCHEMA = "org.gnome.keyring.NetworkPassword"
+
+
+def shown_fields(out: bytes) -> list[tuple[str, str]]:
+    """The `name   value` lines `keychainctl find-internet-password` prints."""
+    return [tuple(line.split(None, 1) + [""])[:2] for line in out.decode().splitlines() if line.strip()]
+
+
+def test_network_password_items_are_internet_passwords_in_both_directions(ss):
+    # secret-tool under the NetworkPassword schema → an internet password the keychain API finds
+    server, user = unique("host") + ".example.com", unique("alice")
+    r = ss.run([SECRET_TOOL, "store", "--label=x", "xdg:schema", NETWORK_SCHEMA, "user", user, "server", server,
+                "protocol", "https", "port", "443"], input=b"net-secret")
+    assert r.returncode == 0, r.stderr
+    r = ss.run([ss.bridge, "find-internet-password", "--group", "secret-service", "-s", server, "-a", user, "-r", "htps",
+                "-P", "443", "-w"])
+    assert r.returncode == 0 and r.stdout == b"net-secret\n", r.stderr
+    r = ss.run([ss.bridge, "find-internet-password", "--group", "secret-service", "-s", server, "-a", user])
+    fields = shown_fields(r.stdout)
+    assert r.returncode == 0 and ("protocol", "htps") in fields and ("port", "443") in fields, r.stdout
+    # a generic query never returns it
+    assert ss.run([ss.bridge, "find", "-g", "secret-service", "-a", user]).returncode == 44
+    # storing again replaces it: one item, the new secret
+    r = ss.run([SECRET_TOOL, "store", "--label=x", "xdg:schema", NETWORK_SCHEMA, "user", user, "server", server,
+                "protocol", "https", "port", "443"], input=b"renewed")
+    assert r.returncode == 0, r.stderr
+    r = ss.run([ss.bridge, "find-internet-password", "--group", "secret-service", "-s", server, "--all"])
+    assert shown_fields(r.stdout).count(("protocol", "htps")) == 1, r.stdout
+    assert ss.run([ss.bridge, "find-internet-password", "--group", "secret-service", "-s", server, "-w"]).stdout == b"renewed\n"
+
+    # keychainctl add-internet-password → secret-tool finds it by the schema's attributes
+    other, bob = unique("host") + ".example.org", unique("bob")
+    r = ss.run([ss.bridge, "add-internet-password", "--group", "secret-service", "-a", bob, "-s", other, "-r", "htps",
+                "-P", "8443", "-p", "/login", "-d", "realm", "-t", "form", "-l", "From SecItem", "-w", "inet-pw"])
+    assert r.returncode == 0, r.stderr
+    r = ss.run([SECRET_TOOL, "lookup", "server", other, "user", bob])
+    assert r.returncode == 0 and r.stdout == b"inet-pw", r.stderr
+    r = ss.run([SECRET_TOOL, "lookup", "xdg:schema", NETWORK_SCHEMA, "server", other, "protocol", "https", "port", "8443"])
+    assert r.returncode == 0 and r.stdout == b"inet-pw", r.stderr
+    r = ss.run([SECRET_TOOL, "search", "--all", "xdg:schema", NETWORK_SCHEMA])
+    assert r.returncode == 0 and b"label = From SecItem" in r.stdout and b"secret = inet-pw" in r.stdout, r.stderr
+    shown = r.stderr.decode()
+    # (secret-tool does not print xdg:schema; the search above found the item by it)
+    for name, value in [("user", bob), ("server", other), ("protocol", "https"),
+                        ("port", "8443"), ("object", "/login"), ("domain", "realm"), ("authtype", "form")]:
+        assert f"attribute.{name} = {value}" in shown, shown
+    # another port, or a generic password's attributes, finds nothing
+    assert ss.run([SECRET_TOOL, "lookup", "server", other, "user", bob, "port", "80"]).returncode != 0
+    assert ss.run([SECRET_TOOL, "lookup", "service", other, "account", bob]).returncode != 0
+    assert ss.run([SECRET_TOOL, "clear", "server", other, "user", bob]).returncode == 0
+    r = ss.run([ss.bridge, "find-internet-password", "--group", "secret-service", "-s", other])
+    assert r.returncode == 44, r.stdout
+
+
+def test_network_password_attributes_that_are_no_internet_password_stay_the_items_own(ss):
+    # an unknown protocol is kept as written; an attribute the schema lacks keeps the item a Secret Service one
+    server, user = unique("host") + ".example.net", unique("carol")
+    r = ss.run([SECRET_TOOL, "store", "--label=y", "xdg:schema", NETWORK_SCHEMA, "user", user, "server", server,
+                "protocol", "gopher"], input=b"g")
+    assert r.returncode == 0, r.stderr
+    r = ss.run([ss.bridge, "find-internet-password", "--group", "secret-service", "-s", server, "-a", user])
+    assert r.returncode == 0 and ("protocol", "gopher") in shown_fields(r.stdout), r.stdout
+    r = ss.run([SECRET_TOOL, "search", "--all", "server", server])
+    assert "attribute.protocol = gopher" in r.stderr.decode(), r.stderr
+    odd = unique("host")
+    r = ss.run([SECRET_TOOL, "store", "--label=z", "xdg:schema", NETWORK_SCHEMA, "server", odd, "colour", "blue"], input=b"o")
+    assert r.returncode == 0, r.stderr
+    assert ss.run([ss.bridge, "find-internet-password", "--group", "secret-service", "-s", odd]).returncode == 44
+    r = ss.run([SECRET_TOOL, "lookup", "server", odd, "colour", "blue"])
+    assert r.returncode == 0 and r.stdout == b"o"
+
+
 # MARK: Python clients
 
 
