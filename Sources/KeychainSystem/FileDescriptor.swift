@@ -65,8 +65,6 @@ public final class FileDescriptor: Sendable {
         public static let nonBlocking = Options(rawValue: O_NONBLOCK)
         /// A terminal that must not become the controlling terminal.
         public static let noControllingTerminal = Options(rawValue: O_NOCTTY)
-        /// `O_NONBLOCK`: opening a FIFO does not wait for a writer.
-        public static let nonBlocking = Options(rawValue: O_NONBLOCK)
         /// A handle on the file that reads and writes nothing (`O_PATH`): enough for `status`, and
         /// closing it drops none of the process's POSIX locks on the file, which closing any other
         /// descriptor of it does.
