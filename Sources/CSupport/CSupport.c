@@ -92,33 +92,10 @@ int kc_pass_credentials(int fd) {
     return setsockopt(fd, SOL_SOCKET, SO_PASSCRED, &on, sizeof on);
 }
 
-long kc_recv_from_writer(int fd, void *buf, size_t len, int32_t *writer_pid) {
-    struct iovec iov = { .iov_base = buf, .iov_len = len };
-    union {
-        char bytes[CMSG_SPACE(sizeof(struct ucred))];
-        struct cmsghdr align;
-    } control;
-    struct msghdr msg;
-    memset(&msg, 0, sizeof msg);
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.bytes;
-    msg.msg_controllen = sizeof control.bytes;
-    *writer_pid = 0;
-    ssize_t n = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
-    if (n <= 0) return (long)n;
-    for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c != NULL; c = CMSG_NXTHDR(&msg, c)) {
-        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_CREDENTIALS
-            && c->cmsg_len >= CMSG_LEN(sizeof(struct ucred))) {
-            struct ucred cred;
-            memcpy(&cred, CMSG_DATA(c), sizeof cred);
-            *writer_pid = cred.pid;
-        }
-    }
-    return (long)n;
-}
-
-long kc_recv_from_writer_with_fd(int fd, void *buf, size_t len, int32_t *writer_pid, int *passed_fd) {
+/* recvmsg() with SCM_CREDENTIALS, and with room for `fd_room` passed descriptors (0: none; the
+ * kernel then discards any). The writer's pid goes to *writer_pid (0: none); the first passed
+ * descriptor to *passed_fd (-1: none), any further ones are closed. */
+static long recv_from_writer(int fd, void *buf, size_t len, int32_t *writer_pid, int fd_room, int *passed_fd) {
     struct iovec iov = { .iov_base = buf, .iov_len = len };
     union {
         char bytes[CMSG_SPACE(sizeof(struct ucred)) + CMSG_SPACE(4 * sizeof(int))];
@@ -129,7 +106,7 @@ long kc_recv_from_writer_with_fd(int fd, void *buf, size_t len, int32_t *writer_
     msg.msg_iov = &iov;
     msg.msg_iovlen = 1;
     msg.msg_control = control.bytes;
-    msg.msg_controllen = sizeof control.bytes;
+    msg.msg_controllen = CMSG_SPACE(sizeof(struct ucred)) + (fd_room > 0 ? CMSG_SPACE((size_t)fd_room * sizeof(int)) : 0);
     *writer_pid = 0;
     *passed_fd = -1;
     ssize_t n = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
@@ -150,6 +127,15 @@ long kc_recv_from_writer_with_fd(int fd, void *buf, size_t len, int32_t *writer_
         }
     }
     return (long)n;
+}
+
+long kc_recv_from_writer(int fd, void *buf, size_t len, int32_t *writer_pid) {
+    int none;
+    return recv_from_writer(fd, buf, len, writer_pid, 0, &none);
+}
+
+long kc_recv_from_writer_with_fd(int fd, void *buf, size_t len, int32_t *writer_pid, int *passed_fd) {
+    return recv_from_writer(fd, buf, len, writer_pid, 4, passed_fd);
 }
 
 long kc_send_with_fd(int fd, const void *buf, size_t len, int passed_fd) {
