@@ -164,13 +164,14 @@ final class HostilePeerTests: XCTestCase {
         XCTAssertTrue(try d.waitFor { try self.buffered(d) == 0 }, "the shares are given back")
 
         // Unread again, then closed: the memory comes back, but for what the database's pooled
-        // readers cache of the item's pages and the allocator's per-thread arenas keep (16 MiB).
+        // readers cache of the item's pages and the allocator's per-thread arenas keep (32 MiB: a
+        // debug build on a loaded machine kept 16; before answers were counted, 288 MB stayed).
         for peer in try askAndWait() { peer.socket.close() }
         XCTAssertTrue(try d.waitFor { try self.buffered(d) == 0 }, "the shares of closed peers are given back")
         var after = 0
         let returned = try d.waitFor {
             after = try rss() - before
-            return after < 16 << 20
+            return after < 32 << 20
         }
         XCTAssertTrue(returned, "after the peers closed the daemon still held \(after >> 20) MB more")
         XCTAssertEqual(try c.call("copy", query: copy("large").query).result?.plainBytes?.count, item)
