@@ -1,4 +1,4 @@
-public import KeychainCore
+import KeychainCore
 import KeychainSystem
 
 /// A Flatpak sandbox's `/.flatpak-info`, read the way xdg-desktop-portal reads it: through the

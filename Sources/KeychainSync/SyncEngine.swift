@@ -1,5 +1,5 @@
 public import KeychainCore
-public import KeychainCrypto
+import KeychainCrypto
 public import KeychainItems
 public import KeychainSystem
 

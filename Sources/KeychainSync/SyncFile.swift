@@ -1,6 +1,6 @@
 public import KeychainCore
 public import KeychainCrypto
-public import KeychainSystem
+import KeychainSystem
 
 /// The sync key of a set of paired devices, with its generation (`epoch`: raised each time a device
 /// is removed), and the keys derived from it.

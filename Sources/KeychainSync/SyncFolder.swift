@@ -1,6 +1,6 @@
 public import KeychainCore
 import KeychainCrypto
-public import KeychainSystem
+import KeychainSystem
 
 /// Reading and writing the sync folder. keychaind writes only its own file there (`<device>.kcsync`,
 /// replaced atomically: written under a temporary name, synced, renamed) and reads every file named

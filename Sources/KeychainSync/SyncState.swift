@@ -1,5 +1,5 @@
-public import KeychainCore
-public import KeychainSystem
+import KeychainCore
+import KeychainSystem
 
 /// What one device knows of the synchronizable items: the winning version of every item (tombstones
 /// included) and, per device, the newest file read from it. Merging is commutative, associative and

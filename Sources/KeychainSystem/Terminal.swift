@@ -15,7 +15,8 @@ public enum Terminal {
     public static func name(of fd: Int32) -> String? {
         var buffer = [CChar](repeating: 0, count: 256)
         guard ttyname_r(fd, &buffer, buffer.count) == 0 else { return nil }
-        return String(cString: buffer)
+        let end = buffer.firstIndex(of: 0) ?? buffer.count
+        return String(decoding: buffer[..<end].map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 
     /// Whether standard input is a pipe or a regular file (a script hands something over on it).
