@@ -96,6 +96,16 @@ final class HostilePeerTests: XCTestCase {
     /// asked for a 1 MiB item on 300 connections it never read: 20 MB grew to 417 MB, and 141 MB
     /// stayed after they closed.)
     func testUnreadOneItemAnswersShareTheBudget() throws {
+        // What is measured is glibc's allocator giving the memory back (large buffers mapped for
+        // themselves, malloc_trim). A sanitizer's runtime replaces that allocator (under
+        // AddressSanitizer the daemon held 126 MB with the same budget), so the plain suite, which
+        // scripts/test runs before the sanitizers, is the one that makes the claim.
+        let sanitizer = ["__tsan_init", "__asan_init"].contains { (symbol: String) in
+            dlsym(UnsafeMutableRawPointer(bitPattern: 0), symbol) != nil
+        }
+        if sanitizer {
+            throw XCTSkip("a sanitizer's allocator replaces glibc's, whose memory return this test measures")
+        }
         let budget = 8 << 20
         let d = try DaemonHarness(
             config: #"{"maxBufferedBytes": \#(budget), "maxFrameBytes": 4194304}"#, start: false)
