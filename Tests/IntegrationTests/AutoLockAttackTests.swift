@@ -117,7 +117,10 @@ final class AutoLockAttackTests: XCTestCase {
         XCTAssertEqual(try s.run(s.adminCLIPath, ["unlock", "--passphrase-file", pass]).status, 0)
         XCTAssertTrue(try waitUntilLocked(s), "successful reads kept the keychain unlocked past the bound:\n\(s.log)")
         reader.stop()
-        XCTAssertEqual(reader.statuses().first, "0", "the reads succeeded while it was unlocked")
+        // Some read succeeded while it was unlocked (not necessarily the first: on a slow machine,
+        // under ThreadSanitizer, the first unlock's bound can pass before the loop's first read).
+        XCTAssertTrue(
+            reader.statuses().contains("0"), "the reads succeeded while it was unlocked: \(reader.statuses())")
         XCTAssertTrue(s.log.contains("by=max-unlocked"), s.log)
         let locked = try s.run(s.cliPath, ["find", "-s", "svc", "-a", "alice", "-w"])
         XCTAssertNotEqual(locked.status, 0, "the item is unreadable once locked")
