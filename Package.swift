@@ -119,6 +119,11 @@ let package = Package(
         // Tests, one target per module with logic, on a shared support target (temporary
         // directories, the known-answer files in Tests/Golden).
         .target(name: "KeychainTestSupport", dependencies: [], path: "Tests/KeychainTestSupport"),
+        // A keychain in a temporary directory with item shorthands, for the item and bus tests.
+        .target(
+            name: "KeychainItemsTestSupport",
+            dependencies: ["KeychainCore", "KeychainCrypto", "KeychainItems", "KeychainSystem", "KeychainTestSupport"],
+            path: "Tests/KeychainItemsTestSupport"),
         .testTarget(name: "KeychainSystemTests", dependencies: ["KeychainSystem", "KeychainTestSupport"]),
         .testTarget(name: "KeychainCoreTests", dependencies: ["KeychainSystem", "KeychainCore", "KeychainWire"]),
         .testTarget(
@@ -134,7 +139,7 @@ let package = Package(
             name: "KeychainItemsTests",
             dependencies: [
                 "KeychainSystem", "KeychainItems", "KeychainStore", "KeychainCrypto", "KeychainCore",
-                "KeychainTestSupport", "KeychainSecretService",
+                "KeychainTestSupport", "KeychainItemsTestSupport", "KeychainSecretService",
             ]),
         .testTarget(
             name: "KeychainSyncTests",
@@ -152,7 +157,7 @@ let package = Package(
             name: "SecretServiceTests",
             dependencies: [
                 "KeychainSecretService", "KeychainItems", "KeychainStore", "KeychainCrypto", "KeychainCore",
-                "KeychainSystem", "KeychainTestSupport",
+                "KeychainSystem", "KeychainItemsTestSupport",
             ]),
         .testTarget(
             name: "IntegrationTests",

@@ -1,4 +1,5 @@
 import KeychainCore
+import KeychainItemsTestSupport
 import KeychainSecretService
 import KeychainStore
 import KeychainSystem

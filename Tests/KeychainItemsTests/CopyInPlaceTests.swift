@@ -1,4 +1,5 @@
 import KeychainCore
+import KeychainItemsTestSupport
 import KeychainStore
 import KeychainSystem
 import KeychainTestSupport

@@ -1,5 +1,6 @@
 import KeychainCore
 import KeychainCrypto
+import KeychainItemsTestSupport
 import KeychainStore
 import KeychainSystem
 import Testing

@@ -1,5 +1,6 @@
 import Foundation
 import KeychainCore
+import KeychainItemsTestSupport
 import Testing
 
 @testable import KeychainItems

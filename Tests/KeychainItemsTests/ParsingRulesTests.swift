@@ -1,4 +1,5 @@
 import KeychainCore
+import KeychainItemsTestSupport
 import Testing
 
 @testable import KeychainItems

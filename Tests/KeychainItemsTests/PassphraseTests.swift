@@ -1,6 +1,7 @@
 import Foundation
 import KeychainCore
 import KeychainCrypto
+import KeychainItemsTestSupport
 import KeychainStore
 import KeychainSystem
 import Testing
@@ -101,8 +102,6 @@ func withProtectedKeychain(
     defer { fx.cleanup() }
     try body(fx)
 }
-
-func pass(_ s: String) -> SecureBytes { try! PasswordHash.passphrase(Array(s.utf8))! }
 
 let allCodes = ["ak", "ck", "dk", "aku", "cku", "dku", "akpu"]
 

@@ -1,5 +1,6 @@
 import Foundation
 import KeychainCore
+import KeychainItemsTestSupport
 import KeychainSystem
 import KeychainTestSupport
 import Testing

@@ -1,5 +1,6 @@
 import Foundation
 import KeychainCore
+import KeychainItemsTestSupport
 import KeychainStore
 import Testing
 

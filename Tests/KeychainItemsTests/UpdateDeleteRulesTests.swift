@@ -1,5 +1,6 @@
 import KeychainCore
 import KeychainCrypto
+import KeychainItemsTestSupport
 import Testing
 
 @testable import KeychainItems
