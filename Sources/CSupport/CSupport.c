@@ -95,7 +95,8 @@ int kc_pass_credentials(int fd) {
 /* recvmsg() with SCM_CREDENTIALS, and with room for `fd_room` passed descriptors (0: none; the
  * kernel then discards any). The writer's pid goes to *writer_pid (0: none); the first passed
  * descriptor to *passed_fd (-1: none), any further ones are closed. */
-static long recv_from_writer(int fd, void *buf, size_t len, int32_t *writer_pid, int fd_room, int *passed_fd) {
+/* Inlined into both callers, so the common one (no room for descriptors) is specialised. */
+static inline __attribute__((always_inline)) long recv_from_writer(int fd, void *buf, size_t len, int32_t *writer_pid, int fd_room, int *passed_fd) {
     struct iovec iov = { .iov_base = buf, .iov_len = len };
     union {
         char bytes[CMSG_SPACE(sizeof(struct ucred)) + CMSG_SPACE(4 * sizeof(int))];

@@ -101,6 +101,7 @@ final class CopyMemo {
 
     /// The hash the memo files `bytes` by: computed once per request and handed to `lookup(_:hash:token:)`
     /// and `noteRecompiled(_:hash:)`.
+    @inline(__always)
     static func hash(_ bytes: UnsafeRawBufferPointer) -> UInt64 {
         // FNV-1a over 8-byte words: cheap, and a collision only costs a miss (the bytes are compared
         // in full). Not a defence against chosen collisions, and needs none: the memo is per connection.
@@ -129,6 +130,7 @@ final class CopyMemo {
     }
 
     /// `lookup(_:token:)` with the query's `hash` (`CopyMemo.hash`) computed already.
+    @inline(__always)
     func lookup(_ query: UnsafeRawBufferPointer, hash: UInt64, token: Token) -> ItemService.CompiledCopy? {
         guard !query.isEmpty else { return nil }
         return Self.found(entries[Self.slot(hash)], query, token)
@@ -190,6 +192,7 @@ final class CopyMemo {
 
     private static func templateSlot(_ key: UnsafeRawBufferPointer) -> Int { slot(key) & (templateSlots - 1) }
 
+    @inline(__always)
     private static func found(_ entry: Entry?, _ bytes: UnsafeRawBufferPointer, _ token: Token)
         -> ItemService.CompiledCopy?
     {

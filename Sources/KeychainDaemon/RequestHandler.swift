@@ -125,6 +125,7 @@ public final class RequestHandler: Sendable {
     /// shape whose `query` bytes were served before on this connection (same caller, same passphrase
     /// state) skips decoding, parsing and the policy decision (CopyMemo.swift); when it returns one
     /// item's data alone, that data is opened into a buffer on the stack and framed from there.
+    @inline(__always)
     func respond(
         frame body: UnsafeRawBufferPointer, peer: ConnectionPeer, memo: CopyMemo?, into output: inout SecretBytes
     ) -> Bool {
@@ -208,6 +209,7 @@ public final class RequestHandler: Sendable {
     /// come so); any other, and that one, is compiled from the template's (`ItemService.recompile`:
     /// the filters and digests made again) and the compiled query kept. When a value is not valid
     /// UTF-8 the request takes the full path, which answers with the error.
+    @inline(__always)
     private func memoized(
         _ query: UnsafeRawBufferPointer, id: Int64, memo: CopyMemo, peer: ConnectionPeer,
         into output: inout SecretBytes,
@@ -258,6 +260,7 @@ public final class RequestHandler: Sendable {
 
     /// A compiled `copy` run for request `id`: the rows read now, activity counted when it found some.
     /// Returns the error answered, or nil.
+    @inline(__always)
     private func served(
         _ compiled: ItemService.CompiledCopy, _ id: Int64, peer: ConnectionPeer, into output: inout SecretBytes
     ) -> KeychainError? {

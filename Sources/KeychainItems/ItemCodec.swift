@@ -106,8 +106,9 @@ package struct ItemCodec: Sendable {
         // The secret comes back beside the attributes (a variable set from inside the closures would
         // cost a runtime exclusivity check on every open).
         typealias Opened = (protection: ProtectionClass, attributes: [String: Value], secret: SecretBytes?)
-        return try withItemKey(c, protectionClass: protectionClass, classKey: classKey) {
-            (protection, ik, sealing) throws(KeychainError) -> Opened in
+        func opened(_ protection: ProtectionClass, _ ik: UnsafeRawBufferPointer, _ sealing: ItemSealing)
+            throws(KeychainError) -> Opened
+        {
             let attributes =
                 withAttributes ? try openAttributes(c, protection: protection, itemKey: ik, sealing: sealing) : [:]
             guard withSecret else { return (protection, attributes, nil) }
@@ -118,6 +119,8 @@ package struct ItemCodec: Sendable {
             }
             return (protection, attributes, secret)
         }
+        if let classKey { return try withItemKey(c, protectionClass: protectionClass, classKey: classKey, opened) }
+        return try withItemKey(c, protectionClass: protectionClass, opened)
     }
 
     /// Opens only the secret of a row given in place, straight into the place `place` gives it (a
@@ -142,12 +145,35 @@ package struct ItemCodec: Sendable {
     }
 
     /// The checks every open makes (class, id, item-key layout), then `body` with the item key opened
-    /// into a stack buffer (zeroed afterwards). A locked class is errSecInteractionNotAllowed.
+    /// into a stack buffer (zeroed afterwards), by the vault's key of the item's class. A locked
+    /// class is errSecInteractionNotAllowed.
     private func withItemKey<R>(
         _ c: StoredItem.SealedColumns, protectionClass: UInt8,
-        classKey given: ((ProtectionClass) -> SecureBytes?)? = nil,
         _ body: (ProtectionClass, UnsafeRawBufferPointer, ItemSealing) throws(KeychainError) -> R
     ) throws(KeychainError) -> R {
+        let (protection, sealing) = try Self.checked(c, protectionClass: protectionClass)
+        let classKey = try vault.openingKey(protection)
+        return try Self.withItemKey(c, protection, sealing, classKey, body)
+    }
+
+    /// `withItemKey` by the class key `given` returns instead of the vault's (a key change opens the
+    /// rows with the keys from before it). Kept apart so that every read's path carries no closure.
+    private func withItemKey<R>(
+        _ c: StoredItem.SealedColumns, protectionClass: UInt8, classKey given: (ProtectionClass) -> SecureBytes?,
+        _ body: (ProtectionClass, UnsafeRawBufferPointer, ItemSealing) throws(KeychainError) -> R
+    ) throws(KeychainError) -> R {
+        let (protection, sealing) = try Self.checked(c, protectionClass: protectionClass)
+        guard let key = given(protection) else {
+            throw KeychainError(.internal, "no \(protection.code) class key to open an item with")
+        }
+        return try Self.withItemKey(c, protection, sealing, Vault.OpeningKey(key: key, prepared: nil), body)
+    }
+
+    /// The class, id and item-key layout of a row, checked.
+    @inline(__always)
+    private static func checked(_ c: StoredItem.SealedColumns, protectionClass: UInt8) throws(KeychainError) -> (
+        ProtectionClass, ItemSealing
+    ) {
         guard let protection = ProtectionClass(rawValue: protectionClass) else {
             throw KeychainError(.decode, "an item in the database is damaged (unknown class or id)")
         }
@@ -157,17 +183,17 @@ package struct ItemCodec: Sendable {
         guard let sealing = ItemSealing(sealedItemKey: c.wrappedKey) else {
             throw KeychainError(.decode, "an item in the database is damaged (its item key has no known layout)")
         }
-        let classKey: Vault.OpeningKey
-        if let given {
-            guard let key = given(protection) else {
-                throw KeychainError(.internal, "no \(protection.code) class key to open an item with")
-            }
-            classKey = Vault.OpeningKey(key: key, prepared: nil)
-        } else {
-            classKey = try vault.openingKey(protection)
-        }
-        return try classKey.key.withUnsafeBytes { (ck) throws(KeychainError) -> R in
-            try Self.withAssociatedData(
+        return (protection, sealing)
+    }
+
+    @inline(__always)
+    private static func withItemKey<R>(
+        _ c: StoredItem.SealedColumns, _ protection: ProtectionClass, _ sealing: ItemSealing,
+        _ classKey: Vault.OpeningKey,
+        _ body: (ProtectionClass, UnsafeRawBufferPointer, ItemSealing) throws(KeychainError) -> R
+    ) throws(KeychainError) -> R {
+        try classKey.key.withUnsafeBytes { (ck) throws(KeychainError) -> R in
+            try withAssociatedData(
                 ref: c.ref, protection: protection, part: .itemKey, uniqueIndex: c.uniqueIndex, sealing: sealing
             ) { (kad) throws(KeychainError) -> R in
                 try AEAD.withOpenedKey(

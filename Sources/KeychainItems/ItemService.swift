@@ -224,11 +224,9 @@ public final class ItemService: Sendable {
         public let caller: Caller
         /// The query names `v_Data`: its compiled form holds those bytes and must not be remembered.
         public let carriesSecret: Bool
-        /// A point lookup that needs no attribute re-check.
-        var keyOnly: Bool {
-            if case .keyOnly = check { return true }
-            return false
-        }
+        /// A point lookup that needs no attribute re-check: `check` is `.keyOnly`, kept as a flag
+        /// because every cached copy asks (reading the enum's tag costs an outlined call).
+        let keyOnly: Bool
 
         init(
             check: RowCheck, limit: MatchLimit, returns: ReturnFlags, sync: SyncFilter, carriesSecret: Bool,
@@ -236,6 +234,7 @@ public final class ItemService: Sendable {
         ) {
             self.incomplete = incomplete
             self.check = check
+            if case .keyOnly = check { keyOnly = true } else { keyOnly = false }
             self.limit = limit
             self.returns = returns
             self.sync = sync

@@ -73,7 +73,7 @@ public final class RequestCore: Sendable {
     /// A successful item call of an identified caller: restarts the auto-lock idle clock. Written
     /// only when the millisecond changed: every connection shares this counter, and a write on each
     /// request would pass its cache line between CPUs for nothing.
-    @inlinable public func noteActivity() {
+    @inlinable @inline(__always) public func noteActivity() {
         let now = MonotonicClock.milliseconds()
         if lastActivity.load(ordering: .relaxed) != now { lastActivity.store(now, ordering: .relaxed) }
     }
