@@ -121,4 +121,54 @@ final class WrapperAttributesTests: SharedConnectionTestCase {
         XCTAssertEqual(item[kSecAttrAccount as String] as? String, "lee")
         XCTAssertNil(item[kSecClass as String])
     }
+
+    /// A wrapper's listing (KeychainAccess's `allItems()` and class-wide `allKeys(.internetPassword)`):
+    /// every internet password of a server, synchronizable or not, with the attributes it prints,
+    /// and the class-wide listing beside a generic password of the same name.
+    func testListingInternetPasswordsOfEveryProtectionAndSyncState() throws {
+        let items: [(String, CFString, Bool)] = [
+            ("key1", kSecAttrAccessibleAlwaysThisDeviceOnly, false), ("key2", kSecAttrAccessibleAlways, true),
+            ("key3", kSecAttrAccessibleAfterFirstUnlockThisDeviceOnly, false),
+        ]
+        for (account, protection, sync) in items {
+            var add = query(account: account)
+            add[kSecAttrSynchronizable as String] = sync ? kCFBooleanTrue : kCFBooleanFalse
+            add[kSecAttrAccessible as String] = protection as String
+            add[kSecValueData as String] = Data("\(account)-value".utf8)
+            XCTAssertEqual(SecItemAdd(add as CFDictionary, nil), errSecSuccess, account)
+        }
+        let generic: [String: Any] = [
+            kSecClass as String: kSecClassGenericPassword, kSecAttrService as String: server,
+            kSecAttrAccount as String: "key4", kSecValueData as String: Data("g".utf8),
+        ]
+        XCTAssertEqual(SecItemAdd(generic as CFDictionary, nil), errSecSuccess)
+
+        var list = query(account: "")
+        list[kSecAttrAccount as String] = nil
+        list[kSecMatchLimit as String] = kSecMatchLimitAll
+        list[kSecReturnAttributes as String] = kCFBooleanTrue
+        var result: AnyObject?
+        XCTAssertEqual(SecItemCopyMatching(list as CFDictionary, &result), errSecSuccess)
+        let listed = try XCTUnwrap(result as? [[String: Any]]).sorted {
+            ($0[kSecAttrAccount as String] as? String ?? "") < ($1[kSecAttrAccount as String] as? String ?? "")
+        }
+        XCTAssertEqual(listed.map { $0[kSecAttrAccount as String] as? String }, ["key1", "key2", "key3"])
+        for (item, (_, protection, sync)) in zip(listed, items) {
+            XCTAssertEqual(item[kSecAttrServer as String] as? String, server)
+            XCTAssertEqual(item[kSecAttrProtocol as String] as? String, kSecAttrProtocolHTTPS as String)
+            XCTAssertEqual(
+                item[kSecAttrAuthenticationType as String] as? String, kSecAttrAuthenticationTypeDefault as String)
+            XCTAssertEqual(item[kSecAttrAccessible as String] as? String, protection as String)
+            XCTAssertEqual(item[kSecAttrSynchronizable as String] as? Bool, sync)
+            XCTAssertNil(item[kSecValueData as String], "no secret unless asked for")
+        }
+
+        let everyInternetPassword: [String: Any] = [
+            kSecClass as String: kSecClassInternetPassword, kSecAttrSynchronizable as String: kSecAttrSynchronizableAny,
+            kSecMatchLimit as String: kSecMatchLimitAll, kSecReturnAttributes as String: kCFBooleanTrue!,
+        ]
+        XCTAssertEqual(SecItemCopyMatching(everyInternetPassword as CFDictionary, &result), errSecSuccess)
+        let accounts = try XCTUnwrap(result as? [[String: Any]]).compactMap { $0[kSecAttrAccount as String] as? String }
+        XCTAssertEqual(accounts.sorted(), ["key1", "key2", "key3"], "the generic password is not listed")
+    }
 }
