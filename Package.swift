@@ -115,6 +115,8 @@ let package = Package(
         .executableTarget(
             name: "device-id-example", dependencies: ["KeychainServices"],
             path: "Examples/device-id-example"),
+        // A login screen ported from iOS: an internet password saved and read back through SecItem.
+        .executableTarget(name: "login-example", dependencies: ["Security"], path: "Examples/login-example"),
 
         // Tests, one target per module with logic, on a shared support target (temporary
         // directories, the known-answer files in Tests/Golden).

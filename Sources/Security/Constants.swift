@@ -259,7 +259,9 @@ nonisolated(unsafe) public let kSecReturnData: CFString = SecConstant("r_Data")
 nonisolated(unsafe) public let kSecReturnAttributes: CFString = SecConstant("r_Attributes")
 /// Return the item's persistent reference as `Data`.
 nonisolated(unsafe) public let kSecReturnPersistentRef: CFString = SecConstant("r_PersistentRef")
-/// Generic passwords have no reference type on iOS: the key is accepted and returns nothing.
+/// Passwords have no reference type on iOS: the key is accepted and returns no object. With
+/// `kSecReturnAttributes`, each attribute dictionary then also names the item's class (`kSecClass`),
+/// as Apple's, built from the reference, does.
 nonisolated(unsafe) public let kSecReturnRef: CFString = SecConstant("r_Ref")
 
 // MARK: Use keys (accepted and ignored by the client, as Apple's client library strips them)

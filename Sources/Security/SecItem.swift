@@ -17,7 +17,7 @@ public func SecItemAdd(_ attributes: CFDictionary, _ result: UnsafeMutablePointe
         let query = try Conversion.map(attributes, what: "the attributes dictionary")
         let value = try KeychainConnection.shared.call(.add, query: query)
         let shaped = try Conversion.result(value, for: query, op: .add)
-        if let result { result.pointee = shaped }
+        if let result { result.pointee = namingClass(shaped, attributes) }
     }
 }
 
@@ -31,7 +31,7 @@ public func SecItemCopyMatching(_ query: CFDictionary, _ result: UnsafeMutablePo
         let q = try Conversion.map(query, what: "the query")
         let value = try KeychainConnection.shared.call(.copy, query: q)
         let shaped = try Conversion.result(value, for: q, op: .copy)
-        if let result { result.pointee = shaped }
+        if let result { result.pointee = namingClass(shaped, query) }
     }
 }
 
@@ -54,6 +54,25 @@ public func SecItemDelete(_ query: CFDictionary) -> OSStatus {
         let q = try Conversion.map(query, what: "the query")
         _ = try KeychainConnection.shared.call(.delete, query: q)
     }
+}
+
+/// `shaped` with the item class in each attribute dictionary when `query` asks for attributes and
+/// for the item reference: Apple's client builds such a dictionary from the reference, which carries
+/// the class (KeychainAccess reads `Attributes.class` from it). keychaind has no reference objects,
+/// so the class comes from the query. Without kSecReturnRef the dictionaries stay as Apple's are,
+/// without a class entry. Results that are no dictionary (the secret alone) are returned untouched.
+private func namingClass(_ shaped: AnyObject?, _ query: CFDictionary) -> AnyObject? {
+    guard let shaped, !(shaped is NSData), let wantsRef = query.object(forKey: "r_Ref"),
+        Conversion.bool(wantsRef) == true, let wantsAttributes = query.object(forKey: "r_Attributes"),
+        Conversion.bool(wantsAttributes) == true, let itemClass = query.object(forKey: "class").flatMap(Conversion.text)
+    else { return shaped }
+    func named(_ item: Any) -> Any {
+        guard var attributes = item as? [String: Any] else { return item }
+        attributes["class"] = itemClass
+        return attributes
+    }
+    if let items = shaped as? [Any] { return items.map(named) as NSArray }
+    return (named(shaped) as? [String: Any]).map { $0 as NSDictionary } ?? shaped
 }
 
 /// Runs one SecItem call, turning its error into the OSStatus and remembering the message for

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import daemon_binary, interpreter, python_env
+from conftest import REPO, daemon_binary, interpreter, python_env
 from keychaind import Client, KeychainError
 
 jeepney = pytest.importorskip("jeepney")
@@ -389,6 +389,54 @@ def test_network_password_attributes_that_are_no_internet_password_stay_the_item
     assert ss.run([ss.bridge, "find-internet-password", "--group", "secret-service", "-s", odd]).returncode == 44
     r = ss.run([SECRET_TOOL, "lookup", "server", odd, "colour", "blue"])
     assert r.returncode == 0 and r.stdout == b"o"
+
+
+def test_a_login_screen_ported_from_ios_saves_an_internet_password_secret_tool_finds(ss):
+    # Examples/login-example: iOS code (import Security, SecItemAdd of kSecClassInternetPassword) as
+    # a registered app that names the shared collection's group.
+    # (beside the daemon, else in the debug build: scripts/test runs the daemon from a folder of links)
+    example = next((p for p in [Path(daemon_binary()).parent / "login-example", REPO / ".build" / "debug" / "login-example"]
+                    if p.exists()), None)
+    assert example, "Examples/login-example is not built: `swift build` builds it with keychaind"
+    app = ss._copy(str(example), "login-app")
+    ss._app("login", "T.login", ["T.login", "secret-service"], [app])
+    server, user = unique("mail") + ".example.com", unique("alice")
+    url = f"https://{server}:8443"
+    r = ss.run([app, "save", url, user, "--group", "secret-service"], input=b"typed-at-login\n")
+    assert r.returncode == 0, r.stderr
+    r = ss.run([app, "load", url, user, "--group", "secret-service"])
+    assert r.returncode == 0 and r.stdout == b"typed-at-login\n", r.stderr
+
+    # keychainctl find-internet-password finds it by server, with the attributes the app gave it
+    r = ss.run([ss.keychainctl, "find-internet-password", "--group", "secret-service", "-s", server, "-a", user, "-w"])
+    assert r.returncode == 0 and r.stdout == b"typed-at-login\n", r.stderr
+    r = ss.run([ss.keychainctl, "find-internet-password", "--group", "secret-service", "-s", server])
+    shown = dict(line.split("  ", 1) for line in r.stdout.decode().splitlines() if "  " in line)
+    shown = {name: value.strip() for name, value in shown.items()}
+    assert r.returncode == 0 and shown["account"] == user and shown["protocol"] == "htps", r.stdout
+    assert shown["port"] == "8443" and shown["authentication type"] == "form", r.stdout
+    assert shown["label"] == f"{server} ({user})", r.stdout
+
+    # secret-tool (not registered: the shared collection) finds it under the network schema
+    r = ss.run([SECRET_TOOL, "search", "--all", "xdg:schema", NETWORK_SCHEMA, "server", server])
+    assert r.returncode == 0 and b"secret = typed-at-login" in r.stdout, (r.stdout, r.stderr)
+    for name, value in [("user", user), ("server", server), ("protocol", "https"), ("port", "8443"),
+                        ("authtype", "form")]:
+        assert f"attribute.{name} = {value}" in r.stderr.decode(), r.stderr
+    assert ss.run([SECRET_TOOL, "lookup", "xdg:schema", NETWORK_SCHEMA, "server", server, "user", user]).stdout \
+        == b"typed-at-login"
+
+    # the user changes the password at the login screen: one item, the new secret, for both
+    r = ss.run([app, "save", url, user, "--group", "secret-service"], input=b"changed\n")
+    assert r.returncode == 0, r.stderr
+    r = ss.run([SECRET_TOOL, "search", "--all", "xdg:schema", NETWORK_SCHEMA, "server", server])
+    assert r.stdout.count(b"secret = ") == 1 and b"secret = changed" in r.stdout, r.stdout
+    # and a password libsecret stores for that login is what the app reads
+    r = ss.run([SECRET_TOOL, "store", "--label=x", "xdg:schema", NETWORK_SCHEMA, "user", user, "server", server,
+                "protocol", "https", "port", "8443", "authtype", "form"], input=b"from-libsecret")
+    assert r.returncode == 0, r.stderr
+    r = ss.run([app, "load", url, user, "--group", "secret-service"])
+    assert r.returncode == 0 and r.stdout == b"from-libsecret\n", r.stderr
 
 
 # MARK: Python clients
