@@ -140,6 +140,32 @@ public final class FileDescriptor: Sendable {
         }
     }
 
+    /// Whether the descriptor was opened for writing (`O_WRONLY` or `O_RDWR`, from `fcntl(F_GETFL)`).
+    public func isOpenForWriting() throws(Errno) -> Bool {
+        try withDescriptor("fcntl F_GETFL") { (fd) throws(Errno) in
+            let flags = try valueOrErrno("fcntl F_GETFL") { fcntl(fd, F_GETFL) }
+            let mode = flags & O_ACCMODE
+            return mode == O_WRONLY || mode == O_RDWR
+        }
+    }
+
+    /// Writes every byte of `bytes` without waiting for room: the open file is non-blocking for the
+    /// write (its flags are restored after), so a pipe or socket that nobody reads and that is full
+    /// is EAGAIN at once instead of a wait. For a descriptor another process handed over.
+    public func writeAllWithoutWaiting(_ bytes: UnsafeRawBufferPointer) throws(Errno) {
+        try withDescriptor("write") { (fd) throws(Errno) in
+            let flags = try valueOrErrno("fcntl F_GETFL") { fcntl(fd, F_GETFL) }
+            if flags & O_NONBLOCK == 0 {
+                _ = try valueOrErrno("fcntl F_SETFL") { fcntl(fd, F_SETFL, flags | O_NONBLOCK) }
+            }
+            defer { if flags & O_NONBLOCK == 0 { _ = fcntl(fd, F_SETFL, flags) } }
+            var done = 0
+            while done < bytes.count {
+                done += try valueOrErrno("write") { Glibc.write(fd, bytes.baseAddress! + done, bytes.count - done) }
+            }
+        }
+    }
+
     /// Writes every byte of `bytes`.
     public func writeAll(_ bytes: [UInt8]) throws(Errno) {
         try withBytes(bytes) { (b) throws(Errno) in try writeAll(b) }
