@@ -169,7 +169,7 @@ def test_a_sandbox_whose_flatpak_info_is_writable_gets_no_secret(pd):
     real = ask(pd, Sandbox(pd, "org.example.PortalOne"))
     forged = ask(pd, Sandbox(pd, "org.example.PortalOne", writable_info=True))
     assert forged["response"] != 0 and forged["secret"] == "" and real["secret"] != "", forged
-    assert "writable" in pd.log_text() or "no Flatpak sandbox keychaind trusts" in pd.portal.log_text()
+    assert "/.flatpak-info is writable" in pd.portal.log_text(), pd.portal.log_text()
 
 
 def test_a_sandbox_made_inside_a_sandbox_cannot_claim_another_apps_secret(pd):
@@ -187,7 +187,7 @@ def test_a_sandbox_made_inside_a_sandbox_cannot_claim_another_apps_secret(pd):
     assert env_ask.returncode == 0, env_ask.stderr.decode()
     got = json.loads(env_ask.stdout.decode().strip().splitlines()[-1])
     assert got["secret"] == "" and got["response"] != 0, got
-    assert "sandbox made inside a sandbox" in pd.portal.log_text() + pd.log_text()
+    assert "a sandbox made inside a sandbox" in pd.portal.log_text(), pd.portal.log_text()
 
 
 def test_an_unsandboxed_caller_of_the_portal_gets_nothing(pd):
