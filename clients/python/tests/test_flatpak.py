@@ -39,12 +39,13 @@ class Sandbox:
     """`bwrap` with Flatpak's layout around one command, its `/.flatpak-info` naming `app_id`."""
 
     def __init__(self, d, app_id: str | None, writable_info: bool = False, info_text: str | None = None,
-                 binds: tuple[str, ...] = ()):
+                 binds: tuple[str, ...] = (), writable_binds: tuple[str, ...] = ()):
         self.d = d
         self.app_id = app_id
         self.writable_info = writable_info
         self.info_text = info_text
         self.binds = binds   # more host paths, bound read-only at the same place
+        self.writable_binds = writable_binds   # and writable (an app's own data)
 
     def run(self, argv, input: bytes | None = None) -> subprocess.CompletedProcess:
         bus_path = self.d.bus.address.split("path=", 1)[1].split(",", 1)[0]
@@ -58,6 +59,8 @@ class Sandbox:
             args += ["--ro-bind", lib, lib]
         for path in self.binds:
             args += ["--ro-bind", path, path]
+        for path in self.writable_binds:
+            args += ["--bind", path, path]
         pass_fds = ()
         if self.app_id is not None or self.info_text is not None:
             text = self.info_text if self.info_text is not None else f"[Application]\nname={self.app_id}\nruntime=runtime/org.example.Platform/x86_64/1\n"

@@ -229,6 +229,27 @@ def test_only_xdg_desktop_portal_may_call_the_backend(pd):
             os.close(w)
 
 
+def test_libsecret_in_a_sandbox_keeps_its_secrets_in_a_file_keyed_by_the_portal(pd, tmp_path):
+    # libsecret inside a Flatpak (/.flatpak-info) asks the portal for its app's key and keeps its
+    # items in a file keyring in the app's own data: the file opens again after keychaind restarts,
+    # and not for another app.
+    data = tmp_path / "app-data"
+    data.mkdir()
+    lookup = ["env", f"XDG_DATA_HOME={data}", "secret-tool", "lookup", "key", "libsecret"]
+    box = Sandbox(pd, "org.example.PortalLibsecret", writable_binds=(str(data),))
+    stored = box.run(["env", f"XDG_DATA_HOME={data}", "secret-tool", "store", "--label", "in a file", "key", "libsecret"],
+                     input=b"kept in the file")
+    assert stored.returncode == 0, (stored.stderr, pd.portal.log_text())
+    assert (data / "keyrings" / "default.keyring").is_file()
+    assert b"kept in the file" not in (data / "keyrings" / "default.keyring").read_bytes()
+    pd.stop()
+    pd.start()
+    got = box.run(lookup)
+    assert (got.returncode, got.stdout) == (0, b"kept in the file"), (got.stderr, pd.portal.log_text())
+    other = Sandbox(pd, "org.example.PortalOther", writable_binds=(str(data),)).run(lookup)
+    assert b"kept in the file" not in other.stdout, other.stdout
+
+
 # Input xdg-desktop-portal never sends, sent by a program the daemon takes for it: a debug build's
 # KEYCHAIND_TEST_PORTAL_FRONTEND names a copy of the interpreter (a release build has no such switch).
 FRONTEND = r"""
