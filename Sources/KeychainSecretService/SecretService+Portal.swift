@@ -216,13 +216,16 @@ extension SecretService {
         let found = try store { () throws(KeychainError) in
             try items.secretServiceSearch(attributes, groups: [group], caller: caller)
         }
+        var kept: SecretBytes?
+        for match in found.unlocked where kept == nil {
+            let stored = try store { () throws(KeychainError) in
+                try items.secretServiceSecret(id: match.id, groups: [group], caller: caller)
+            }
+            if let stored, !stored.secret.isEmpty { kept = stored.secret }
+        }
         var secret: SecretBytes
-        if let first = found.unlocked.first,
-            let kept = try store({ () throws(KeychainError) in
-                try items.secretServiceSecret(id: first.id, groups: [group], caller: caller)
-            }), !kept.secret.isEmpty
-        {
-            secret = kept.secret
+        if let kept {
+            secret = kept
         } else {
             guard found.locked.isEmpty else { throw Self.busError(ItemService.lockedError) }
             try allow(.add, asker, caller)
