@@ -114,6 +114,14 @@ public final class FileDescriptor: Sendable {
         }
     }
 
+    /// The user namespace that owns the namespace this descriptor names (`/proc/<pid>/ns/mnt`
+    /// opened, say): `ioctl(NS_GET_USERNS)`, close-on-exec.
+    public func namespaceOwner() throws(Errno) -> FileDescriptor {
+        try withDescriptor("ioctl NS_GET_USERNS") { (fd) throws(Errno) in
+            FileDescriptor(adopting: try valueOrErrno("ioctl NS_GET_USERNS") { kc_namespace_owner(fd) })
+        }
+    }
+
     /// Whether the file lies on a read-only mount (`fstatvfs(2)`'s `ST_RDONLY`): no process can
     /// write it through any path while the mount stays so.
     public func isOnReadOnlyMount() throws(Errno) -> Bool {
