@@ -55,6 +55,12 @@ int kc_namespace_parent(int nsfd) {
     return fd;
 }
 
+int kc_namespace_owner(int nsfd) {
+    int fd = ioctl(nsfd, NS_GET_USERNS);
+    if (fd >= 0) (void)fcntl(fd, F_SETFD, FD_CLOEXEC);
+    return fd;
+}
+
 #ifndef SYS_pidfd_send_signal
 #define SYS_pidfd_send_signal 424
 #endif

@@ -26,25 +26,45 @@ public enum FlatpakInfo {
             return nil
         }
         defer { file.close() }
-        // The sandbox's user namespace must be a child of keychaind's, as Flatpak makes it: a
-        // sandboxed app that makes a namespace of its own inside (with a /.flatpak-info of another
-        // app bound over its root) is a grandchild, and names no app.
-        let parent: FileStatus?
+        // The sandbox's user namespace must be a child of keychaind's — or a grandchild whose parent
+        // owns the sandbox's mount namespace. Unprivileged bubblewrap makes the second when it mounts
+        // a devpts (`--dev`, as Flatpak does for every app without `--device=all`): it makes the
+        // namespaces in one user namespace (uid 0 there, for devpts) and moves the app into a child of
+        // it with the user's uid, so the mounts, /.flatpak-info among them, belong to a namespace in
+        // which the app has no privilege. A sandboxed app that makes a namespace of its own inside
+        // (with a /.flatpak-info of another app bound over its root) has its mounts owned by that new
+        // namespace, or sits deeper still, and names no app.
+        let trusted: Bool
         do {
             let userNamespace = try FileDescriptor.open("/proc/\(pid)/ns/user")
             defer { userNamespace.close() }
             let parentNamespace = try userNamespace.namespaceParent()
             defer { parentNamespace.close() }
-            parent = try parentNamespace.status()
+            let parent = try parentNamespace.status()
+            if FileIdentity(device: parent.device, inode: parent.inode) == PeerIdentity.ownUserNamespace {
+                trusted = true
+            } else {
+                let grandparent = try parentNamespace.namespaceParent()
+                defer { grandparent.close() }
+                let above = try grandparent.status()
+                let mounts = try FileDescriptor.open("/proc/\(pid)/ns/mnt")
+                defer { mounts.close() }
+                let owner = try mounts.namespaceOwner()
+                defer { owner.close() }
+                let mountOwner = try owner.status()
+                trusted =
+                    FileIdentity(device: above.device, inode: above.inode) == PeerIdentity.ownUserNamespace
+                    && FileIdentity(device: mountOwner.device, inode: mountOwner.inode)
+                        == FileIdentity(device: parent.device, inode: parent.inode)
+            }
         } catch {
-            parent = nil
+            trusted = false
         }
         guard process.isPinned else {
             return .failure(
                 KeychainIdentityError("the calling process (pid \(pid)) exited before it could be identified"))
         }
-        guard let parent, FileIdentity(device: parent.device, inode: parent.inode) == PeerIdentity.ownUserNamespace
-        else {
+        guard trusted else {
             return .failure(
                 KeychainIdentityError(
                     "pid \(pid) runs in a sandbox inside another namespace than keychaind's own children (a sandbox made inside a sandbox), so its /.flatpak-info names no app"

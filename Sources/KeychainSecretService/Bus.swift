@@ -210,6 +210,12 @@ final class BusMessage {
         if r < 0 { throw .failed("cannot build the reply (error \(-r))") }
     }
 
+    func append(uint32: UInt32) throws(BusError) {
+        var v = uint32
+        let r = sd_bus_message_append_basic(raw, Self.code("u"), &v)
+        if r < 0 { throw .failed("cannot build the reply (error \(-r))") }
+    }
+
     func append(uint64: UInt64) throws(BusError) {
         var v = uint64
         let r = sd_bus_message_append_basic(raw, Self.code("t"), &v)

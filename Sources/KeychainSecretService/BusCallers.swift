@@ -72,6 +72,16 @@ extension SecretService {
     /// registry is unchanged, else identified afresh. Refusals are AccessDenied with the reason.
     func identify(_ m: BusMessage) throws(BusError) -> (BusCaller, Caller) {
         guard let sender = m.sender, sender.hasPrefix(":") else { throw .accessDenied("the call has no sender") }
+        let known = try connection(sender)
+        switch known.decision {
+        case .success(let caller): return (known, caller)
+        case .failure(let error): throw .accessDenied(error.message)
+        }
+    }
+
+    /// The connection `sender` (a unique name), pinned and identified: from the cache while its
+    /// process still runs, else afresh; its decision brought up to the registry's generation.
+    func connection(_ sender: String) throws(BusError) -> BusCaller {
         let generation = core.registryGeneration
         let known: BusCaller
         if let cached = callers[sender] {
@@ -97,10 +107,7 @@ extension SecretService {
             known.registered = registered
             known.generation = generation
         }
-        switch known.decision {
-        case .success(let caller): return (known, caller)
-        case .failure(let error): throw .accessDenied(error.message)
-        }
+        return known
     }
 
     /// Pins the process behind a new unique name and identifies it: its credentials from the bus

@@ -149,4 +149,32 @@ enum Introspection {
         }
         return header + "<node>\n" + body + "</node>\n"
     }
+
+    static let portal = """
+          <interface name="org.freedesktop.impl.portal.Secret">
+            <method name="RetrieveSecret">
+              <arg name="handle" type="o" direction="in"/><arg name="app_id" type="s" direction="in"/>
+              <arg name="fd" type="h" direction="in"/><arg name="options" type="a{sv}" direction="in"/>
+              <arg name="response" type="u" direction="out"/><arg name="results" type="a{sv}" direction="out"/>
+            </method>
+            <property name="version" type="u" access="read"/>
+          </interface>
+
+        """
+
+    /// The XML for a path of the Secret portal's backend: the backend itself, or a request.
+    static func portal(for path: String) -> String {
+        var body = standard
+        if path == SecretService.portalPath {
+            body += portal
+        } else if path.hasPrefix(SecretService.portalRequestPrefix) {
+            body += """
+                  <interface name="org.freedesktop.impl.portal.Request">
+                    <method name="Close"/>
+                  </interface>
+
+                """
+        }
+        return header + "<node>\n" + body + "</node>\n"
+    }
 }

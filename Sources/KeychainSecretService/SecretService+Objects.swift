@@ -548,6 +548,10 @@ extension SecretService {
     }
 
     func complete(_ path: String, _ p: PendingPrompt, dismissed: Bool) {
+        if let wait = p.portal {
+            finishPortal(wait, dismissed: dismissed)
+            return
+        }
         guard let signal = try? bus.newSignal(path: path, interface: Self.promptInterface, member: "Completed") else {
             return
         }

@@ -41,6 +41,8 @@ public final class SecretService: @unchecked Sendable {
     /// that asks for much and reads nothing fills the bus's buffers, which stalls every caller.
     let maxReplyBytes: Int
     let wake: WakePipe
+    /// The one executable that may call the Secret portal's backend (`portalFrontendPath`).
+    let portalFrontend: String
     private let stopping = Atomic<Bool>(false)
     private let finished = DispatchSemaphore(value: 0)
     private var running = false
@@ -74,9 +76,10 @@ public final class SecretService: @unchecked Sendable {
     /// `replace`, takes it over if that provider allows it; otherwise fails naming it.
     public init(
         core: RequestCore, prompts: PassphrasePrompts, unregistered: AccessPolicy.UnregisteredBusCallers,
-        maxFrameBytes: Int, replace: Bool
+        maxFrameBytes: Int, replace: Bool, portalFrontend: String = SecretService.portalFrontendPath
     ) throws(SecretServiceError) {
         self.core = core
+        self.portalFrontend = portalFrontend
         passphrasePrompts = prompts
         items = core.items
         mode = unregistered
@@ -106,6 +109,13 @@ public final class SecretService: @unchecked Sendable {
                 handler: { m, userdata, _ in
                     guard let m, let userdata else { return 0 }
                     return Unmanaged<SecretService>.fromOpaque(userdata).takeUnretainedValue().handle(
+                        BusMessage(retaining: m))
+                }, userdata: me)
+            try bus.addFallback(
+                Self.portalPath,
+                handler: { m, userdata, _ in
+                    guard let m, let userdata else { return 0 }
+                    return Unmanaged<SecretService>.fromOpaque(userdata).takeUnretainedValue().handlePortal(
                         BusMessage(retaining: m))
                 }, userdata: me)
             try bus.addMatch(
@@ -328,4 +338,7 @@ struct PendingPrompt {
     var waiting = false
     /// Its dialog was shown, or could not be (then it waits for an unlock from elsewhere).
     var asked = false
+    /// A Secret portal call waiting for the unlock (its prompt is keyed by the request handle and
+    /// answers that call instead of emitting `Completed`).
+    var portal: PortalWait?
 }

@@ -114,6 +114,14 @@ public final class FileDescriptor: Sendable {
         }
     }
 
+    /// The user namespace that owns the namespace this descriptor names (`/proc/<pid>/ns/mnt`
+    /// opened, say): `ioctl(NS_GET_USERNS)`, close-on-exec.
+    public func namespaceOwner() throws(Errno) -> FileDescriptor {
+        try withDescriptor("ioctl NS_GET_USERNS") { (fd) throws(Errno) in
+            FileDescriptor(adopting: try valueOrErrno("ioctl NS_GET_USERNS") { kc_namespace_owner(fd) })
+        }
+    }
+
     /// Whether the file lies on a read-only mount (`fstatvfs(2)`'s `ST_RDONLY`): no process can
     /// write it through any path while the mount stays so.
     public func isOnReadOnlyMount() throws(Errno) -> Bool {
@@ -133,6 +141,32 @@ public final class FileDescriptor: Sendable {
     /// Writes every byte of `bytes`, retrying short writes.
     public func writeAll(_ bytes: UnsafeRawBufferPointer) throws(Errno) {
         try withDescriptor("write") { (fd) throws(Errno) in
+            var done = 0
+            while done < bytes.count {
+                done += try valueOrErrno("write") { Glibc.write(fd, bytes.baseAddress! + done, bytes.count - done) }
+            }
+        }
+    }
+
+    /// Whether the descriptor was opened for writing (`O_WRONLY` or `O_RDWR`, from `fcntl(F_GETFL)`).
+    public func isOpenForWriting() throws(Errno) -> Bool {
+        try withDescriptor("fcntl F_GETFL") { (fd) throws(Errno) in
+            let flags = try valueOrErrno("fcntl F_GETFL") { fcntl(fd, F_GETFL) }
+            let mode = flags & O_ACCMODE
+            return mode == O_WRONLY || mode == O_RDWR
+        }
+    }
+
+    /// Writes every byte of `bytes` without waiting for room: the open file is non-blocking for the
+    /// write (its flags are restored after), so a pipe or socket that nobody reads and that is full
+    /// is EAGAIN at once instead of a wait. For a descriptor another process handed over.
+    public func writeAllWithoutWaiting(_ bytes: UnsafeRawBufferPointer) throws(Errno) {
+        try withDescriptor("write") { (fd) throws(Errno) in
+            let flags = try valueOrErrno("fcntl F_GETFL") { fcntl(fd, F_GETFL) }
+            if flags & O_NONBLOCK == 0 {
+                _ = try valueOrErrno("fcntl F_SETFL") { fcntl(fd, F_SETFL, flags | O_NONBLOCK) }
+            }
+            defer { if flags & O_NONBLOCK == 0 { _ = fcntl(fd, F_SETFL, flags) } }
             var done = 0
             while done < bytes.count {
                 done += try valueOrErrno("write") { Glibc.write(fd, bytes.baseAddress! + done, bytes.count - done) }

@@ -44,6 +44,19 @@ if staysDumpableForHeapScan() {
     }
 }
 
+/// The executable that may call the Secret portal's backend: Debian's xdg-desktop-portal. Debug builds
+/// (never a release or a package) take another from `KEYCHAIND_TEST_PORTAL_FRONTEND`, for tests that
+/// call the backend with input xdg-desktop-portal never sends.
+func portalFrontend() -> String {
+    #if DEBUG
+        if let path = CurrentProcess.environment("KEYCHAIND_TEST_PORTAL_FRONTEND"), !path.isEmpty {
+            Log.warning("debug build: the Secret portal backend takes calls from a test's program", [("path", path)])
+            return path
+        }
+    #endif
+    return SecretService.portalFrontendPath
+}
+
 func fail(_ message: String) -> Never {
     FileDescriptor.standard(2).writeAll(Array("keychaind: \(message)\n".utf8))
     CurrentProcess.exit(1)
@@ -131,7 +144,8 @@ case .run(let options):
                 unlock: { (pin, by) throws(KeychainError) in try daemon.unlock(typed: pin, by: by) })
             secretService = try SecretService(
                 core: daemon.core, prompts: prompts, unregistered: settings.secretServiceUnregistered,
-                maxFrameBytes: settings.maxFrameBytes, replace: options.replaceBusName)
+                maxFrameBytes: settings.maxFrameBytes, replace: options.replaceBusName,
+                portalFrontend: portalFrontend())
         } catch {
             daemon.abandon()
             fail("cannot serve the Secret Service: \(error)")

@@ -20,6 +20,8 @@ int kc_peer_pidfd(int fd);
 int kc_pidfd_open(int32_t pid);
 /* ioctl(NS_GET_PARENT): a descriptor of the parent of the namespace `nsfd` names (a user or pid namespace). */
 int kc_namespace_parent(int nsfd);
+/* ioctl(NS_GET_USERNS): a descriptor of the user namespace that owns the namespace `nsfd` names. */
+int kc_namespace_owner(int nsfd);
 /* pidfd_send_signal(pidfd, sig, NULL, 0): signals exactly the process the pidfd pins. */
 int kc_pidfd_send_signal(int pidfd, int sig);
 /* 1 if the process behind the pidfd has exited, 0 if it still runs, -1 on error. */

@@ -10,16 +10,19 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import shutil
+import signal
 import subprocess
 import tempfile
 from pathlib import Path
 
 import pytest
 
-from test_secret_service import DEADLINE, SECRET_TOOL, make_daemon, unique
+from test_secret_service import DEADLINE, SECRET_TOOL, make_daemon, unique, wait_for
 
 BWRAP = shutil.which("bwrap")
+SETPRIV = shutil.which("setpriv")
 pytestmark = pytest.mark.skipif(not (BWRAP and SECRET_TOOL), reason="needs bwrap (bubblewrap); scripts/deps installs it")
 
 
@@ -38,22 +41,34 @@ def swift_runtime() -> list[str]:
 class Sandbox:
     """`bwrap` with Flatpak's layout around one command, its `/.flatpak-info` naming `app_id`."""
 
-    def __init__(self, d, app_id: str | None, writable_info: bool = False, info_text: str | None = None):
+    def __init__(self, d, app_id: str | None, writable_info: bool = False, info_text: str | None = None,
+                 binds: tuple[str, ...] = (), writable_binds: tuple[str, ...] = (), as_user: list[str] | None = None,
+                 dev_bind: bool = False):
         self.d = d
         self.app_id = app_id
         self.writable_info = writable_info
         self.info_text = info_text
+        self.binds = binds   # more host paths, bound read-only at the same place
+        self.writable_binds = writable_binds   # and writable (an app's own data)
+        self.as_user = as_user   # a setpriv command line: the sandbox is made by that uid, without the build tree
+        self.dev_bind = dev_bind   # the host's /dev (Flatpak's --device=all) rather than a new one with a devpts
 
     def run(self, argv, input: bytes | None = None) -> subprocess.CompletedProcess:
         bus_path = self.d.bus.address.split("path=", 1)[1].split(",", 1)[0]
         args = [BWRAP, "--ro-bind", "/usr", "/usr", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
-                "--symlink", "usr/bin", "/bin", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
+                "--symlink", "usr/bin", "/bin", "--proc", "/proc",
+                *(["--dev-bind", "/dev", "/dev"] if self.dev_bind else ["--dev", "/dev"]), "--tmpfs", "/tmp",
                 "--unshare-user", "--unshare-pid", "--die-with-parent",
                 "--bind", self.d.socket, self.d.socket, "--bind", bus_path, bus_path]
-        build = str(Path(make_daemon.__globals__["daemon_binary"]()).parent)
-        args += ["--ro-bind", build, build]
-        for lib in swift_runtime():
-            args += ["--ro-bind", lib, lib]
+        if self.as_user is None:
+            build = str(Path(make_daemon.__globals__["daemon_binary"]()).parent)
+            args += ["--ro-bind", build, build]
+            for lib in swift_runtime():
+                args += ["--ro-bind", lib, lib]
+        for path in self.binds:
+            args += ["--ro-bind", path, path]
+        for path in self.writable_binds:
+            args += ["--bind", path, path]
         pass_fds = ()
         if self.app_id is not None or self.info_text is not None:
             text = self.info_text if self.info_text is not None else f"[Application]\nname={self.app_id}\nruntime=runtime/org.example.Platform/x86_64/1\n"
@@ -64,11 +79,77 @@ class Sandbox:
             pass_fds = (r,)
         env = {"DBUS_SESSION_BUS_ADDRESS": self.d.bus.address, "KEYCHAIND_SOCKET": self.d.socket, "PATH": "/usr/bin"}
         try:
-            return subprocess.run(args + ["--"] + list(argv), input=input, capture_output=True, timeout=DEADLINE,
-                                  env=env, pass_fds=pass_fds)
+            return subprocess.run((self.as_user or []) + args + ["--"] + list(argv), input=input, capture_output=True,
+                                  timeout=DEADLINE, env=env, pass_fds=pass_fds)
         finally:
             for fd in pass_fds:
                 os.close(fd)
+
+
+class UserDaemon:
+    """keychaind, its session bus and the sandboxes as a non-root uid (setpriv), as the
+    IntegrationTests' UserSession runs them: what that user's processes can do is only seen from
+    that uid (the suite runs as root). The daemon binary is a root-owned copy; the home is the uid's."""
+
+    def __init__(self):
+        assert os.geteuid() == 0 and SETPRIV, "needs root and setpriv to run keychaind as another uid"
+        # nobody: dbus-daemon refuses to run as, or to admit, a uid without a passwd entry (it looks
+        # up its groups), so the random uids of the IntegrationTests' UserSession cannot have a bus.
+        # It is an ordinary uid all the same; everything of this daemon lives in a directory of its own.
+        self.uid = pwd.getpwnam("nobody").pw_uid
+        self.root = Path(tempfile.mkdtemp(prefix="kcd-fp-user-"))
+        os.chmod(self.root, 0o755)
+        home = self.root / "home"
+        bin_dir, system_apps = self.root / "bin", self.root / "system-apps"
+        for path in (bin_dir, system_apps, home / "run", home / "data", home / "config"):
+            path.mkdir(parents=True)
+        daemon = bin_dir / "keychaind"
+        shutil.copy2(make_daemon.__globals__["daemon_binary"](), daemon)
+        (home / "config" / "keychaind.json").write_text('{"kdfProfile": "interactive"}')
+        for path in (home, home / "run", home / "data", home / "config", home / "config" / "keychaind.json"):
+            os.chown(path, self.uid, self.uid)
+            os.chmod(path, 0o600 if path.is_file() else 0o700)
+        self.setpriv = [SETPRIV, f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups"]
+        env = {"HOME": str(home), "PATH": "/usr/bin:/bin", "XDG_CONFIG_HOME": str(home / "config")}
+        address_file = home / "bus-address"
+        self.bus_process = subprocess.Popen(
+            self.setpriv + [shutil.which("dbus-run-session"), "--", "sh", "-c",
+                            'echo "$DBUS_SESSION_BUS_ADDRESS" > "$1.tmp" && mv "$1.tmp" "$1" && exec sleep 100000', "sh",
+                            str(address_file)],
+            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        self.bus = type("Bus", (), {})()
+        self.bus.address = wait_for("the user's session bus", lambda: address_file.exists() and address_file.read_text().strip())
+        self.socket = str(home / "run" / "kc.sock")
+        self.log_path = self.root / "keychaind.log"
+        self.log = open(self.log_path, "wb")
+        self.process = subprocess.Popen(
+            self.setpriv + [str(daemon), "--socket", self.socket, "--data-dir", str(home / "data"),
+                            "--config", str(home / "config" / "keychaind.json"), "--system-apps-dir", str(system_apps),
+                            "--secret-service", "--log-level", "debug"],
+            env=dict(env, DBUS_SESSION_BUS_ADDRESS=self.bus.address, SWIFT_BACKTRACE="enable=no"),
+            stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT)
+
+        def serving():
+            assert self.process.poll() is None, f"keychaind exited: {self.log_path.read_text(errors='replace')}"
+            return "secret service: serving on the session bus" in self.log_path.read_text(errors="replace")
+        wait_for("keychaind (as the throwaway uid) to serve the bus", serving)
+
+    def run(self, argv, input: bytes | None = None) -> subprocess.CompletedProcess:
+        """`argv` as the throwaway uid, outside any sandbox, on its bus."""
+        return subprocess.run(self.setpriv + list(argv), input=input, capture_output=True, timeout=DEADLINE,
+                              env={"DBUS_SESSION_BUS_ADDRESS": self.bus.address, "PATH": "/usr/bin:/bin"})
+
+    def close(self):
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            self.process.wait(30)
+        self.log.close()
+        if os.environ.get("KEEP_LOG"):
+            shutil.copy(self.log_path, os.environ["KEEP_LOG"])
+        if self.bus_process.poll() is None:
+            os.killpg(self.bus_process.pid, signal.SIGTERM)   # its own process group: dbus-run-session, the bus, sleep
+            self.bus_process.wait(30)
+        shutil.rmtree(self.root, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -100,6 +181,50 @@ def test_two_unregistered_sandboxed_secret_tools_each_keep_their_own_secret(d):
     assert b"two's secret" not in search.stdout and b"one's secret" in search.stdout
     host = d.run([SECRET_TOOL, "lookup", "key", key])
     assert host.stdout == b"", host.stdout
+
+
+def test_two_unregistered_sandboxed_secret_tools_are_walled_apart_as_a_non_root_user():
+    # The same wall with keychaind, its bus and both sandboxes run by an ordinary uid (no root anywhere).
+    u = UserDaemon()
+    try:
+        one = Sandbox(u, "org.example.One", as_user=u.setpriv)
+        two = Sandbox(u, "org.example.Two", as_user=u.setpriv)
+        key = unique("fp")
+        stored = store(one, "key", key, b"one's secret")
+        assert stored.returncode == 0, (stored.stderr, u.log_path.read_text(errors="replace"))
+        assert store(two, "key", key, b"two's secret").returncode == 0
+        got1, got2 = lookup(one, "key", key), lookup(two, "key", key)
+        assert (got1.returncode, got1.stdout) == (0, b"one's secret"), got1.stderr
+        assert (got2.returncode, got2.stdout) == (0, b"two's secret"), got2.stderr
+        search = one.run(["secret-tool", "search", "--all", "key", key])
+        assert b"two's secret" not in search.stdout and b"one's secret" in search.stdout
+        host = u.run([SECRET_TOOL, "lookup", "key", key])
+        assert host.stdout == b"", host.stdout
+        assert "flatpak.org.example.One" in u.log_path.read_text(errors="replace")
+    finally:
+        u.close()
+
+
+@pytest.mark.parametrize("dev_bind", [False, True], ids=["flatpak-dev", "device-all"])
+def test_a_sandbox_made_inside_a_sandbox_claims_no_app_as_a_non_root_user(dev_bind):
+    # As an ordinary uid, bubblewrap puts an app with a new /dev one user namespace deeper (it mounts
+    # devpts as uid 0 of a namespace between): that sandbox is its app, and one made inside it is not.
+    u = UserDaemon()
+    try:
+        key = unique("fp")
+        assert store(Sandbox(u, "org.example.Two", as_user=u.setpriv), "key", key, b"two's secret").returncode == 0
+        bus_path = u.bus.address.split("path=", 1)[1].split(",", 1)[0]
+        nested = ('printf "[Application]\\nname=org.example.Two\\n" > /tmp/info && '
+                  'exec bwrap --bind /proc /proc --dev-bind /dev /dev --ro-bind /usr /usr --symlink usr/lib /lib '
+                  f'--symlink usr/lib64 /lib64 --symlink usr/bin /bin --bind {bus_path} {bus_path} '
+                  f'--unshare-user --ro-bind-data 3 /.flatpak-info secret-tool lookup key {key} 3</tmp/info')
+        got = Sandbox(u, "org.example.One", as_user=u.setpriv, dev_bind=dev_bind).run(["sh", "-c", nested])
+        assert b"two's secret" not in got.stdout, got.stderr
+        # Two only for its real sandbox; the one made inside One's is no app (the shared collection).
+        log = u.log_path.read_text(errors="replace")
+        assert log.count("app=flatpak.org.example.Two") == 1 and "app=(unregistered, shared collection)" in log, log
+    finally:
+        u.close()
 
 
 def test_a_sandboxed_secitem_client_has_a_group_of_its_own_on_the_socket(d):
