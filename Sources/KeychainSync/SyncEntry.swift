@@ -81,12 +81,19 @@ public struct SyncEntry: Sendable, CustomStringConvertible {
     public var attributes: [String: Value]
     /// The secret; empty for a tombstone.
     public var secret: SecretBytes
+    /// For a tombstone: the sequence from which its writer's files carry it (the file written by the
+    /// cycle that made it has this sequence or a greater one); 0 for a live version.
+    public var origin: UInt64
 
     /// A version; a tombstone keeps no attributes or secret.
-    public init(id: [UInt8], stamp: SyncStamp, deleted: Bool, attributes: [String: Value], secret: SecretBytes) {
+    public init(
+        id: [UInt8], stamp: SyncStamp, deleted: Bool, attributes: [String: Value], secret: SecretBytes,
+        origin: UInt64 = 0
+    ) {
         self.id = id
         self.stamp = stamp
         self.deleted = deleted
+        self.origin = deleted ? origin : 0
         self.attributes = deleted ? [:] : attributes
         self.secret = deleted ? SecretBytes() : secret
     }

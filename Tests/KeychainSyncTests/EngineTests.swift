@@ -29,7 +29,14 @@ final class TwoDevices {
         syncB = try SyncEngine(
             service: b, folder: temporary.appending("folder"), stateDirectory: temporary.appending("b/sync"))
         try syncA.makeKey()
-        try syncB.adopt(syncA.key!)
+        try Self.pair(syncB, with: syncA)
+    }
+
+    /// What pairing does (the code's part aside): `existing` records the new device's signing key,
+    /// the new device takes the sync key and the recorded signing keys.
+    static func pair(_ new: SyncEngine, with existing: SyncEngine) throws {
+        try existing.admit(device: new.device, publicKey: new.signingPublicKey())
+        try new.adopt(existing.key!, devices: existing.state.keys)
     }
 
     deinit {
@@ -157,7 +164,7 @@ final class TwoDevices {
         #expect(try t.secret(t.b, "after") == nil)
         #expect(t.syncB.newerKeyEpoch == 2)
         #expect(t.syncB.status["newerKeyEpoch"]?.int == 2)
-        try t.syncB.adopt(t.syncA.key!)
+        try TwoDevices.pair(t.syncB, with: t.syncA)
         try t.update(t.b, "before", "changed after pairing again")
         try t.syncB.cycle()
         try t.syncA.cycle()
@@ -205,4 +212,135 @@ func copyDirectory(_ from: String, to: String) throws {
 
 func removeDirectory(_ path: String) throws {
     try FileManager.default.removeItem(atPath: path)
+}
+
+/// Internet passwords are one item per their class's uniqueness key (server, account, protocol,
+/// authentication type, port, path, security domain, group): two that differ only by port or path
+/// stay two items on the other device, and an update or a delete of one follows to that one alone.
+@Suite struct InternetPasswordSyncTests {
+    func inet(_ port: Int64, _ path: String) -> [String: Value] {
+        [
+            "class": .text("inet"), "srvr": .text("mail.example.com"), "acct": .text("me"), "ptcl": .text("imap"),
+            "port": .int(port), "path": .text(path), "sync": .bool(true),
+        ]
+    }
+
+    func secret(_ s: ItemService, _ port: Int64, _ path: String) throws -> String? {
+        let q = inet(port, path).merging(["r_Data": .bool(true)]) { $1 }
+        let found: Value?
+        do throws(KeychainError) { found = try s.copyMatching(q, caller: TwoDevices.app) } catch {
+            if error.status == .itemNotFound { return nil }
+            throw error
+        }
+        guard let v = found?.secretBytes else { return nil }
+        return String(decoding: v.unprotectedArray, as: UTF8.self)
+    }
+
+    func add(_ s: ItemService, _ port: Int64, _ path: String, _ value: String) throws {
+        var q = inet(port, path)
+        q["v_Data"] = .bytes(Array(value.utf8))
+        _ = try s.add(q, caller: TwoDevices.app)
+    }
+
+    @Test func itemsDifferingByPortOrPathStayTwoItems() throws {
+        let t = try TwoDevices()
+        let ports: [Int64] = [993, 143, 993]
+        let paths = ["/", "/", "/archive"]
+        let values = ["tls port", "plain port", "other path"]
+        for i in 0..<3 { try add(t.a, ports[i], paths[i], values[i]) }
+        try t.syncA.cycle()
+        try t.syncB.cycle()
+        for i in 0..<3 {
+            let got = try secret(t.b, ports[i], paths[i])
+            #expect(got == values[i])
+        }
+        #expect(t.syncB.state.liveEntries.count == 3)
+
+        try t.b.update(inet(143, "/"), attributes: ["v_Data": .bytes(Array("changed".utf8))], caller: TwoDevices.app)
+        try t.syncB.cycle()
+        try t.syncA.cycle()
+        #expect(try secret(t.a, 143, "/") == "changed")
+        #expect(try secret(t.a, 993, "/") == "tls port")
+        #expect(try secret(t.a, 993, "/archive") == "other path")
+
+        try t.a.delete(inet(993, "/archive"), caller: TwoDevices.app)
+        try t.syncA.cycle()
+        try t.syncB.cycle()
+        #expect(try secret(t.b, 993, "/archive") == nil)
+        #expect(try secret(t.b, 993, "/") == "tls port")
+        #expect(try secret(t.b, 143, "/") == "changed")
+    }
+}
+
+/// Each device signs its file; the others read it only when it is signed by the key recorded for the
+/// device it names (recorded at pairing, or from the signed file of a device that paired it).
+@Suite struct DeviceSignatureTests {
+    /// A holder of the sync key (here: a third device, paired) writes a file claiming to be B, with a
+    /// change of B's item: A changes nothing and reports the file. The same change under the third
+    /// device's own name is read.
+    @Test func aFileClaimingAnotherDeviceChangesNothing() throws {
+        let t = try TwoDevices()
+        try t.add(t.a, "shared", "base")
+        try t.syncA.cycle()
+        try t.syncB.cycle()
+        let m = try ItemService(directory: t.temporary.appending("m"))
+
+        let syncM = try SyncEngine(service: m, folder: t.folder, stateDirectory: t.temporary.appending("m/sync"))
+        try TwoDevices.pair(syncM, with: t.syncA)
+        try syncM.cycle()
+        #expect(try t.secret(m, "shared") == "base")
+        try t.update(m, "shared", "forged")
+        try syncM.cycle()
+        // M's file, relabelled as B's: the header names B, signed again with a key of M's choosing.
+        let fileM = FileSystem.contents(of: t.folder + "/" + SyncFile.fileName(device: syncM.device))!
+        let (_, stateM) = try SyncFile.open(fileM, key: t.syncA.key!)
+        let (_, otherKey) = try Signature.keyPair()
+        let forged = SyncFile.seal(
+            stateM, header: .init(epoch: t.syncA.key!.epoch, device: t.syncB.device, sequence: UInt64.max / 2),
+            key: t.syncA.key!, signingKey: otherKey)
+        FileSystem.removeIfPresent(t.folder + "/" + SyncFile.fileName(device: syncM.device))
+        try SyncFolder.writeAtomically(forged, to: t.folder + "/" + SyncFile.fileName(device: t.syncB.device))
+        try t.syncA.cycle()
+        #expect(try t.secret(t.a, "shared") == "base")
+        let nameB = SyncFile.fileName(device: t.syncB.device)
+        let reported = t.syncA.problems.filter { $0.name == nameB && $0.reason.contains("not signed by the key") }
+        #expect(reported.count == 1)
+        // Under its own name M's change is read: M is paired.
+        try SyncFolder.writeAtomically(fileM, to: t.folder + "/" + SyncFile.fileName(device: syncM.device))
+        try t.syncA.cycle()
+        #expect(try t.secret(t.a, "shared") == "forged")
+    }
+
+    /// A file of a device no paired device recorded changes nothing and is reported; a device paired
+    /// by A is read on B once A's file (which lists its key) is, whatever order the names come in.
+    @Test func unknownDevicesAreNotReadAndIntroducedOnesAre() throws {
+        let t = try TwoDevices()
+        let stranger = try ItemService(directory: t.temporary.appending("s"))
+
+        let other = try TemporaryDirectory(prefix: "kc-sync-other")
+        try FileSystem.makeDirectory(other.appending("folder"))
+        let syncS = try SyncEngine(
+            service: stranger, folder: other.appending("folder"), stateDirectory: t.temporary.appending("s/sync"))
+        try syncS.adopt(t.syncA.key!, devices: [:])  // holds the key, but no device recorded its signing key
+        try t.add(stranger, "planted", "by a stranger")
+        try syncS.cycle()
+        let fileS = FileSystem.contents(of: other.appending("folder") + "/" + SyncFile.fileName(device: syncS.device))!
+        try SyncFolder.writeAtomically(fileS, to: t.folder + "/" + SyncFile.fileName(device: syncS.device))
+        try t.syncB.cycle()
+        #expect(try t.secret(t.b, "planted") == nil)
+        let unknown = t.syncB.problems.filter { $0.reason.contains("not paired with this one") }
+        #expect(unknown.count == 1)
+
+        // A pairs C; C's file is in the folder before A's new file, under a name that sorts first.
+        let c = try ItemService(directory: t.temporary.appending("c"))
+
+        let syncC = try SyncEngine(service: c, folder: t.folder, stateDirectory: t.temporary.appending("c/sync"))
+        try TwoDevices.pair(syncC, with: t.syncA)
+        try t.add(c, "from c", "introduced")
+        try syncC.cycle()
+        try t.syncA.cycle()
+        try t.syncB.cycle()
+        #expect(try t.secret(t.b, "from c") == "introduced")
+        #expect(t.syncB.state.keys[syncC.device] != nil)
+    }
 }
