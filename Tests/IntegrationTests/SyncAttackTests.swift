@@ -134,7 +134,8 @@ final class SyncAttackTests: XCTestCase {
         XCTAssertEqual(try m.0.run(m.0.adminCLIPath, ["unlock", "--passphrase-file", m.pass]).status, 0)
         try write(m.0, m.app, "update", "forged by M")
 
-        // The attacker's own files: a replay of B's old file, B's file cut short, garbage.
+        // The attacker's own files: a replay of B's old file, B's file cut short, garbage behind B's
+        // header, noise.
         let attack = try a.0.script(
             """
             import json, os, sys
@@ -142,7 +143,7 @@ final class SyncAttackTests: XCTestCase {
             data = open(fileB, 'rb').read()
             open(os.path.join(folder, 'replay.kcsync'), 'wb').write(open(old, 'rb').read())
             open(os.path.join(folder, 'truncated.kcsync'), 'wb').write(data[:len(data) // 2])
-            open(os.path.join(folder, 'garbage.kcsync'), 'wb').write(b'KCSYNC\\r\\n' + os.urandom(4000))
+            open(os.path.join(folder, 'garbage.kcsync'), 'wb').write(data[:37] + os.urandom(4000))
             open(os.path.join(folder, 'noise.kcsync'), 'wb').write(os.urandom(100))
             print(json.dumps({'ok': True}))
             """, [folder, fileB, a.0.home + "/old-b.kcsync"])
