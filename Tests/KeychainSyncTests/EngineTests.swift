@@ -284,7 +284,6 @@ func removeDirectory(_ path: String) throws {
         try t.syncA.cycle()
         try t.syncB.cycle()
         let m = try ItemService(directory: t.temporary.appending("m"))
-
         let syncM = try SyncEngine(service: m, folder: t.folder, stateDirectory: t.temporary.appending("m/sync"))
         try TwoDevices.pair(syncM, with: t.syncA)
         try syncM.cycle()
@@ -309,6 +308,7 @@ func removeDirectory(_ path: String) throws {
         try SyncFolder.writeAtomically(fileM, to: t.folder + "/" + SyncFile.fileName(device: syncM.device))
         try t.syncA.cycle()
         #expect(try t.secret(t.a, "shared") == "forged")
+        m.close()
     }
 
     /// A file of a device no paired device recorded changes nothing and is reported; a device paired
@@ -316,7 +316,6 @@ func removeDirectory(_ path: String) throws {
     @Test func unknownDevicesAreNotReadAndIntroducedOnesAre() throws {
         let t = try TwoDevices()
         let stranger = try ItemService(directory: t.temporary.appending("s"))
-
         let other = try TemporaryDirectory(prefix: "kc-sync-other")
         try FileSystem.makeDirectory(other.appending("folder"))
         let syncS = try SyncEngine(
@@ -333,14 +332,44 @@ func removeDirectory(_ path: String) throws {
 
         // A pairs C; C's file is in the folder before A's new file, under a name that sorts first.
         let c = try ItemService(directory: t.temporary.appending("c"))
-
         let syncC = try SyncEngine(service: c, folder: t.folder, stateDirectory: t.temporary.appending("c/sync"))
         try TwoDevices.pair(syncC, with: t.syncA)
         try t.add(c, "from c", "introduced")
         try syncC.cycle()
+        let nameC = t.folder + "/" + SyncFile.fileName(device: syncC.device)
+        try FileSystem.rename(nameC, to: t.folder + "/00-c.kcsync")
         try t.syncA.cycle()
         try t.syncB.cycle()
         #expect(try t.secret(t.b, "from c") == "introduced")
         #expect(t.syncB.state.keys[syncC.device] != nil)
+        // C's own file was read in the same cycle as A's (not only C's versions through A's file).
+        #expect((t.syncB.state.devices[syncC.device]?.sequence ?? 0) > 0)
+        #expect(t.syncB.problems.allSatisfy { $0.name != "00-c.kcsync" })
+        stranger.close()
+        c.close()
+    }
+}
+
+/// A device whose sync key was stored before device signatures holds no usable key: status says to
+/// pair it again, a cycle says so and changes nothing, and pairing (here: starting a new set) works.
+@Suite struct EarlierFormatTests {
+    @Test func aSyncKeyOfTheEarlierFormatAsksForPairingAgain() throws {
+        let temporary = try TemporaryDirectory(prefix: "kc-sync-old")
+        try FileSystem.makeDirectory(temporary.appending("folder"))
+        let service = try ItemService(directory: temporary.appending("a"))
+        let old = try SyncKey.fresh(epoch: 3)
+        try service.setSyncKeyRecord(SecretBytes([0, 0, 0, 3] + old.raw.withUnsafeBytes { Array($0) }))
+        let engine = try SyncEngine(
+            service: service, folder: temporary.appending("folder"), stateDirectory: temporary.appending("a/sync"))
+        #expect(engine.status["repairNeeded"]?.bool == true)
+        #expect(engine.status["paired"]?.bool == false)
+        var message = ""
+        do { try engine.cycle() } catch { message = error.message }
+        #expect(message.contains("pair it again"))
+        #expect(FileSystem.contentsOfDirectory(temporary.appending("folder"))?.isEmpty == true)
+        try engine.makeKey()
+        #expect(engine.status["repairNeeded"] == nil)
+        #expect(try engine.cycle().wrote)
+        service.close()
     }
 }
