@@ -101,7 +101,7 @@ public final class SyncEngine {
             return try Signature.publicKey(of: secret)
         }
         let (publicKey, secret) = try Signature.keyPair()
-        let record = secret.withUnsafeBytes { SecretBytes(Array($0)) }
+        let record = secret.withUnsafeBytes { SecretBytes(copying: $0) }
         try service.setSyncSigningKeyRecord(record)
         signingKey = secret
         return publicKey
@@ -219,13 +219,13 @@ public final class SyncEngine {
                     secret: item.secret))
             result.exported += 1
         }
-        // A tombstone made now is in the file this cycle writes, whose sequence is at least this.
-        let origin = (state.devices[device]?.sequence ?? 0) + 1
+        // A tombstone made now carries the sequence of the file this cycle writes (set there: a
+        // device put back from an older copy learns its own newer sequences only from the folder).
+        var made: [[UInt8]] = []
         for (id, e) in state.entries where !e.deleted && local[id] == nil {
             state.merge(
-                SyncEntry(
-                    id: id, stamp: clock.tick(now: now()), deleted: true, attributes: [:], secret: SecretBytes(),
-                    origin: origin))
+                SyncEntry(id: id, stamp: clock.tick(now: now()), deleted: true, attributes: [:], secret: SecretBytes()))
+            made.append(id)
             result.exported += 1
         }
         // 2. Every device's file.
@@ -282,6 +282,9 @@ public final class SyncEngine {
             let sequence = max(previous + 1, now())
             state.devices[device, default: .init()].sequence = sequence
             state.devices[device]!.included = sequence
+            for id in made where state.entries[id]?.deleted == true && state.entries[id]?.stamp.device == device {
+                state.entries[id]!.origin = sequence
+            }
             let bytes = SyncFile.seal(
                 state, header: .init(epoch: key.epoch, device: device, sequence: sequence), key: key,
                 signingKey: signingKey)

@@ -204,6 +204,44 @@ final class TwoDevices {
         #expect(try t.secret(t.a, "item") == "v2")
         #expect(try t.secret(t.b, "item") == "v2")
     }
+
+    /// A device put back from an older copy deletes an item: its tombstone is carried from the file it
+    /// writes next, newer than the files it wrote before the copy was put back. So a device that read
+    /// those newer files, then went offline with the item, still holds the tombstone back: the item
+    /// does not come back when it returns.
+    @Test func aTombstoneOfARestoredDeviceWaitsForEveryDevice() throws {
+        let t = try TwoDevices()
+        let c = try ItemService(directory: t.temporary.appending("c"))
+        let syncC = try SyncEngine(service: c, folder: t.folder, stateDirectory: t.temporary.appending("c/sync"))
+        try TwoDevices.pair(syncC, with: t.syncA)
+        try t.add(t.b, "item", "v1")
+        for e in [t.syncB, t.syncA, syncC, t.syncB] { try e.cycle() }
+        t.a.close()
+        let saved = t.temporary.appending("a-saved")
+        try copyDirectory(t.temporary.appending("a"), to: saved)
+        t.a = try ItemService(directory: t.temporary.appending("a"))
+        t.syncA = try SyncEngine(service: t.a, folder: t.folder, stateDirectory: t.temporary.appending("a/sync"))
+        try t.add(t.a, "other", "newer file of A")
+        for e in [t.syncA, syncC, t.syncB] { try e.cycle() }
+        #expect(try t.secret(c, "other") == "newer file of A")
+        // C goes offline. A is put back to the saved copy and deletes the item.
+        t.a.close()
+        try removeDirectory(t.temporary.appending("a"))
+        try copyDirectory(saved, to: t.temporary.appending("a"))
+        t.a = try ItemService(directory: t.temporary.appending("a"))
+        t.syncA = try SyncEngine(service: t.a, folder: t.folder, stateDirectory: t.temporary.appending("a/sync"))
+        try t.delete(t.a, "item")
+        for e in [t.syncA, t.syncB, t.syncA, t.syncB] { try e.cycle() }
+        #expect(try t.secret(t.b, "item") == nil)
+        #expect(t.syncB.state.entries.values.contains { $0.deleted }, "B dropped the tombstone C has not seen")
+        // C returns, then changes something else; everyone reads everyone.
+        try syncC.cycle()
+        try t.add(c, "from c", "later")
+        for e in [syncC, t.syncA, t.syncB, syncC, t.syncA, t.syncB] { try e.cycle() }
+        for s in [t.a, t.b, c] { #expect(try t.secret(s, "item") == nil) }
+        #expect(try t.secret(t.a, "from c") == "later")
+        c.close()
+    }
 }
 
 func copyDirectory(_ from: String, to: String) throws {
