@@ -106,6 +106,10 @@ final class SyncService: SyncRequests, @unchecked Sendable {
             return true
         } catch {
             if error.status == .notAvailable {  // not paired: nothing to do until pairing
+                if engine.earlierFormat && lastError != error.message {
+                    lastError = error.message
+                    Log.warning("sync is paused", [("error", error.message)])
+                }
                 databaseMark = mark
                 return true
             }
