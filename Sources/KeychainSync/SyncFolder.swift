@@ -76,11 +76,12 @@ public enum SyncFolder {
     static func check(_ data: [UInt8], key: SyncKey, state: SyncState) -> Checked {
         let header: SyncFile.Header
         do { header = try SyncFile.header(of: data) } catch { return .failure(.damaged(reason: error.message)) }
+        // The signature first: only a file signed by a paired device can say that a newer key exists.
+        guard let publicKey = state.keys[header.device] else { return .failure(.unknownDevice(device: header.device)) }
+        guard SyncFile.verify(data, publicKey: publicKey) else { return .failure(.badSignature(device: header.device)) }
         guard header.epoch == key.epoch else {
             return .failure(.otherKey(device: header.device, epoch: header.epoch))
         }
-        guard let publicKey = state.keys[header.device] else { return .failure(.unknownDevice(device: header.device)) }
-        guard SyncFile.verify(data, publicKey: publicKey) else { return .failure(.badSignature(device: header.device)) }
         if let known = state.devices[header.device], known.sequence >= header.sequence {
             return .failure(
                 .stale(device: header.device, sequence: header.sequence, older: known.sequence > header.sequence))
