@@ -349,6 +349,25 @@ func removeDirectory(_ path: String) throws {
         m.close()
     }
 
+    /// A file under a newer key epoch that the device it names did not sign does not make a device
+    /// believe it was left out of a rotation; one its device signed does.
+    @Test func onlyAPairedDevicesFileTellsOfANewerKey() throws {
+        let t = try TwoDevices()
+        try t.syncA.cycle()
+        let fileA = FileSystem.contents(of: t.folder + "/" + SyncFile.fileName(device: t.syncA.device))!
+        var forged = fileA
+        forged[12] = 9  // key epoch 9 in the clear header
+        try SyncFolder.writeAtomically(forged, to: t.folder + "/newer.kcsync")
+        try t.syncB.cycle()
+        #expect(t.syncB.newerKeyEpoch == nil)
+        #expect(t.syncB.problems.contains { $0.name == "newer.kcsync" })
+        FileSystem.removeIfPresent(t.folder + "/newer.kcsync")
+        try t.syncA.makeKey()
+        try t.syncA.cycle()
+        try t.syncB.cycle()
+        #expect(t.syncB.newerKeyEpoch == 2)
+    }
+
     /// A file of a device no paired device recorded changes nothing and is reported; a device paired
     /// by A is read on B once A's file (which lists its key) is, whatever order the names come in.
     @Test func unknownDevicesAreNotReadAndIntroducedOnesAre() throws {
