@@ -205,6 +205,9 @@ public final class SyncEngine {
         // 1. Local changes since the last cycle, against the state the store was last brought to.
         let (items, _) = try service.synchronizableItems()
         var local: [[UInt8]: ItemService.SyncedItem] = [:]
+        // A version made now carries the sequence of the file this cycle writes (set there: a device
+        // put back from an older copy learns its own newer sequences only from the folder).
+        var made: [[UInt8]] = []
         for item in items {
             guard let identity = item.identity else { continue }
             local[SyncKey.itemID(identity)] = item
@@ -217,11 +220,9 @@ public final class SyncEngine {
                 SyncEntry(
                     id: id, stamp: clock.tick(now: now()), deleted: false, attributes: item.attributes,
                     secret: item.secret))
+            made.append(id)
             result.exported += 1
         }
-        // A tombstone made now carries the sequence of the file this cycle writes (set there: a
-        // device put back from an older copy learns its own newer sequences only from the folder).
-        var made: [[UInt8]] = []
         for (id, e) in state.entries where !e.deleted && local[id] == nil {
             state.merge(
                 SyncEntry(id: id, stamp: clock.tick(now: now()), deleted: true, attributes: [:], secret: SecretBytes()))
@@ -244,6 +245,9 @@ public final class SyncEngine {
         }.max()
         // 3. The winning versions, made local.
         var changes: [ItemService.SyncChange] = []
+        for id in report.gone {
+            if let identity = local[id]?.identity { changes.append(.remove(identity: identity)) }
+        }
         for id in report.adopted {
             guard let e = state.entries[id] else { continue }
             let here = local[id]
@@ -275,14 +279,15 @@ public final class SyncEngine {
         }
         // 5. This device's file, when anything changed or none is there yet.
         let path = folder + "/" + SyncFile.fileName(device: device)
-        if result.exported > 0 || !report.adopted.isEmpty || mustWrite || collected > 0 || learned
+        if result.exported > 0 || !report.adopted.isEmpty || !report.gone.isEmpty || mustWrite || collected > 0
+            || learned
             || !FileSystem.exists(path) || !FileSystem.exists(stateDirectory + "/" + Self.stateName)
         {
             let previous = state.devices[device]?.sequence ?? 0
             let sequence = max(previous + 1, now())
             state.devices[device, default: .init()].sequence = sequence
             state.devices[device]!.included = sequence
-            for id in made where state.entries[id]?.deleted == true && state.entries[id]?.stamp.device == device {
+            for id in made where state.entries[id]?.stamp.device == device && state.entries[id]?.origin == 0 {
                 state.entries[id]!.origin = sequence
             }
             let bytes = SyncFile.seal(

@@ -81,8 +81,10 @@ public struct SyncEntry: Sendable, CustomStringConvertible {
     public var attributes: [String: Value]
     /// The secret; empty for a tombstone.
     public var secret: SecretBytes
-    /// For a tombstone: the sequence from which its writer's files carry it (the file written by the
-    /// cycle that made it has this sequence or a greater one); 0 for a live version.
+    /// The sequence of the writer's file that first carried this version (set when that file is
+    /// written; 0 until then): every later file of the writer carries it, a newer version of the item,
+    /// or nothing when a tombstone of it was collected. A device that holds that file of the writer
+    /// and has no version of the item has therefore deleted it.
     public var origin: UInt64
 
     /// A version; a tombstone keeps no attributes or secret.
@@ -93,7 +95,7 @@ public struct SyncEntry: Sendable, CustomStringConvertible {
         self.id = id
         self.stamp = stamp
         self.deleted = deleted
-        self.origin = deleted ? origin : 0
+        self.origin = origin
         self.attributes = deleted ? [:] : attributes
         self.secret = deleted ? SecretBytes() : secret
     }

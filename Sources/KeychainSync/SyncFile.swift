@@ -193,7 +193,7 @@ public enum SyncFile {
                 "i": .bytes(e.id), "w": .int(Int64(bitPattern: e.stamp.wall)), "c": .int(Int64(e.stamp.counter)),
                 "d": .bytes(e.stamp.device), "x": .bool(e.deleted), "a": .map(e.attributes), "s": .secret(e.secret),
             ]
-            if e.deleted { m["q"] = .int(Int64(bitPattern: e.origin)) }
+            m["q"] = .int(Int64(bitPattern: e.origin))
             return .map(m)
         }
         let devices: [Value] = state.devices.keys.sorted { $0.lexicographicallyPrecedes($1) }.map { d in

@@ -29,6 +29,9 @@ public enum SyncFolder {
         public var results: [(name: String, result: FileResult)] = []
         /// The items whose winning version changed (the store must follow).
         public var adopted: Set<[UInt8]> = []
+        /// The items another device's file shows were deleted everywhere (their tombstone collected)
+        /// while this device still held an older version (the store must delete them).
+        public var gone: Set<[UInt8]> = []
         /// Devices whose signing key a paired device's file gives otherwise than recorded here.
         public var disputedKeys: Set<[UInt8]> = []
         /// An empty report.
@@ -96,8 +99,12 @@ public enum SyncFolder {
 
     /// Merges an opened file into `state`.
     static func apply(_ file: Opened, into state: inout SyncState, report: inout Report) -> FileResult {
-        let ids = state.merge(file.state)
+        let (ids, gone) = state.merge(file.state)
         for id in ids { report.adopted.insert(id) }
+        for id in gone {
+            report.gone.insert(id)
+            report.adopted.remove(id)
+        }
         for d in state.learnKeys(from: file.state) { report.disputedKeys.insert(d) }
         let d = file.header.device
         var p = state.devices[d] ?? SyncState.DeviceProgress()

@@ -72,20 +72,38 @@ public struct SyncState: Sendable {
         return .discarded
     }
 
-    /// Merges every version of another state (another device's file); returns the items adopted.
+    /// Merges every version of another state (another device's file); returns the items adopted and
+    /// the items the other state shows were deleted (their tombstone collected) while this state
+    /// still holds an older version.
+    ///
+    /// A version is known to a state that holds the file of its writer that first carried it
+    /// (`origin` ≤ `included` of the writer): such a state holds it, a newer version, or — when it
+    /// has none — has deleted the item and dropped the tombstone. So a version for an item absent
+    /// here that this state already held is not taken back, and a live version here that the other
+    /// state held but no longer has is gone.
     @discardableResult
-    public mutating func merge(_ other: SyncState) -> [[UInt8]] {
+    public mutating func merge(_ other: SyncState) -> (adopted: [[UInt8]], gone: [[UInt8]]) {
         var adopted: [[UInt8]] = []
         for id in other.entries.keys.sorted(by: { $0.lexicographicallyPrecedes($1) }) {
-            if merge(other.entries[id]!) == .adopted { adopted.append(id) }
+            let e = other.entries[id]!
+            if entries[id] == nil, e.origin > 0, devices[e.stamp.device]?.included ?? 0 >= e.origin {
+                note(e.stamp)
+                continue
+            }
+            if merge(e) == .adopted { adopted.append(id) }
         }
+        var gone: [[UInt8]] = []
+        for (id, e) in entries where !e.deleted && e.origin > 0 && other.entries[id] == nil {
+            if other.devices[e.stamp.device]?.included ?? 0 >= e.origin { gone.append(id) }
+        }
+        for id in gone { entries[id] = nil }
         for (d, progress) in other.devices {
             if let latest = progress.latest { note(latest) }
             if progress.included > (devices[d]?.included ?? 0) {
                 devices[d, default: .init()].included = progress.included
             }
         }
-        return adopted
+        return (adopted, gone)
     }
 
     /// Takes in the signing keys another device's file lists for devices not recorded here (a device

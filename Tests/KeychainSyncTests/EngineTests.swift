@@ -242,6 +242,46 @@ final class TwoDevices {
         #expect(try t.secret(t.a, "from c") == "later")
         c.close()
     }
+
+    /// A device left out of a rotation while offline, holding an item the others then deleted (and,
+    /// being the only paired devices, dropped the tombstone of), pairs again: its old version does
+    /// not come back — not on the others when its file arrives before it has read theirs, and not on
+    /// it once it has.
+    @Test func aDevicePairedAgainAfterARotationDoesNotBringBackWhatWasDeleted() throws {
+        let t = try TwoDevices()
+        let c = try ItemService(directory: t.temporary.appending("c"))
+        let syncC = try SyncEngine(service: c, folder: t.folder, stateDirectory: t.temporary.appending("c/sync"))
+        try TwoDevices.pair(syncC, with: t.syncA)
+        try t.add(t.b, "item", "v1")
+        try t.add(t.b, "kept", "stays")
+        for e in [t.syncB, t.syncA, syncC, t.syncB] { try e.cycle() }
+        #expect(try t.secret(c, "item") == "v1")
+        // C is offline. A rotates the key and pairs B again; A deletes the item; A and B drop the tombstone.
+        try t.syncA.makeKey()
+        try TwoDevices.pair(t.syncB, with: t.syncA)
+        try t.delete(t.a, "item")
+        for e in [t.syncA, t.syncB, t.syncA, t.syncB] { try e.cycle() }
+        #expect(try t.secret(t.b, "item") == nil)
+        #expect(t.syncA.state.entries.values.allSatisfy { !$0.deleted } && t.syncA.tombstonesCollected > 0)
+        // C pairs again and writes its file before A's and B's have reached it.
+        try TwoDevices.pair(syncC, with: t.syncA)
+        let away = t.temporary.appending("away")
+        try FileSystem.makeDirectory(away)
+        let others = [SyncFile.fileName(device: t.syncA.device), SyncFile.fileName(device: t.syncB.device)]
+        for name in others { try FileSystem.rename(t.folder + "/" + name, to: away + "/" + name) }
+        try syncC.cycle()
+        for name in others { try FileSystem.rename(away + "/" + name, to: t.folder + "/" + name) }
+        try t.syncA.cycle()
+        try t.syncB.cycle()
+        #expect(try t.secret(t.a, "item") == nil)
+        #expect(try t.secret(t.b, "item") == nil)
+        try syncC.cycle()
+        #expect(try t.secret(c, "item") == nil)
+        #expect(try t.secret(c, "kept") == "stays")
+        for e in [t.syncA, t.syncB, syncC] { try e.cycle() }
+        for s in [t.a, t.b, c] { #expect(try t.secret(s, "item") == nil) }
+        c.close()
+    }
 }
 
 func copyDirectory(_ from: String, to: String) throws {
