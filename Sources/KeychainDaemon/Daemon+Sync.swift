@@ -106,6 +106,10 @@ final class SyncService: SyncRequests, @unchecked Sendable {
             return true
         } catch {
             if error.status == .notAvailable {  // not paired: nothing to do until pairing
+                if engine.earlierFormat && lastError != error.message {
+                    lastError = error.message
+                    Log.warning("sync is paused", [("error", error.message)])
+                }
                 databaseMark = mark
                 return true
             }
@@ -127,8 +131,11 @@ final class SyncService: SyncRequests, @unchecked Sendable {
             let path = folder + "/" + invite.code.requestName
             guard FileSystem.exists(path), case .success(let data) = SyncFolder.readFile(path) else { return false }
             do throws(KeychainError) {
-                let (publicKey, device) = try Pairing.openRequest(data, code: invite.code)
-                let reply = try Pairing.reply(invite.code, to: publicKey, key: key, device: engine.device)
+                let (publicKey, device, signingKey) = try Pairing.openRequest(data, code: invite.code)
+                try engine.admit(device: device, publicKey: signingKey)
+                pending = true
+                let reply = try Pairing.reply(
+                    invite.code, to: publicKey, key: key, device: engine.device, devices: engine.state.keys)
                 try SyncFolder.writeAtomically(reply, to: folder + "/" + invite.code.replyName)
                 Log.write(.notice, "sync: device paired", [("device", SyncHex.encode(device))])
                 return true
@@ -201,6 +208,7 @@ final class SyncService: SyncRequests, @unchecked Sendable {
             throw KeychainError(.interactionNotAllowed, "the keychain is locked: unlock it before pairing")
         }
         let (publicKey, secretKey) = try SealedBox.keyPair()
+        let signingKey = try lock.withLock { () throws(KeychainError) in try engine.signingPublicKey() }
         let requestPath = folder + "/" + code.requestName
         let replyPath = folder + "/" + code.replyName
         let waiter: DirectoryWatch
@@ -218,15 +226,16 @@ final class SyncService: SyncRequests, @unchecked Sendable {
             waiter.stop()
         }
         try SyncFolder.writeAtomically(
-            Pairing.request(code, publicKey: publicKey, device: engine.device), to: requestPath)
+            Pairing.request(code, publicKey: publicKey, device: engine.device, signingKey: signingKey), to: requestPath)
         defer { FileSystem.removeIfPresent(requestPath) }
         let deadline = MonotonicClock.now() + timeout
         while true {
             if FileSystem.exists(replyPath), case .success(let data) = SyncFolder.readFile(replyPath) {
-                let (key, from) = try Pairing.openReply(data, code: code, publicKey: publicKey, secretKey: secretKey)
+                let (key, from, devices) = try Pairing.openReply(
+                    data, code: code, publicKey: publicKey, secretKey: secretKey)
                 FileSystem.removeIfPresent(replyPath)
                 try lock.withLock { () throws(KeychainError) in
-                    try engine.adopt(key)
+                    try engine.adopt(key, devices: devices)
                     pending = true
                     _ = runCycle()
                 }

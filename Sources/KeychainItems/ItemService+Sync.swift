@@ -23,22 +23,26 @@ extension ItemService {
         }
         /// The item class (`genp` unless the item says otherwise).
         public var itemClass: String { attributes["class"]?.text ?? "genp" }
-        /// The access group (`agrp`).
-        public var accessGroup: String { attributes["agrp"]?.text ?? "" }
-        /// The service (`svce`) as bytes.
-        public var service: [UInt8] { attributes["svce"].flatMap(Attribute.bytes(of:)) ?? [] }
-        /// The account (`acct`) as bytes.
-        public var account: [UInt8] { attributes["acct"].flatMap(Attribute.bytes(of:)) ?? [] }
+        /// What makes the item one item on every device: its class's code, then the value of each
+        /// attribute of the class's uniqueness key (`ItemClass.uniqueness`: access group, service and
+        /// account for a generic password; access group, account, server, protocol, authentication
+        /// type, port, path, security domain for an internet password; and `sync`), as the store's
+        /// uniqueness digest takes them (an absent attribute is its default). Nil for a class this
+        /// daemon does not know.
+        public var identity: [[UInt8]]? {
+            guard let c = ItemCodec.itemClass(of: attributes) else { return nil }
+            return [Array(c.code.utf8)] + ItemCodec.uniqueParts(c, attributes)
+        }
         /// The shape only: never an attribute's value or the secret.
         public var description: String { "synced item (\(attributes.count) attributes, secret \(secret.count) bytes)" }
     }
 
     /// A version from another device to make local.
     public enum SyncChange: Sendable {
-        /// Add the item, or replace the one with the same class, access group, service and account.
+        /// Add the item, or replace the one of the same identity (`SyncedItem.identity`).
         case put(SyncedItem)
-        /// Delete the item with these key attributes, if any.
-        case remove(itemClass: String, accessGroup: String, service: [UInt8], account: [UInt8])
+        /// Delete the item of this identity (`SyncedItem.identity`), if any.
+        case remove(identity: [[UInt8]])
     }
 
     /// Apple's rule: a synchronizable item may not be of a ThisDeviceOnly class (those cannot leave the
@@ -90,7 +94,8 @@ extension ItemService {
     public func applySynced(_ given: [SyncChange]) throws(KeychainError) -> Int {
         let changes = given.filter { change in
             guard case .put(let item) = change else { return true }
-            guard let attributes = try? Self.validatedBackupAttributes(item.attributes, index: 0) else { return false }
+            guard item.identity != nil, let attributes = try? Self.validatedBackupAttributes(item.attributes, index: 0)
+            else { return false }
             return attributes["sync"]?.bool == true
         }
         let leftOut = given.count - changes.count
@@ -98,22 +103,20 @@ extension ItemService {
         try store.write { (w) throws(KeychainError) in
             let index = try vault.indexer()
             // The synchronizable items present, by key.
-            var present: [String: (rowid: Int64, ref: [UInt8])] = [:]
-            func key(_ c: String, _ g: String, _ s: [UInt8], _ a: [UInt8]) -> String {
-                "\(c)\u{0}\(g)\u{0}\(SyncKeyText.hex(s))\u{0}\(SyncKeyText.hex(a))"
-            }
+            var present: [[[UInt8]]: (rowid: Int64, ref: [UInt8])] = [:]
             let filter = RowFilter(classes: Self.synchronizedClasses.map(\.rawValue))
             try w.reader.forEach(filter) { (row) throws(KeychainError) -> Bool in
                 if let item = try? codec.open(row, withSecret: false), item.attributes["sync"]?.bool == true {
-                    let s = SyncedItem(attributes: item.attributes, secret: SecretBytes())
-                    present[key(s.itemClass, s.accessGroup, s.service, s.account)] = (row.rowid, row.ref)
+                    if let k = SyncedItem(attributes: item.attributes, secret: SecretBytes()).identity {
+                        present[k] = (row.rowid, row.ref)
+                    }
                 }
                 return true
             }
             for change in changes {
                 switch change {
                 case .put(let item):
-                    let k = key(item.itemClass, item.accessGroup, item.service, item.account)
+                    guard let k = item.identity else { continue }
                     let protection = ProtectionClass(code: item.attributes["pdmn"]?.text ?? "")!
                     if let existing = present[k] {
                         let row = try codec.seal(
@@ -133,8 +136,7 @@ extension ItemService {
                             continue
                         }
                     }
-                case .remove(let c, let g, let s, let a):
-                    let k = key(c, g, s, a)
+                case .remove(let k):
                     if let existing = present[k] {
                         try w.delete(rowid: existing.rowid)
                         present[k] = nil
@@ -143,12 +145,6 @@ extension ItemService {
             }
         }
         return leftOut
-    }
-}
-
-enum SyncKeyText {
-    static func hex(_ bytes: [UInt8]) -> String {
-        bytes.map { String($0, radix: 16) }.joined(separator: ".")
     }
 }
 
@@ -163,6 +159,28 @@ extension ItemService {
 
     /// The stored sync key record (nil when none); errSecInteractionNotAllowed while locked.
     public func syncKeyRecord() throws(KeychainError) -> SecretBytes? {
+        try syncRecord(Self.syncKeyService)
+    }
+
+    /// Replaces the stored sync key record (nil: removes it).
+    public func setSyncKeyRecord(_ record: SecretBytes?) throws(KeychainError) {
+        try setSyncRecord(Self.syncKeyService, label: "keychaind sync key", record)
+    }
+
+    static let syncSigningKeyService = "sync-signing-key"
+
+    /// This device's sync signing key (Ed25519 secret key; nil when none yet), kept as the sync key
+    /// is; errSecInteractionNotAllowed while locked.
+    public func syncSigningKeyRecord() throws(KeychainError) -> SecretBytes? {
+        try syncRecord(Self.syncSigningKeyService)
+    }
+
+    /// Stores this device's sync signing key (made once; leaving sync keeps it).
+    public func setSyncSigningKeyRecord(_ record: SecretBytes) throws(KeychainError) {
+        try setSyncRecord(Self.syncSigningKeyService, label: "keychaind sync signing key", record)
+    }
+
+    private func syncRecord(_ service: String) throws(KeychainError) -> SecretBytes? {
         guard vault.isAvailable(.whenUnlockedThisDeviceOnly) else {
             throw KeychainError(
                 .interactionNotAllowed, "the keychain is locked: the sync key is readable once unlocked")
@@ -173,7 +191,7 @@ extension ItemService {
             try r.forEach(filter) { (row) throws(KeychainError) -> Bool in
                 guard let item = try? codec.open(row, withSecret: true),
                     item.attributes["agrp"]?.text == Self.syncKeyGroup,
-                    item.attributes["svce"]?.text == Self.syncKeyService
+                    item.attributes["svce"]?.text == service
                 else { return true }
                 found = item.secret
                 return false
@@ -182,13 +200,12 @@ extension ItemService {
         return found
     }
 
-    /// Replaces the stored sync key record (nil: removes it).
-    public func setSyncKeyRecord(_ record: SecretBytes?) throws(KeychainError) {
+    private func setSyncRecord(_ service: String, label: String, _ record: SecretBytes?) throws(KeychainError) {
         let now = clock.next()
         let attributes: [String: Value] = [
-            "agrp": .text(Self.syncKeyGroup), "svce": .text(Self.syncKeyService), "acct": .text(""),
+            "agrp": .text(Self.syncKeyGroup), "svce": .text(service), "acct": .text(""),
             "pdmn": .text(ProtectionClass.whenUnlockedThisDeviceOnly.code), "sync": .bool(false),
-            "cdat": .date(now), "mdat": .date(now), "labl": .text("keychaind sync key"),
+            "cdat": .date(now), "mdat": .date(now), "labl": .text(label),
         ]
         try store.write { (w) throws(KeychainError) in
             let filter = RowFilter(classes: [ProtectionClass.whenUnlockedThisDeviceOnly.rawValue])
@@ -196,7 +213,7 @@ extension ItemService {
             try w.reader.forEach(filter) { (row) throws(KeychainError) -> Bool in
                 if let item = try? codec.open(row, withSecret: false),
                     item.attributes["agrp"]?.text == Self.syncKeyGroup,
-                    item.attributes["svce"]?.text == Self.syncKeyService
+                    item.attributes["svce"]?.text == service
                 {
                     rowids.append(row.rowid)
                 }

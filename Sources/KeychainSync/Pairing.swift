@@ -3,16 +3,17 @@ public import KeychainCrypto
 import KeychainSystem
 
 /// Pairing a new device through the sync folder (docs/sync.md). Device A shows a one-time code: 128
-/// random bits as 26 base32 characters. Device B, given the code, posts its fresh X25519 public key in
-/// the folder with a MAC under a key derived from the code; A checks the MAC and answers with the sync
-/// key sealed to that public key (`crypto_box_seal`), MAC'd the same way. What passes through the folder
+/// random bits as 26 base32 characters. Device B, given the code, posts its fresh X25519 public key
+/// and its signing public key in the folder with a MAC under a key derived from the code; A checks the
+/// MAC, records B's signing key, and answers with the sync key and the paired devices' signing keys
+/// sealed to that public key (`crypto_box_seal`), MAC'd the same way. What passes through the folder
 /// is a public key, a sealed box and two MACs: the folder's host, without the code, can neither open the
 /// box nor substitute its own public key (it cannot make the MAC).
 public enum Pairing {
     /// Bytes of secret in a code (128 bits).
     public static let codeBytes = 16
-    static let requestMagic: [UInt8] = Array("KCPAIRQ1".utf8)
-    static let replyMagic: [UInt8] = Array("KCPAIRR1".utf8)
+    static let requestMagic: [UInt8] = Array("KCPAIRQ2".utf8)
+    static let replyMagic: [UInt8] = Array("KCPAIRR2".utf8)
     static let macBytes = 32
     static let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZ234567".utf8)
 
@@ -85,39 +86,45 @@ public enum Pairing {
         return try Code(secret: secret)
     }
 
-    /// B's request: its public key and device identifier, MAC'd under the code.
-    public static func request(_ code: Code, publicKey: [UInt8], device: [UInt8]) -> [UInt8] {
-        let payload = requestMagic + publicKey + device
+    /// B's request: its public key, device identifier and signing public key, MAC'd under the code.
+    public static func request(_ code: Code, publicKey: [UInt8], device: [UInt8], signingKey: [UInt8]) -> [UInt8] {
+        let payload = requestMagic + publicKey + device + signingKey
         return payload + code.mac(0x50, payload)
     }
 
     /// A reads B's request: errSecAuthFailed when it was not made with the code.
     public static func openRequest(_ data: [UInt8], code: Code) throws(KeychainError) -> (
-        publicKey: [UInt8], device: [UInt8]
+        publicKey: [UInt8], device: [UInt8], signingKey: [UInt8]
     ) {
         let payload = try code.checked(data, 0x50, requestMagic, what: "request")
-        guard payload.count == requestMagic.count + SealedBox.publicKeyBytes + SyncFile.deviceBytes else {
+        let start = requestMagic.count
+        guard payload.count == start + SealedBox.publicKeyBytes + SyncFile.deviceBytes + Signature.publicKeyBytes
+        else {
             throw KeychainError(.decode, "the pairing request is malformed")
         }
-        let pk = Array(payload[requestMagic.count..<(requestMagic.count + SealedBox.publicKeyBytes)])
-        return (pk, Array(payload.suffix(SyncFile.deviceBytes)))
+        let pk = Array(payload[start..<(start + SealedBox.publicKeyBytes)])
+        let d = start + SealedBox.publicKeyBytes
+        return (pk, Array(payload[d..<(d + SyncFile.deviceBytes)]), Array(payload.suffix(Signature.publicKeyBytes)))
     }
 
-    /// A's reply: the sync key, its epoch and A's device identifier, sealed to B's public key, MAC'd
-    /// under the code together with that public key.
-    public static func reply(_ code: Code, to publicKey: [UInt8], key: SyncKey, device: [UInt8]) throws(KeychainError)
-        -> [UInt8]
-    {
+    /// A's reply: the sync key, its epoch, A's device identifier and the signing key of every device
+    /// A records as paired (A's own and B's among them), sealed to B's public key, MAC'd under the code
+    /// together with that public key.
+    public static func reply(
+        _ code: Code, to publicKey: [UInt8], key: SyncKey, device: [UInt8], devices: [[UInt8]: [UInt8]]
+    ) throws(KeychainError) -> [UInt8] {
         var plain = SyncFile.bigEndian(UInt64(key.epoch), 4) + key.raw.withUnsafeBytes { Array($0) } + device
+        for d in devices.keys.sorted(by: { $0.lexicographicallyPrecedes($1) }) { plain += d + devices[d]! }
         defer { Sodium.zero(&plain) }
         let sealed = try withBytes(plain) { (p) throws(KeychainError) in try SealedBox.seal(p, to: publicKey) }
         let payload = replyMagic + publicKey + sealed
         return payload + code.mac(0x51, payload)
     }
 
-    /// B reads A's reply with its key pair: the sync key and A's device identifier.
+    /// B reads A's reply with its key pair: the sync key, A's device identifier and the paired
+    /// devices' signing keys.
     public static func openReply(_ data: [UInt8], code: Code, publicKey: [UInt8], secretKey: SecureBytes)
-        throws(KeychainError) -> (key: SyncKey, device: [UInt8])
+        throws(KeychainError) -> (key: SyncKey, device: [UInt8], devices: [[UInt8]: [UInt8]])
     {
         let payload = try code.checked(data, 0x51, replyMagic, what: "reply")
         let start = replyMagic.count
@@ -132,14 +139,25 @@ public enum Pairing {
         }
         let opened = try SealedBox.open(
             Array(payload[(start + SealedBox.publicKeyBytes)...]), publicKey: publicKey, secretKey: secretKey)
-        guard opened.count == 4 + SyncKey.length + SyncFile.deviceBytes else {
+        let fixed = 4 + SyncKey.length + SyncFile.deviceBytes
+        let entry = SyncFile.deviceBytes + Signature.publicKeyBytes
+        guard opened.count >= fixed, (opened.count - fixed) % entry == 0 else {
             throw KeychainError(.decode, "the pairing reply is malformed")
         }
         return try opened.withUnsafeBytes { (b) throws(KeychainError) in
             var epoch: UInt32 = 0
             for i in 0..<4 { epoch = epoch << 8 | UInt32(b[i]) }
             let raw = try SecureBytes(copying: UnsafeRawBufferPointer(rebasing: b[4..<(4 + SyncKey.length)]))
-            return (try SyncKey(raw: raw, epoch: epoch), Array(b[(4 + SyncKey.length)...]))
+            var devices: [[UInt8]: [UInt8]] = [:]
+            var at = fixed
+            while at < b.count {
+                devices[Array(b[at..<(at + SyncFile.deviceBytes)])] = Array(
+                    b[(at + SyncFile.deviceBytes)..<(at + entry)])
+                at += entry
+            }
+            return (
+                try SyncKey(raw: raw, epoch: epoch), Array(b[(4 + SyncKey.length)..<fixed]), devices
+            )
         }
     }
 

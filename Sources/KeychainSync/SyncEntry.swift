@@ -81,12 +81,21 @@ public struct SyncEntry: Sendable, CustomStringConvertible {
     public var attributes: [String: Value]
     /// The secret; empty for a tombstone.
     public var secret: SecretBytes
+    /// The sequence of the writer's file that first carried this version (set when that file is
+    /// written; 0 until then): every later file of the writer carries it, a newer version of the item,
+    /// or nothing when a tombstone of it was collected. A device that holds that file of the writer
+    /// and has no version of the item has therefore deleted it.
+    public var origin: UInt64
 
     /// A version; a tombstone keeps no attributes or secret.
-    public init(id: [UInt8], stamp: SyncStamp, deleted: Bool, attributes: [String: Value], secret: SecretBytes) {
+    public init(
+        id: [UInt8], stamp: SyncStamp, deleted: Bool, attributes: [String: Value], secret: SecretBytes,
+        origin: UInt64 = 0
+    ) {
         self.id = id
         self.stamp = stamp
         self.deleted = deleted
+        self.origin = origin
         self.attributes = deleted ? [:] : attributes
         self.secret = deleted ? SecretBytes() : secret
     }

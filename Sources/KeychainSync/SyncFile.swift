@@ -26,15 +26,12 @@ public final class SyncKey: Sendable {
         try SyncKey(raw: try SecureBytes(random: length), epoch: epoch)
     }
 
-    /// An item's identity across devices: BLAKE2b of its class, access group, service and account.
-    /// It is only ever inside the sealed payload, and the same under every key (a rotation keeps
-    /// every item's identity, so no item looks deleted and added again).
-    public func itemID(itemClass: String, accessGroup: String, service: [UInt8], account: [UInt8]) -> [UInt8] {
-        Self.idLabel.withUnsafeBytes { k in
-            KeyedHash.hash(
-                key: k, domain: 0x53, parts: [Array(itemClass.utf8), Array(accessGroup.utf8), service, account],
-                length: 32)
-        }
+    /// An item's identity across devices: BLAKE2b of its class and the values of its class's
+    /// uniqueness key (`ItemService.SyncedItem.identity`). It is only ever inside the sealed payload,
+    /// and the same under every key (a rotation keeps every item's identity, so no item looks deleted
+    /// and added again).
+    public static func itemID(_ identity: [[UInt8]]) -> [UInt8] {
+        idLabel.withUnsafeBytes { k in KeyedHash.hash(key: k, domain: 0x53, parts: identity, length: 32) }
     }
 
     /// The fixed BLAKE2b key of item identities (a label, not a secret).
@@ -47,14 +44,15 @@ public final class SyncKey: Sendable {
 
 /// One device's file in the sync folder (docs/sync.md): a clear header — magic, format version, key
 /// epoch, device identifier, sequence — then one XChaCha20-Poly1305 box under a key derived from the
-/// sync key, with the header as associated data. Inside: the device's whole merged state (every
+/// sync key, with the header as associated data, then the writing device's Ed25519 signature of all
+/// that. Inside: the device's whole merged state (every
 /// synchronizable item's winning version and the tombstones), padded to a power of two of at least
 /// 4 KiB, so the file's size tells the item count only to within a factor of two.
 public enum SyncFile {
     /// The first eight bytes of every sync file.
     public static let magic: [UInt8] = Array("KCSYNC\r\n".utf8)
     /// The format version this keychaind writes and reads.
-    public static let version: UInt8 = 1
+    public static let version: UInt8 = 2
     /// Magic, version, epoch (4), device (16), sequence (8).
     public static let headerBytes = 8 + 1 + 4 + 16 + 8
     /// Device identifiers are 16 random bytes.
@@ -96,7 +94,10 @@ public enum SyncFile {
         }
         guard data[8] == version else {
             throw KeychainError(
-                .decode, "sync file format version \(data[8]) is not supported (this keychaind reads \(version))")
+                .decode,
+                data[8] < version
+                    ? "sync file format version \(data[8]) (without device signatures) is no longer read: pair its device again"
+                    : "sync file format version \(data[8]) is not supported (this keychaind reads \(version))")
         }
         return Header(
             epoch: UInt32(readBigEndian(data, 9, 4)), device: Array(data[13..<29]), sequence: readBigEndian(data, 29, 8)
@@ -110,8 +111,8 @@ public enum SyncFile {
         return size
     }
 
-    /// Seals `state` as `header.device`'s file.
-    public static func seal(_ state: SyncState, header: Header, key: SyncKey) -> [UInt8] {
+    /// Seals `state` as `header.device`'s file, signed with that device's `signingKey`.
+    public static func seal(_ state: SyncState, header: Header, key: SyncKey, signingKey: SecureBytes) -> [UInt8] {
         precondition(header.device.count == deviceBytes && header.epoch == key.epoch)
         var payload = SecretBytes(capacity: 4096)
         CBOR.encode(encode(state), into: &payload)
@@ -126,11 +127,25 @@ public enum SyncFile {
         let box = key.withFileKey { k in
             plain.withUnsafeBytes { p in h.withUnsafeBytes { a in AEAD.seal(p, key: k, ad: a) } }
         }
-        return h + box
+        let signed = h + box
+        return signed + signed.withUnsafeBytes { Signature.sign($0, secretKey: signingKey) }
     }
 
-    /// Opens and checks a whole file. Anything short, damaged, of another key epoch or another key is
-    /// errSecDecode with a one-line reason; nothing of the file's content is in the message.
+    /// Whether the file's signature (its last `Signature.bytes`) is `publicKey`'s, over everything
+    /// before it.
+    public static func verify(_ data: [UInt8], publicKey: [UInt8]) -> Bool {
+        guard data.count > headerBytes + Signature.bytes else { return false }
+        let signature = Array(data.suffix(Signature.bytes))
+        return data.withUnsafeBytes { d in
+            Signature.verify(
+                signature, of: UnsafeRawBufferPointer(rebasing: d[0..<(d.count - Signature.bytes)]),
+                publicKey: publicKey)
+        }
+    }
+
+    /// Opens and checks a whole file (its signature aside: `verify`). Anything short, damaged, of
+    /// another key epoch or another key is errSecDecode with a one-line reason; nothing of the file's
+    /// content is in the message.
     public static func open(_ data: [UInt8], key: SyncKey) throws(KeychainError) -> (Header, SyncState) {
         guard data.count <= maximumBytes else { throw KeychainError(.decode, "the sync file is too large") }
         let header = try header(of: data)
@@ -139,15 +154,16 @@ public enum SyncFile {
                 .decode,
                 "the sync file was written under sync key \(header.epoch); this device holds key \(key.epoch)")
         }
-        guard data.count > headerBytes + AEAD.overhead else {
+        guard data.count > headerBytes + AEAD.overhead + Signature.bytes else {
             throw KeychainError(.decode, "the sync file is truncated")
         }
+        let end = data.count - Signature.bytes
         let h = Array(data[0..<headerBytes])
         let plain = try key.withFileKey { (k) throws(KeychainError) -> SecretBytes in
             try withBytes(data) { (d) throws(KeychainError) -> SecretBytes in
                 try withBytes(h) { (a) throws(KeychainError) -> SecretBytes in
                     try AEAD.openSecret(
-                        UnsafeRawBufferPointer(rebasing: d[headerBytes...]), key: k, ad: a, what: "the sync file")
+                        UnsafeRawBufferPointer(rebasing: d[headerBytes..<end]), key: k, ad: a, what: "the sync file")
                 }
             }
         }
@@ -173,29 +189,43 @@ public enum SyncFile {
         let ids = state.entries.keys.sorted { $0.lexicographicallyPrecedes($1) }
         let entries: [Value] = ids.map { id in
             let e = state.entries[id]!
-            return .map([
+            var m: [String: Value] = [
                 "i": .bytes(e.id), "w": .int(Int64(bitPattern: e.stamp.wall)), "c": .int(Int64(e.stamp.counter)),
                 "d": .bytes(e.stamp.device), "x": .bool(e.deleted), "a": .map(e.attributes), "s": .secret(e.secret),
-            ])
+            ]
+            m["q"] = .int(Int64(bitPattern: e.origin))
+            return .map(m)
         }
         let devices: [Value] = state.devices.keys.sorted { $0.lexicographicallyPrecedes($1) }.map { d in
             let p = state.devices[d]!
-            var m: [String: Value] = ["d": .bytes(d), "q": .int(Int64(bitPattern: p.sequence))]
+            var m: [String: Value] = [
+                "d": .bytes(d), "q": .int(Int64(bitPattern: p.sequence)), "i": .int(Int64(bitPattern: p.included)),
+            ]
+            if !p.holds.isEmpty {
+                m["h"] = .array(
+                    p.holds.keys.sorted { $0.lexicographicallyPrecedes($1) }.map { h in
+                        .array([.bytes(h), .int(Int64(bitPattern: p.holds[h]!))])
+                    })
+            }
             if let l = p.latest {
                 m["w"] = .int(Int64(bitPattern: l.wall))
                 m["c"] = .int(Int64(l.counter))
             }
             return .map(m)
         }
+        let keys: [Value] = state.keys.keys.sorted { $0.lexicographicallyPrecedes($1) }.map { d in
+            .array([.bytes(d), .bytes(state.keys[d]!)])
+        }
         return .map([
             "entries": .array(entries), "devices": .array(devices), "conflicts": .int(Int64(state.conflictsResolved)),
+            "keys": .array(keys),
         ])
     }
 
     static func decode(_ value: Value) throws(KeychainError) -> SyncState {
         let bad = KeychainError(.decode, "the sync file holds a malformed record")
         guard let m = value.map, let entries = m["entries"]?.array, let devices = m["devices"]?.array,
-            let conflicts = m["conflicts"]?.int
+            let conflicts = m["conflicts"]?.int, let keys = m["keys"]?.array
         else { throw bad }
         var state = SyncState()
         state.conflictsResolved = Int(clamping: conflicts)
@@ -210,19 +240,33 @@ public enum SyncFile {
             case .bytes(let b)?: secret = SecretBytes(b)
             default: throw bad
             }
+            let origin = f["q"]?.int.map { UInt64(bitPattern: $0) } ?? 0
             let entry = SyncEntry(
                 id: id, stamp: SyncStamp(wall: UInt64(bitPattern: w), counter: UInt32(c), device: d), deleted: deleted,
-                attributes: attributes, secret: secret)
+                attributes: attributes, secret: secret, origin: origin)
             guard state.entries[id] == nil else { throw bad }
             state.entries[id] = entry
         }
         for d in devices {
             guard let f = d.map, let id = f["d"]?.bytes, id.count == deviceBytes, let q = f["q"]?.int else { throw bad }
             var p = SyncState.DeviceProgress(sequence: UInt64(bitPattern: q))
+            p.included = f["i"]?.int.map { UInt64(bitPattern: $0) } ?? 0
+            for h in f["h"]?.array ?? [] {
+                guard let pair = h.array, pair.count == 2, let hd = pair[0].bytes, hd.count == deviceBytes,
+                    let hq = pair[1].int
+                else { throw bad }
+                p.holds[hd] = UInt64(bitPattern: hq)
+            }
             if let w = f["w"]?.int, let c = f["c"]?.int, c >= 0, c <= Int64(UInt32.max) {
                 p.latest = SyncStamp(wall: UInt64(bitPattern: w), counter: UInt32(c), device: id)
             }
             state.devices[id] = p
+        }
+        for k in keys {
+            guard let pair = k.array, pair.count == 2, let d = pair[0].bytes, d.count == deviceBytes,
+                let pk = pair[1].bytes, pk.count == Signature.publicKeyBytes
+            else { throw bad }
+            state.keys[d] = pk
         }
         return state
     }

@@ -10,10 +10,15 @@ public enum SyncFolder {
     public enum FileResult: Equatable, Sendable {
         /// Merged: this many items took the file's version.
         case merged(device: [UInt8], sequence: UInt64, adopted: Int)
-        /// Not newer than a file already read from that device (a replayed or repeated file): skipped.
-        case stale(device: [UInt8], sequence: UInt64)
+        /// Not newer than what this device holds from that device (the same file again, or a
+        /// replayed or old copy): skipped. `older` when a newer file of the device was read before.
+        case stale(device: [UInt8], sequence: UInt64, older: Bool)
         /// Written under another sync key (a rotation this device did not take part in, or an old one).
         case otherKey(device: [UInt8], epoch: UInt32)
+        /// Names a device that is not paired with this one (none recorded its signing key): changed nothing.
+        case unknownDevice(device: [UInt8])
+        /// Not signed by the key recorded for the device it names (forged, or tampered with): changed nothing.
+        case badSignature(device: [UInt8])
         /// Unreadable (half-written, damaged, tampered with, not ours): changed nothing.
         case damaged(reason: String)
     }
@@ -24,11 +29,32 @@ public enum SyncFolder {
         public var results: [(name: String, result: FileResult)] = []
         /// The items whose winning version changed (the store must follow).
         public var adopted: Set<[UInt8]> = []
+        /// The items another device's file shows were deleted everywhere (their tombstone collected)
+        /// while this device still held an older version (the store must delete them).
+        public var gone: Set<[UInt8]> = []
+        /// Devices whose signing key a paired device's file gives otherwise than recorded here.
+        public var disputedKeys: Set<[UInt8]> = []
         /// An empty report.
         public init() {}
-        /// The files that could not be read, with why.
+        /// The files that changed nothing for a reason worth telling (damaged, forged, from an
+        /// unknown device, an older copy of a device's file), with why.
         public var damaged: [(name: String, reason: String)] {
-            results.compactMap { if case .damaged(let r) = $0.result { return ($0.name, r) } else { return nil } }
+            results.compactMap { r in
+                let reason: String
+                switch r.result {
+                case .damaged(let why): reason = why
+                case .unknownDevice(let d):
+                    reason = "names device \(SyncHex.encode(d)), which is not paired with this one: not read"
+                case .badSignature(let d):
+                    reason =
+                        "not signed by the key recorded for device \(SyncHex.encode(d)) (forged or tampered with): not read"
+                case .stale(let d, _, true):
+                    reason =
+                        "older than a file of device \(SyncHex.encode(d)) already read (a replayed or old copy): not read"
+                default: return nil
+                }
+                return (r.name, reason)
+            }
         }
     }
 
@@ -38,42 +64,130 @@ public enum SyncFolder {
             .sorted()
     }
 
-    /// Reads one file's bytes and merges it into `state` when it is sound and newer than what was
-    /// read from its device before. `state` is untouched unless the whole file opened.
+    /// A file that opened: signed by its device's recorded key, under this key.
+    struct Opened {
+        var header: SyncFile.Header
+        var state: SyncState
+    }
+
+    /// Checks one file against `state` (the devices' recorded keys, what was read before) and opens it.
+    enum Checked {
+        case success(Opened)
+        case failure(FileResult)
+    }
+
+    static func check(_ data: [UInt8], key: SyncKey, state: SyncState) -> Checked {
+        let header: SyncFile.Header
+        do { header = try SyncFile.header(of: data) } catch { return .failure(.damaged(reason: error.message)) }
+        // The signature first: only a file signed by a paired device can say that a newer key exists.
+        guard let publicKey = state.keys[header.device] else { return .failure(.unknownDevice(device: header.device)) }
+        guard SyncFile.verify(data, publicKey: publicKey) else { return .failure(.badSignature(device: header.device)) }
+        guard header.epoch == key.epoch else {
+            return .failure(.otherKey(device: header.device, epoch: header.epoch))
+        }
+        if let known = state.devices[header.device], known.sequence >= header.sequence {
+            return .failure(
+                .stale(device: header.device, sequence: header.sequence, older: known.sequence > header.sequence))
+        }
+        do {
+            let (_, other) = try SyncFile.open(data, key: key)
+            return .success(Opened(header: header, state: other))
+        } catch {
+            return .failure(.damaged(reason: error.message))
+        }
+    }
+
+    /// Merges an opened file into `state`.
+    static func apply(_ file: Opened, into state: inout SyncState, report: inout Report) -> FileResult {
+        let (ids, gone) = state.merge(file.state)
+        for id in ids { report.adopted.insert(id) }
+        for id in gone {
+            report.gone.insert(id)
+            report.adopted.remove(id)
+        }
+        for d in state.learnKeys(from: file.state) { report.disputedKeys.insert(d) }
+        let d = file.header.device
+        var p = state.devices[d] ?? SyncState.DeviceProgress()
+        p.sequence = file.header.sequence
+        p.included = max(p.included, file.header.sequence)
+        p.holds = file.state.devices.compactMapValues { $0.included > 0 ? $0.included : nil }
+        p.holds[d] = max(p.holds[d] ?? 0, file.header.sequence)
+        state.devices[d] = p
+        return .merged(device: d, sequence: file.header.sequence, adopted: ids.count)
+    }
+
+    /// Reads one file's bytes and merges it into `state` when it is sound, signed by the key recorded
+    /// for its device, and newer than what was read from its device before. `state` is untouched
+    /// unless the whole file opened.
     public static func merge(
         _ data: [UInt8], key: SyncKey, into state: inout SyncState, adopted: inout Set<[UInt8]>
     ) -> FileResult {
-        let header: SyncFile.Header
-        do { header = try SyncFile.header(of: data) } catch { return .damaged(reason: error.message) }
-        guard header.epoch == key.epoch else { return .otherKey(device: header.device, epoch: header.epoch) }
-        if let known = state.devices[header.device], known.sequence >= header.sequence {
-            return .stale(device: header.device, sequence: header.sequence)
+        switch check(data, key: key, state: state) {
+        case .failure(let result): return result
+        case .success(let file):
+            if file.header.sequence < (state.devices[file.header.device]?.included ?? 0) {
+                return .stale(device: file.header.device, sequence: file.header.sequence, older: true)
+            }
+            var report = Report()
+            let r = apply(file, into: &state, report: &report)
+            adopted.formUnion(report.adopted)
+            return r
         }
-        let other: SyncState
-        do { (_, other) = try SyncFile.open(data, key: key) } catch { return .damaged(reason: error.message) }
-        let ids = state.merge(other)
-        for id in ids { adopted.insert(id) }
-        var p = state.devices[header.device] ?? SyncState.DeviceProgress()
-        p.sequence = header.sequence
-        state.devices[header.device] = p
-        return .merged(device: header.device, sequence: header.sequence, adopted: ids.count)
     }
 
-    /// Reads every sync file in `folder` into `state`.
+    /// Reads every sync file in `folder` into `state`. The files are all opened first: a file of a
+    /// device older than one whose versions another file (or this state) already holds is skipped
+    /// whatever order the names come in; files of devices a read file introduces (paired by that
+    /// device) are read once its file has been.
     public static func read(folder: String, key: SyncKey, into state: inout SyncState) -> Report {
         var report = Report()
+        var pending: [(name: String, data: [UInt8])] = []
         for name in fileNames(in: folder) {
-            let path = folder + "/" + name
-            let data: [UInt8]
-            switch readFile(path) {
-            case .success(let d): data = d
-            case .failure(let e):
-                report.results.append((name, .damaged(reason: e.message)))
-                continue
+            switch readFile(folder + "/" + name) {
+            case .success(let d): pending.append((name, d))
+            case .failure(let e): report.results.append((name, .damaged(reason: e.message)))
             }
-            report.results.append((name, merge(data, key: key, into: &state, adopted: &report.adopted)))
         }
-        return report
+        while true {
+            var opened: [(name: String, file: Opened)] = []
+            var waiting: [(name: String, data: [UInt8])] = []
+            var unknown: [(name: String, result: FileResult)] = []
+            for (name, data) in pending {
+                switch check(data, key: key, state: state) {
+                case .success(let f): opened.append((name, f))
+                case .failure(let r):
+                    if case .unknownDevice = r {
+                        waiting.append((name, data))
+                        unknown.append((name, r))
+                    } else {
+                        report.results.append((name, r))
+                    }
+                }
+            }
+            // What the files opened hold of each device, together.
+            let held: [[UInt8]: UInt64] = state.devices.mapValues(\.included)
+            var floor = held
+            for (_, f) in opened {
+                for (d, p) in f.state.devices where p.included > floor[d] ?? 0 { floor[d] = p.included }
+            }
+            let before = state.keys.count
+            for (name, f) in opened {
+                let d = f.header.device
+                if f.header.sequence < floor[d] ?? 0 || f.header.sequence <= state.devices[d]?.sequence ?? 0 {
+                    // Older than versions this state held already: a replayed or old copy. Older only
+                    // than what another file holds: the engine has not brought the newest copy yet.
+                    let older = f.header.sequence < held[d] ?? 0
+                    report.results.append((name, .stale(device: d, sequence: f.header.sequence, older: older)))
+                    continue
+                }
+                report.results.append((name, apply(f, into: &state, report: &report)))
+            }
+            if waiting.isEmpty || state.keys.count == before {
+                report.results += unknown
+                return report
+            }
+            pending = waiting
+        }
     }
 
     /// A file of the folder, read only when it is a regular file (not a FIFO, device or symbolic

@@ -10,6 +10,10 @@ public struct SyncState: Sendable {
     public var entries: [[UInt8]: SyncEntry] = [:]
     /// Per device: the newest file sequence accepted, and the latest stamp seen from it.
     public var devices: [[UInt8]: DeviceProgress] = [:]
+    /// The paired devices' signing public keys (Ed25519), by device: recorded when a device is paired
+    /// with this one, or taken from the signed file of a device already recorded. A file is read only
+    /// when it is signed by the key recorded for the device it names.
+    public var keys: [[UInt8]: [UInt8]] = [:]
     /// Versions written without knowledge of the version that won (concurrent writes of one item),
     /// discarded by this device.
     public var conflictsResolved: Int = 0
@@ -23,6 +27,13 @@ public struct SyncState: Sendable {
         public var sequence: UInt64 = 0
         /// The latest stamp written by the device, among the versions seen.
         public var latest: SyncStamp?
+        /// The sequence of the newest file of the device whose versions this state holds (read here,
+        /// or through another device's file that held them): a file of the device with a lower
+        /// sequence brings nothing new and is not read.
+        public var included: UInt64 = 0
+        /// What the device's own last file read here said it held: per device, its `included`. A
+        /// tombstone can be dropped once every paired device holds it (`collectTombstones`).
+        public var holds: [[UInt8]: UInt64] = [:]
         /// Progress with `sequence` and `latest`.
         public init(sequence: UInt64 = 0, latest: SyncStamp? = nil) {
             self.sequence = sequence
@@ -61,17 +72,76 @@ public struct SyncState: Sendable {
         return .discarded
     }
 
-    /// Merges every version of another state (another device's file); returns the items adopted.
+    /// Merges every version of another state (another device's file); returns the items adopted and
+    /// the items the other state shows were deleted (their tombstone collected) while this state
+    /// still holds an older version.
+    ///
+    /// A version is known to a state that holds the file of its writer that first carried it
+    /// (`origin` ≤ `included` of the writer): such a state holds it, a newer version, or — when it
+    /// has none — has deleted the item and dropped the tombstone. So a version for an item absent
+    /// here that this state already held is not taken back, and a live version here that the other
+    /// state held but no longer has is gone.
     @discardableResult
-    public mutating func merge(_ other: SyncState) -> [[UInt8]] {
+    public mutating func merge(_ other: SyncState) -> (adopted: [[UInt8]], gone: [[UInt8]]) {
         var adopted: [[UInt8]] = []
         for id in other.entries.keys.sorted(by: { $0.lexicographicallyPrecedes($1) }) {
-            if merge(other.entries[id]!) == .adopted { adopted.append(id) }
+            let e = other.entries[id]!
+            if entries[id] == nil, e.origin > 0, devices[e.stamp.device]?.included ?? 0 >= e.origin {
+                note(e.stamp)
+                continue
+            }
+            if merge(e) == .adopted { adopted.append(id) }
         }
-        for progress in other.devices.values {
+        var gone: [[UInt8]] = []
+        for (id, e) in entries where !e.deleted && e.origin > 0 && other.entries[id] == nil {
+            if other.devices[e.stamp.device]?.included ?? 0 >= e.origin { gone.append(id) }
+        }
+        for id in gone { entries[id] = nil }
+        for (d, progress) in other.devices {
             if let latest = progress.latest { note(latest) }
+            if progress.included > (devices[d]?.included ?? 0) {
+                devices[d, default: .init()].included = progress.included
+            }
         }
-        return adopted
+        return (adopted, gone)
+    }
+
+    /// Takes in the signing keys another device's file lists for devices not recorded here (a device
+    /// it paired); a key recorded here is never replaced that way. Returns the devices whose key the
+    /// file gives otherwise than recorded here.
+    @discardableResult
+    public mutating func learnKeys(from other: SyncState) -> [[UInt8]] {
+        var disputed: [[UInt8]] = []
+        for (d, k) in other.keys {
+            if let known = keys[d] {
+                if known != k { disputed.append(d) }
+            } else {
+                keys[d] = k
+            }
+        }
+        return disputed
+    }
+
+    /// Whether every paired device (`keys`) is known to hold the tombstone `entry`: its last file read
+    /// here (this device: this state) holds the file of the tombstone's writer that first carried it.
+    /// Such a device has deleted the item, so no version older than the tombstone can come from it.
+    public func everyDeviceHolds(_ entry: SyncEntry, this: [UInt8]) -> Bool {
+        guard entry.deleted, entry.origin > 0, !keys.isEmpty else { return false }
+        let writer = entry.stamp.device
+        for d in keys.keys {
+            let held = d == this ? devices[writer]?.included ?? 0 : devices[d]?.holds[writer] ?? 0
+            if held < entry.origin { return false }
+        }
+        return true
+    }
+
+    /// Drops the tombstones every paired device holds (docs/sync.md, "Collecting tombstones").
+    /// Returns how many were dropped.
+    @discardableResult
+    public mutating func collectTombstones(this: [UInt8]) -> Int {
+        let done = entries.values.filter { everyDeviceHolds($0, this: this) }.map(\.id)
+        for id in done { entries[id] = nil }
+        return done.count
     }
 
     /// The latest stamp seen, from any device (a clock restarted from this state observes it).

@@ -74,6 +74,10 @@ extension Command {
         out.line(pad("this device") + (m["device"]?.text ?? ""))
         if m["paired"]?.bool != true && m["locked"]?.bool == true {
             out.line(pad("paired") + "not known while the keychain is locked (the sync key is a keychain item)")
+        } else if m["repairNeeded"]?.bool == true {
+            out.line(
+                pad("paired")
+                    + "no: the sync key predates device signatures; pair this device again (keychainctl sync pair)")
         } else if m["paired"]?.bool != true {
             out.line(pad("paired") + "no (keychainctl sync pair)")
         } else {
@@ -83,13 +87,17 @@ extension Command {
             out.line(pad("newer key") + "\(newer) in the folder: this device was left out; pair it again")
         }
         if m["locked"]?.bool == true { out.line(pad("state") + "locked: sync resumes when unlocked") }
-        out.line(pad("items") + "\(m["items"]?.int ?? 0) synchronizable (\(m["tombstones"]?.int ?? 0) deletions kept)")
+        out.line(
+            pad("items")
+                + "\(m["items"]?.int ?? 0) synchronizable (\(m["tombstones"]?.int ?? 0) deletions kept, \(m["tombstonesCollected"]?.int ?? 0) dropped)"
+        )
         out.line(pad("conflicts resolved") + String(m["conflictsResolved"]?.int ?? 0))
         if let t = m["lastCycle"]?.date { out.line(pad("last sync") + Human.text(.date(t), key: "mdat")) }
         if let e = m["lastError"]?.text { out.line(pad("last error") + e) }
         for d in m["devices"]?.array ?? [] {
             guard let f = d.map else { continue }
             var line = (f["device"]?.text ?? "?") + (f["this"]?.bool == true ? " (this device)" : "")
+            if f["paired"]?.bool == false { line += " (not paired: its files are not read)" }
             if let t = f["lastChange"]?.date { line += ", last change " + Human.text(.date(t), key: "mdat") }
             out.line(pad("device") + line)
         }

@@ -32,12 +32,13 @@ final class UserSession: @unchecked Sendable {
 
     static let python = "/usr/bin/python3"
 
-    init(config: String = #"{"kdfProfile": "interactive"}"#) throws {
+    /// A session of a new throwaway uid, or of `uid` (several keychaind of one user: sync devices).
+    init(config: String = #"{"kdfProfile": "interactive"}"#, uid userID: UInt32? = nil) throws {
         guard getuid() == 0, FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv") else {
             throw HarnessError(
                 "needs root and setpriv to run keychaind as a throwaway uid (scripts/deps installs util-linux)")
         }
-        uid = 61_000 + UInt32.random(in: 0..<4_000)
+        uid = userID ?? Self.newUID()
         root = NSTemporaryDirectory() + "keychaind-user-" + UUID().uuidString.prefix(8)
         home = root + "/home"
         bin = root + "/bin"
@@ -68,6 +69,9 @@ final class UserSession: @unchecked Sendable {
         }
         try "".write(toFile: logFile, atomically: false, encoding: .utf8)
     }
+
+    /// A throwaway uid (no account of the system has it).
+    static func newUID() -> UInt32 { 61_000 + UInt32.random(in: 0..<4_000) }
 
     deinit {
         if let p = process, p.isRunning {
