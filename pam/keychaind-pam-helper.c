@@ -3,7 +3,8 @@
  *
  *   keychaind-pam-helper unlock|passwd [--wait SECONDS] [--debug]
  *
- * Descriptor 3 is a pipe holding the password (unlock: one line) or the old and the new password
+ * Descriptor 3 is a socket (one end of an AF_UNIX socketpair, which unlike a pipe cannot be opened
+ * again through /proc/<pid>/fd/3) holding the password (unlock: one line) or the old and the new password
  * (passwd: two lines). The helper waits up to SECONDS for the user's keychaind socket
  * ($XDG_RUNTIME_DIR/keychaind/keychaind.sock: systemd --user may start after the PAM session
  * module), then runs the packaged keychainctl with descriptor 3 passed on:
@@ -67,7 +68,7 @@ static void one_line(char *s) {
 }
 
 int main(int argc, char **argv) {
-    /* The password waits in our pipe for up to --wait seconds: keep other processes of the user
+    /* The password waits on our socket for up to --wait seconds: keep other processes of the user
      * from attaching to us (an exec made us dumpable again) and no core file. */
     prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
     /* A clean slate: the login process may have blocked or ignored signals. */
@@ -94,7 +95,7 @@ int main(int argc, char **argv) {
         }
     }
     struct stat st;
-    if (fstat(3, &st) != 0 || !S_ISFIFO(st.st_mode)) return usage();
+    if (fstat(3, &st) != 0 || !S_ISSOCK(st.st_mode)) return usage();
 
     openlog("pam_keychaind", LOG_PID, LOG_AUTHPRIV);
     uid_t uid = getuid();

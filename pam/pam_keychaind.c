@@ -2,8 +2,12 @@
  * pam_keychaind: unlock the user's keychaind keychain with the login password at session open, and
  * change its passphrase along with the login password when the old one matched.
  *
- *   auth     optional pam_keychaind.so    keeps a copy of the password for the session (pam data)
- *   session  optional pam_keychaind.so    hands it to `keychainctl unlock --if-locked`
+ *   auth     optional pam_keychaind.so    hands the password to `keychainctl unlock --if-locked` at
+ *                                         once when the user's keychaind socket is there and this
+ *                                         process runs as root (login, sshd, a display manager's
+ *                                         unlock) or as the user (a screen locker); else keeps a
+ *                                         copy for the session (pam data)
+ *   session  optional pam_keychaind.so    hands the kept copy to `keychainctl unlock --if-locked`
  *   password optional pam_keychaind.so    hands old and new to `keychainctl passwd --if-set`
  *
  * Options: debug, wait=SECONDS (how long the helper waits for the user's keychaind socket; default
@@ -17,8 +21,11 @@
  *   fork, detach, drop to the user's uid and groups, and exec the helper, which waits for the socket
  *   (systemd --user may start after this module; the daemon may start by socket activation) and
  *   runs the packaged keychainctl.
- * - The password goes to the helper through a pipe (descriptor 3), never argv, environment or a file.
- *   The copy kept between auth and session is wiped when it is used or when PAM ends.
+ * - The password goes to the helper on one end of an AF_UNIX socketpair (descriptor 3), never argv,
+ *   environment, a file or a pipe: a pipe can be opened again through /proc/<pid>/fd/3 by any
+ *   process allowed to look at the holder (a process of the user, when the holder is the user's),
+ *   a socket cannot (ENXIO, whoever asks). The copy kept between auth and session is wiped when it
+ *   is used or when PAM ends.
  *
  * Between fork and exec the child calls only async-signal-safe functions (the login process may have
  * threads); everything it needs is prepared before the fork.
@@ -33,6 +40,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
@@ -54,7 +63,7 @@
 
 /* The pam data name of the password kept from auth to session. */
 static const char DATA_NAME[] = "pam_keychaind_authtok";
-/* Longer "passwords" are not passwords; refusing them also keeps the pipe write from blocking. */
+/* Longer "passwords" are not passwords; refusing them also keeps the socket write small. */
 enum { MAX_PASSWORD = 4096, MAX_GROUPS = 4096 };
 
 struct options {
@@ -100,6 +109,16 @@ static int usable_password(const char *p) {
     size_t n = strnlen(p, MAX_PASSWORD + 1);
     if (n > MAX_PASSWORD) return 0;
     return memchr(p, '\n', n) == NULL;
+}
+
+/* The user's runtime directory as the helper gets it: PAM's XDG_RUNTIME_DIR, else /run/user/UID. */
+static const char *runtime_dir(pam_handle_t *pamh, uid_t uid, char *fallback, size_t size) {
+    const char *runtime = pam_getenv(pamh, "XDG_RUNTIME_DIR");
+    if (runtime == NULL || runtime[0] != '/' || strlen(runtime) > PATH_MAX / 2) {
+        snprintf(fallback, size, "/run/user/%u", (unsigned)uid);
+        runtime = fallback;
+    }
+    return runtime;
 }
 
 /*
@@ -159,12 +178,8 @@ static void spawn_helper(pam_handle_t *pamh, const struct options *o, const char
     }
 
     /* The environment the helper (and keychainctl) get: nothing of login's own. */
-    const char *runtime = pam_getenv(pamh, "XDG_RUNTIME_DIR");
     char runtime_default[64];
-    if (runtime == NULL || runtime[0] != '/' || strlen(runtime) > PATH_MAX / 2) {
-        snprintf(runtime_default, sizeof runtime_default, "/run/user/%u", (unsigned)uid);
-        runtime = runtime_default;
-    }
+    const char *runtime = runtime_dir(pamh, uid, runtime_default, sizeof runtime_default);
     char *env_home = NULL, *env_user = NULL, *env_logname = NULL, *env_runtime = NULL;
     if (asprintf(&env_home, "HOME=%s", pw->pw_dir) < 0) env_home = NULL;
     if (asprintf(&env_user, "USER=%s", pw->pw_name) < 0) env_user = NULL;
@@ -180,10 +195,12 @@ static void spawn_helper(pam_handle_t *pamh, const struct options *o, const char
         goto out;
     }
 
-    /* The pipe is empty and holds 64 KiB, so these writes cannot block (passwords are ≤ 4 KiB). */
+    /* A socketpair, not a pipe: nobody can open it again through /proc/<pid>/fd (ENXIO). Its send
+     * buffer (net.core.wmem_default, 208 KiB) takes the ≤ 8 KiB at once; MSG_DONTWAIT makes sure
+     * this never blocks, MSG_NOSIGNAL that a closed peer is an error, not a SIGPIPE in login. */
     int fds[2];
-    if (pipe2(fds, O_CLOEXEC) != 0) {
-        pam_syslog(pamh, LOG_ERR, "pipe: %m; keychain left as it is");
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {
+        pam_syslog(pamh, LOG_ERR, "socketpair: %m; keychain left as it is");
         goto out;
     }
     struct iovec iov[4] = {
@@ -191,9 +208,10 @@ static void spawn_helper(pam_handle_t *pamh, const struct options *o, const char
         { (void *)(second ? second : ""), second ? strlen(second) : 0 }, { (void *)"\n", second ? 1 : 0 },
     };
     size_t total = iov[0].iov_len + 1 + iov[2].iov_len + iov[3].iov_len;
+    struct msghdr msg = { .msg_iov = iov, .msg_iovlen = 4 };
     ssize_t written;
-    do { written = writev(fds[1], iov, 4); } while (written < 0 && errno == EINTR);
-    close(fds[1]);
+    do { written = sendmsg(fds[1], &msg, MSG_DONTWAIT | MSG_NOSIGNAL); } while (written < 0 && errno == EINTR);
+    close(fds[1]);  /* the reader sees the end after the password */
     if (written != (ssize_t)total) {
         close(fds[0]);
         pam_syslog(pamh, LOG_ERR, "cannot hand the password to the helper; keychain left as it is");
@@ -212,7 +230,7 @@ static void spawn_helper(pam_handle_t *pamh, const struct options *o, const char
         setsid();
         pid_t helper = fork();
         if (helper != 0) _exit(helper < 0 ? 1 : 0);
-        /* The password pipe becomes descriptor 3; 0, 1, 2 are /dev/null; nothing else stays. */
+        /* The password socket becomes descriptor 3; 0, 1, 2 are /dev/null; nothing else stays. */
         int pass = fcntl(fds[0], F_DUPFD, 10);
         if (pass < 0) _exit(127);
         int null = open("/dev/null", O_RDWR);
@@ -252,12 +270,45 @@ out:
     free(env_runtime);
 }
 
+/*
+ * Whether auth hands the password over at once: the process runs as root (login, sshd, a display
+ * manager — whose unlock of a running session, GDM's or LightDM's, runs no session phase) or wholly
+ * as the user (a screen locker, which never runs the session phase), and the user's keychaind socket
+ * is there (the daemon runs, or systemd --user listens for it). A set-user-ID program started by
+ * someone (sudo, su, pkexec, polkit's helper: real uid not root, effective uid root) keeps the
+ * password for the session as before: authorising a command is not coming back to the session.
+ */
+static int unlock_at_auth(pam_handle_t *pamh) {
+    const char *user = NULL;
+    if (pam_get_item(pamh, PAM_USER, (const void **)&user) != PAM_SUCCESS || user == NULL || user[0] == '\0') return 0;
+    struct passwd *pw = pam_modutil_getpwnam(pamh, user);
+    if (pw == NULL) return 0;
+    uid_t ruid = getuid(), euid = geteuid();
+    int as_root = ruid == 0 && euid == 0;
+    int as_user = ruid == pw->pw_uid && euid == pw->pw_uid;
+    if (!as_root && !as_user) return 0;
+    char runtime_default[64], socket_path[PATH_MAX];
+    const char *runtime = runtime_dir(pamh, pw->pw_uid, runtime_default, sizeof runtime_default);
+    if (snprintf(socket_path, sizeof socket_path, "%s/keychaind/keychaind.sock", runtime) >= (int)sizeof socket_path) return 0;
+    struct stat st;
+    return stat(socket_path, &st) == 0 && S_ISSOCK(st.st_mode);
+}
+
 EXPORT int pam_sm_authenticate(pam_handle_t *pamh, int flags, int argc, const char **argv) {
     (void)flags;
     struct options o = parse_options(pamh, argc, argv);
     const char *password = NULL;
     if (pam_get_item(pamh, PAM_AUTHTOK, (const void **)&password) != PAM_SUCCESS || !usable_password(password)) {
         if (o.debug) pam_syslog(pamh, LOG_DEBUG, "no password to keep for the session");
+        return PAM_IGNORE;
+    }
+    if (unlock_at_auth(pamh)) {
+        /* One attempt per authentication: no copy for the session (an earlier one is wiped), so a
+         * password that is not the passphrase counts once. The socket is there: no waiting. */
+        pam_set_data(pamh, DATA_NAME, NULL, NULL);
+        struct options now = o;
+        now.wait_seconds = 0;
+        spawn_helper(pamh, &now, "unlock", password, NULL);
         return PAM_IGNORE;
     }
     char *copy = strdup(password);
@@ -281,7 +332,7 @@ EXPORT int pam_sm_open_session(pam_handle_t *pamh, int flags, int argc, const ch
         return PAM_SUCCESS;
     }
     spawn_helper(pamh, &o, "unlock", password, NULL);
-    /* Drop (and wipe, through the cleanup) our copy now that it is in the pipe. */
+    /* Drop (and wipe, through the cleanup) our copy now that it is in the socket. */
     pam_set_data(pamh, DATA_NAME, NULL, NULL);
     return PAM_SUCCESS;
 }

@@ -197,6 +197,10 @@ int kc_make_undumpable(void) {
     return (core == 0 && dumpable == 0) ? 0 : -1;
 }
 
+int kc_make_dumpable(void) {
+    return prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
+}
+
 unsigned kc_umask_private(void) {
     return (unsigned)umask(077);
 }

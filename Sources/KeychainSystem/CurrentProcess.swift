@@ -50,6 +50,13 @@ public enum CurrentProcess {
         _ = try valueOrErrno("setrlimit(RLIMIT_CORE) or prctl(PR_SET_DUMPABLE)") { kc_make_undumpable() }
     }
 
+    /// Dumpable again (`PR_SET_DUMPABLE` 1; `RLIMIT_CORE` stays 0 after `makeUndumpable`): other
+    /// processes of the user may read `/proc/<pid>/exe` — which a same-uid daemon needs to identify
+    /// this process — and, where `ptrace` is allowed, attach.
+    public static func makeDumpable() throws(Errno) {
+        _ = try valueOrErrno("prctl(PR_SET_DUMPABLE)") { kc_make_dumpable() }
+    }
+
     /// Sets the umask to 077 (files created private by default); returns the old one.
     @discardableResult
     public static func makeUmaskPrivate() -> UInt32 { UInt32(kc_umask_private()) }

@@ -234,3 +234,39 @@ enum Prompt {
         return first
     }
 }
+
+/// A passphrase on a descriptor (`--passphrase-fd`, `--new-passphrase-fd`: how pam_keychaind's
+/// helper hands over the login password) is read while this process is non-dumpable, so that no
+/// other process of the user can open the descriptor through `/proc/<pid>/fd`, attach or read this
+/// process's memory meanwhile. It turns dumpable again once every such descriptor has been read —
+/// which each verb does before it asks the daemon anything — because keychaind identifies its peers
+/// through `/proc/<pid>/exe`, which a non-dumpable process hides from a daemon of the same uid.
+enum DescriptorPassphrases {
+    nonisolated(unsafe) private static var protected = false
+    nonisolated(unsafe) private static var unread = 0
+
+    /// keychainctl's first step: non-dumpable when an argument names a passphrase descriptor.
+    static func protectIfGiven(_ arguments: ArraySlice<String>) {
+        let names = ["--passphrase-fd", "--new-passphrase-fd"]
+        guard arguments.contains(where: { a in names.contains { a == $0 || a.hasPrefix($0 + "=") } }) else { return }
+        protected = (try? CurrentProcess.makeUndumpable()) != nil
+    }
+
+    /// Once the arguments are parsed: how many descriptor reads are to come (none: dumpable now).
+    static func expect(_ reads: Int) {
+        unread = reads
+        if unread <= 0 { release() }
+    }
+
+    /// After a passphrase was read from a descriptor (or the read failed).
+    static func didRead() {
+        unread -= 1
+        if unread <= 0 { release() }
+    }
+
+    private static func release() {
+        guard protected else { return }
+        protected = false
+        try? CurrentProcess.makeDumpable()
+    }
+}

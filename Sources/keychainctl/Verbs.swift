@@ -634,16 +634,20 @@ struct Command {
             // storage, which the wipe above zeroes in place — the passphrase became NUL bytes.
             return IO.copy(b, count: end)
         }
-        if let fd, let n = inv.value(fd).flatMap({ Int32($0) }) { return try IO.readLine(n) }
+        if let fd, let n = inv.value(fd).flatMap({ Int32($0) }) {
+            defer { DescriptorPassphrases.didRead() }
+            return try IO.readLine(n)
+        }
         return try Prompt.readSecret(prompt, missing: noPassphrase(file: file, fd: fd))
     }
 
     private func given(_ file: Opt, _ fd: Opt) -> Bool { inv.value(file) != nil || inv.value(fd) != nil }
 
-    /// A passphrase given in a file or on a descriptor, read at once: until it is read it sits in a
-    /// pipe that a process of the user could read through `/proc/<this pid>/fd/N` (pam_keychaind's
-    /// pipe is root's; one the user made is not), so nothing — above all no call to a daemon that
-    /// may be stopped — comes first. nil when it is to be asked for.
+    /// A passphrase given in a file or on a descriptor, read at once: until it is read it may sit in
+    /// a pipe that a process of the user could read through `/proc/<this pid>/fd/N` once this
+    /// process is dumpable again (pam_keychaind hands it over on a socket, which nobody can open
+    /// that way; a pipe the user made can be), so nothing — above all no call to a daemon that may be
+    /// stopped — comes first. nil when it is to be asked for.
     private func givenPassphrase(file: Opt, fd: Opt) throws(KeychainError) -> [UInt8]? {
         given(file, fd) ? try passphrase(file: file, fd: fd, prompt: "") : nil
     }

@@ -12,6 +12,7 @@ func exitStatus(_ status: Status) -> Int32 {
 }
 
 func main() -> Int32 {
+    DescriptorPassphrases.protectIfGiven(CommandLine.arguments.dropFirst())
     var json = CommandLine.arguments.contains("--json")
     if CommandLine.arguments.count <= 1 {
         IO.writeAll(1, Array(toolHelp.utf8))
@@ -19,6 +20,7 @@ func main() -> Int32 {
     }
     do throws(KeychainError) {
         let inv = try Invocation.parse(Array(CommandLine.arguments.dropFirst()))
+        DescriptorPassphrases.expect([inv.value(.passphraseFD), inv.value(.newPassphraseFD)].count { $0 != nil })
         json = inv.json
         if inv.help || inv.verb == nil {
             IO.writeAll(1, Array((inv.verb?.helpText ?? toolHelp).utf8))

@@ -456,9 +456,9 @@ final class KeychainctlTests: XCTestCase {
 
     /// A passphrase on a descriptor is read before anything else, above all before the daemon is
     /// asked whether it is locked: a process of the user that stops the daemon could otherwise read
-    /// it from the pipe through /proc/<keychainctl>/fd/N while keychainctl waits (pam_keychaind's
-    /// pipe is root's; a pipe the user made is not). Here the daemon is stopped while keychainctl
-    /// starts, and the pipe must be drained before it is resumed.
+    /// it from a pipe of the user's through /proc/<keychainctl>/fd/N while keychainctl waits, dumpable
+    /// again (pam_keychaind's is a socket, which cannot be opened that way). Here the daemon is
+    /// stopped while keychainctl starts, and the pipe must be drained before it is resumed.
     func testAPassphraseOnADescriptorIsReadBeforeTheDaemonIsAsked() throws {
         XCTAssertEqual(try ctl("passwd", "--new-passphrase-fd", "0", stdin: "the pass\n").status, 0)
         XCTAssertEqual(try ctl("lock").status, 0)

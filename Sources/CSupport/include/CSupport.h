@@ -49,6 +49,8 @@ long kc_getrandom(void *buf, size_t len);
 int kc_accept_cloexec(int fd);
 /* prctl(PR_SET_DUMPABLE, 0) and RLIMIT_CORE = 0. */
 int kc_make_undumpable(void);
+/* prctl(PR_SET_DUMPABLE, 1) (RLIMIT_CORE stays as it is). */
+int kc_make_dumpable(void);
 /* The caller's umask set to 077; returns the old one. */
 unsigned kc_umask_private(void);
 /* O_PATH, which glibc declares only with _GNU_SOURCE. */
