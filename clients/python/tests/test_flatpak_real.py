@@ -1,0 +1,279 @@
+"""Sandboxed apps in the real `flatpak`: a runtime and two apps built here, offline, and run.
+
+The runtime is made of the host's own files: `secret-tool`, `keychainctl` and `sh`, with the shared
+libraries `ldd` finds for them, as its `/usr`. It is exported with `flatpak build-export --runtime`
+into an ostree repository in a temporary directory; two apps, `org.keychaind.TestA` and
+`org.keychaind.TestB`, are made with `flatpak build-init` / `build-finish` (the keychaind socket
+through `--filesystem=xdg-run/keychaind`, the Secret Service through
+`--talk-name=org.freedesktop.secrets`) and exported to it too. Every installation is private
+(`FLATPAK_USER_DIR`, `FLATPAK_SYSTEM_DIR`, `HOME` and `XDG_RUNTIME_DIR` in the temporary
+directory), added with `--no-gpg-verify`: nothing of the machine's Flatpak state is read or touched.
+
+Each test runs keychaind with `--secret-service` on a private session bus, its socket where clients
+look for it (`$XDG_RUNTIME_DIR/keychaind/keychaind.sock`), no registration for either app, and
+`flatpak run`s the apps against it as a new user would: as the uid running the tests (root in CI:
+Flatpak then runs the app in keychaind's own user namespace) and as `nobody` (an ordinary uid:
+unprivileged bubblewrap puts the app two user namespaces deep, and its D-Bus proxy one deep).
+
+Nothing waits for a fixed time: every wait is for an event, with a generous deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import signal
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from conftest import daemon_binary
+from test_flatpak import BWRAP, SETPRIV
+from test_secret_service import DEADLINE, SECRET_TOOL, unique, wait_for
+
+FLATPAK = shutil.which("flatpak")
+DBUS_RUN_SESSION = shutil.which("dbus-run-session")
+pytestmark = pytest.mark.skipif(not (FLATPAK and BWRAP and SECRET_TOOL and DBUS_RUN_SESSION),
+                                reason="needs flatpak, bwrap, secret-tool and dbus-run-session; scripts/deps installs them")
+
+RUNTIME = "org.keychaind.Platform"
+BRANCH = "test"
+APPS = ("org.keychaind.TestA", "org.keychaind.TestB")
+# Neither exists on the test's bus (no accessibility bus, no FUSE for the document portal).
+RUN = ["run", "--no-a11y-bus", "--no-documents-portal"]
+
+
+def libraries(*executables: str) -> list[str]:
+    """The shared libraries `ldd` resolves for `executables` (the dynamic loader apart)."""
+    out = subprocess.run(["ldd", *executables], capture_output=True, text=True, check=True).stdout
+    found = set()
+    for line in out.splitlines():
+        parts = line.split("=>")
+        if len(parts) == 2 and parts[1].strip().startswith("/"):
+            found.add(parts[1].split()[0])
+    return sorted(found)
+
+
+def flatpak_env(root: Path, bus: str | None = None) -> dict:
+    """A private Flatpak installation under `root`: no file of the machine's own is read or written."""
+    env = {"HOME": str(root / "home"), "XDG_RUNTIME_DIR": str(root / "xrun"), "PATH": "/usr/bin:/bin",
+           "FLATPAK_USER_DIR": str(root / "flatpak-user"), "FLATPAK_SYSTEM_DIR": str(root / "flatpak-system"),
+           "XDG_DATA_HOME": str(root / "home" / ".local" / "share"), "XDG_CONFIG_HOME": str(root / "home" / ".config"),
+           "XDG_CACHE_HOME": str(root / "home" / ".cache"), "SWIFT_BACKTRACE": "enable=no"}
+    if bus:
+        # The system bus too: as an ordinary uid `flatpak install` asks it for parental controls
+        # (accounts-service), and goes on when no such service is there.
+        env.update(DBUS_SESSION_BUS_ADDRESS=bus, DBUS_SYSTEM_BUS_ADDRESS=bus)
+    return env
+
+
+def flatpak(argv, env, as_user=(), input: bytes | None = None, check=True) -> subprocess.CompletedProcess:
+    got = subprocess.run([*as_user, FLATPAK, *argv], input=input, capture_output=True, timeout=DEADLINE, env=env)
+    if check:
+        assert got.returncode == 0, f"flatpak {' '.join(argv)}: {got.stderr.decode(errors='replace')}"
+    return got
+
+
+def prepare_home(root: Path, uid: int):
+    """The installation's directories, the user's own; an empty system installation (an ordinary
+    uid may not create one)."""
+    for sub in ("home", "xrun", "flatpak-user", "flatpak-system"):
+        (root / sub).mkdir(mode=0o700)
+    repo = root / "flatpak-system" / "repo"
+    for sub in ("objects", "tmp/cache", "refs/heads", "refs/mirrors", "refs/remotes", "state", "extensions"):
+        (repo / sub).mkdir(parents=True)
+    (repo / "config").write_text("[core]\nrepo_version=1\nmode=bare-user-only\n")
+    for path in [root / "home", root / "xrun", root / "flatpak-user", *(root / "flatpak-system").rglob("*"),
+                 root / "flatpak-system"]:
+        os.chown(path, uid, uid)
+
+
+@pytest.fixture(scope="module")
+def repo():
+    """An ostree repository with the runtime and the two apps, built here from the host's files."""
+    if not daemon_binary().exists():
+        pytest.skip(f"keychaind binary not found at {daemon_binary()}")
+    root = Path(tempfile.mkdtemp(prefix="kcd-fpr-build-"))
+    os.chmod(root, 0o755)
+    try:
+        prepare_home(root, os.getuid())
+        env = flatpak_env(root)
+        keychainctl = str(daemon_binary().parent / "keychainctl")
+        runtime = root / "runtime"
+        usr = runtime / "usr"
+        (runtime / "files").mkdir(parents=True)
+        for sub in ("bin", "lib/x86_64-linux-gnu", "lib64"):
+            (usr / sub).mkdir(parents=True)
+        shutil.copy2(SECRET_TOOL, usr / "bin" / "secret-tool")
+        shutil.copy2(keychainctl, usr / "bin" / "keychainctl")
+        shutil.copy2("/bin/dash", usr / "bin" / "sh")
+        for lib in libraries(SECRET_TOOL, keychainctl, "/bin/dash"):
+            shutil.copy(lib, usr / "lib" / "x86_64-linux-gnu" / os.path.basename(lib))
+        shutil.copy("/lib64/ld-linux-x86-64.so.2", usr / "lib64" / "ld-linux-x86-64.so.2")
+        (runtime / "metadata").write_text(
+            f"[Runtime]\nname={RUNTIME}\nruntime={RUNTIME}/x86_64/{BRANCH}\nsdk={RUNTIME}/x86_64/{BRANCH}\n")
+        exported = root / "repo"
+        flatpak(["build-export", "--runtime", str(exported), str(runtime), BRANCH], env)
+        # build-init needs the runtime installed (as the app's SDK and runtime).
+        flatpak(["remote-add", "--user", "--no-gpg-verify", "local", f"file://{exported}"], env)
+        flatpak(["install", "--user", "--noninteractive", "-y", "local", f"{RUNTIME}//{BRANCH}"], env)
+        for app in APPS:
+            build = root / app
+            flatpak(["build-init", str(build), app, RUNTIME, RUNTIME, BRANCH], env)
+            flatpak(["build-finish", str(build), "--command=secret-tool", "--filesystem=xdg-run/keychaind",
+                     "--talk-name=org.freedesktop.secrets"], env)
+            flatpak(["build-export", str(exported), str(build), BRANCH], env)
+        yield exported
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+class FlatpakUser:
+    """One user's session: a private session bus, keychaind on it and on its socket, and a Flatpak
+    installation with the runtime and both apps — all as `uid` (the caller's, or another one
+    through setpriv), in a temporary directory of its own."""
+
+    def __init__(self, repo: Path, uid: int):
+        self.uid = uid
+        self.as_user = [] if uid == os.getuid() else [SETPRIV, f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
+        self.root = Path(tempfile.mkdtemp(prefix="kcd-fpr-"))
+        os.chmod(self.root, 0o755)
+        self.bus_process = self.process = self.log = None
+        prepare_home(self.root, uid)
+        # keychaind and the admin's keychainctl: copies owned by the caller, which `uid` cannot modify.
+        bin_dir, system_apps, data, config = (self.root / n for n in ("bin", "system-apps", "data", "config"))
+        for path in (bin_dir, system_apps):
+            path.mkdir(mode=0o755)
+        self.daemon = bin_dir / "keychaind"
+        self.keychainctl = bin_dir / "admin" / "keychainctl"
+        self.keychainctl.parent.mkdir(mode=0o755)
+        shutil.copy2(daemon_binary(), self.daemon)
+        shutil.copy2(daemon_binary().parent / "keychainctl", self.keychainctl)
+        (system_apps / "admin.json").write_text(json.dumps({
+            "application-identifier": "T.admin", "keychain-access-groups": ["T.admin"],
+            "executables": [str(self.keychainctl)], "admin": True}))
+        for path in (data, config):
+            path.mkdir(mode=0o700)
+            os.chown(path, uid, uid)
+        (config / "keychaind.json").write_text('{"kdfProfile": "interactive"}')
+        os.chown(config / "keychaind.json", uid, uid)
+        self.env = flatpak_env(self.root)
+        address_file = self.root / "home" / "bus-address"
+        self.bus_process = subprocess.Popen(
+            [*self.as_user, DBUS_RUN_SESSION, "--", "sh", "-c",
+             'echo "$DBUS_SESSION_BUS_ADDRESS" > "$1.tmp" && mv "$1.tmp" "$1" && exec sleep 100000', "sh", str(address_file)],
+            env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True)
+        self.bus = wait_for("the session bus", lambda: address_file.exists() and address_file.read_text().strip())
+        self.env = flatpak_env(self.root, self.bus)
+        self.socket = self.root / "xrun" / "keychaind" / "keychaind.sock"
+        self.log_path = self.root / "keychaind.log"
+        self.log = open(self.log_path, "wb")
+        self.process = subprocess.Popen(
+            [*self.as_user, str(self.daemon), "--socket", str(self.socket), "--data-dir", str(data),
+             "--config", str(config / "keychaind.json"), "--system-apps-dir", str(system_apps), "--secret-service",
+             "--log-level", "debug"],
+            env=self.env, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT)
+
+        def serving():
+            assert self.process.poll() is None, f"keychaind exited: {self.log_text()}"
+            return "secret service: serving on the session bus" in self.log_text()
+        wait_for("keychaind to serve the bus", serving)
+        flatpak(["remote-add", "--user", "--no-gpg-verify", "local", f"file://{repo}"], self.env, self.as_user)
+        flatpak(["install", "--user", "--noninteractive", "-y", "local", f"{RUNTIME}//{BRANCH}",
+                 *(f"{app}//{BRANCH}" for app in APPS)], self.env, self.as_user)
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def app(self, app: str, command: str, *args: str, input: bytes | None = None) -> subprocess.CompletedProcess:
+        """`flatpak run` of `command` in `app`'s sandbox, as a user would start it. Flatpak binds
+        xdg-run/keychaind at the host's path, which on a desktop is the sandbox's own
+        $XDG_RUNTIME_DIR (/run/user/<uid>); here the host's is in the temporary directory, so the
+        client is told where the socket is."""
+        return flatpak([*RUN, f"--env=KEYCHAIND_SOCKET={self.socket}", f"--command={command}", f"{app}//{BRANCH}", *args],
+                       self.env, self.as_user, input=input, check=False)
+
+    def admin(self, *args: str) -> subprocess.CompletedProcess:
+        """The registered admin's keychainctl, outside any sandbox."""
+        return subprocess.run([*self.as_user, str(self.keychainctl), "--socket", str(self.socket), *args],
+                              capture_output=True, timeout=DEADLINE, env=self.env)
+
+    def host(self, *argv: str, input: bytes | None = None) -> subprocess.CompletedProcess:
+        """An unsandboxed, unregistered program of the same user."""
+        return subprocess.run([*self.as_user, *argv], input=input, capture_output=True, timeout=DEADLINE, env=self.env)
+
+    def close(self):
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            self.process.wait(30)
+        if self.log is not None:
+            self.log.close()
+        if os.environ.get("KEEP_LOG") and self.log_path.exists():
+            shutil.copy(self.log_path, os.environ["KEEP_LOG"])
+        if self.bus_process is not None and self.bus_process.poll() is None:
+            os.killpg(self.bus_process.pid, signal.SIGTERM)   # its own process group: dbus-run-session, the bus, sleep
+            self.bus_process.wait(30)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def can_flatpak_run(u: FlatpakUser):
+    """Skips (saying why) when this machine cannot make Flatpak's sandbox at all: bubblewrap itself
+    fails (no user namespaces for this uid, say). Any other failure of `flatpak run` is the test's."""
+    got = u.app(APPS[0], "sh", "-c", "exit 0")
+    if got.returncode == 0:
+        return
+    bwrap = u.host(BWRAP, "--ro-bind", "/", "/", "--unshare-user", "--unshare-pid", "--proc", "/proc", "--", "true")
+    if bwrap.returncode != 0:
+        pytest.skip(f"bubblewrap cannot make a sandbox here as uid {u.uid}, so neither can flatpak: "
+                    f"{bwrap.stderr.decode(errors='replace').strip()}")
+    raise AssertionError(f"flatpak run failed although bubblewrap works: {got.stderr.decode(errors='replace')}")
+
+
+def uids():
+    yield pytest.param(os.getuid(), id="as-caller")
+    yield pytest.param("nobody", id="as-nobody")
+
+
+@pytest.fixture(params=list(uids()))
+def user(request, repo):
+    uid = request.param
+    if uid == "nobody":
+        if os.geteuid() != 0 or not SETPRIV:
+            pytest.skip("the run as another uid needs root and setpriv (the as-caller run covers this uid)")
+        uid = pwd.getpwnam("nobody").pw_uid
+    u = FlatpakUser(repo, uid)
+    try:
+        can_flatpak_run(u)
+        yield u
+    finally:
+        u.close()
+
+
+def test_two_flatpak_apps_keep_their_own_secrets_on_the_socket(user):
+    svc = unique("fpr")
+    a, b = APPS
+    for app, secret in ((a, "A's secret"), (b, "B's secret")):
+        added = user.app(app, "keychainctl", "add", "-s", svc, "-a", "acct", "-w", secret)
+        assert added.returncode == 0, (app, added.stderr.decode(errors="replace"), user.log_text()[-4000:])
+    for app, secret in ((a, b"A's secret"), (b, b"B's secret")):
+        got = user.app(app, "keychainctl", "find", "-s", svc, "-a", "acct", "-w")
+        assert (got.returncode, got.stdout.strip()) == (0, secret), (app, got.stderr)
+    # B cannot name A's group; an unsandboxed, unregistered program of the user reads neither.
+    claimed = user.app(b, "keychainctl", "find", "-s", svc, "-a", "acct", "-w", "--group", f"flatpak.{a}")
+    assert claimed.returncode != 0 and b"A's secret" not in claimed.stdout, claimed.stdout
+    # With no registration each landed in a group of its own, and keychaind names each by its app ID.
+    listed = user.admin("--json", "list")
+    assert listed.returncode == 0, listed.stderr
+    groups = sorted(item["agrp"] for item in json.loads(listed.stdout) if item.get("svce") == svc)
+    assert groups == [f"flatpak.{a}", f"flatpak.{b}"], listed.stdout
+    for app in APPS:
+        status = user.app(app, "keychainctl", "--json", "status")
+        assert status.returncode == 0, status.stderr
+        seen = json.loads(status.stdout)
+        assert (seen["caller"], seen["groups"]) == (f"flatpak.{app}", [f"flatpak.{app}"]), seen
+
