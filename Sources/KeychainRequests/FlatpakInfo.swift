@@ -50,7 +50,7 @@ public enum FlatpakInfo {
         }
         let bytes: [UInt8]
         do {
-            guard try file.isOnReadOnlyMount() else {
+            guard try file.isOnReadOnlyMount() || isBusProxy(pid: pid) else {
                 return .failure(
                     KeychainIdentityError(
                         "pid \(pid) runs in a sandbox whose /.flatpak-info is writable, so it names no app (Flatpak mounts it read-only)"
@@ -75,6 +75,24 @@ public enum FlatpakInfo {
                     "the /.flatpak-info of pid \(pid) names no valid app ID in its [Application] group"))
         }
         return .success(appID)
+    }
+
+    /// The D-Bus proxy Flatpak puts between an app and the session bus (`--talk-name`, `--own-name`).
+    public static let busProxyPath = "/usr/bin/xdg-dbus-proxy"
+
+    /// Whether `pid` is Flatpak's D-Bus proxy for an app: the bus names it, not the app, as the caller.
+    /// Flatpak runs it in a bubblewrap sandbox of its own whose `/.flatpak-info`, a copy of the app's,
+    /// is a plain file on the sandbox's writable root (`bwrap --file`), so the read-only rule cannot
+    /// hold there. It is trusted when the process runs the system's xdg-dbus-proxy (the same file as
+    /// keychaind's `/usr/bin/xdg-dbus-proxy`, which the user cannot modify) in keychaind's own pid
+    /// namespace: Flatpak starts the proxy there, while every Flatpak app runs in a pid namespace of
+    /// its own that neither it nor anything it starts can leave — so no app can be, or make, a
+    /// process of that layout, nor reach the proxy's file.
+    static func isBusProxy(pid: Int32) -> Bool {
+        guard let proxy = FileIdentity.of(path: busProxyPath),
+            FileIdentity.of(path: "/proc/\(pid)/exe") == proxy
+        else { return false }
+        return FileIdentity.of(path: "/proc/\(pid)/ns/pid") == PeerIdentity.ownPidNamespace
     }
 
     /// Whether `pid`'s namespaces are laid out as Flatpak lays out a sandbox (`read` says which).

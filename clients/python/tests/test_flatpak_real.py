@@ -277,3 +277,26 @@ def test_two_flatpak_apps_keep_their_own_secrets_on_the_socket(user):
         seen = json.loads(status.stdout)
         assert (seen["caller"], seen["groups"]) == (f"flatpak.{app}", [f"flatpak.{app}"]), seen
 
+
+def test_two_flatpak_secret_tools_keep_their_own_secrets_on_the_bus(user):
+    key = unique("fpr")
+    a, b = APPS
+    for app, secret in ((a, b"A's secret"), (b, b"B's secret")):
+        stored = user.app(app, "secret-tool", "store", "--label", f"{app} item", "key", key, input=secret)
+        assert stored.returncode == 0, (app, stored.stderr.decode(errors="replace"), user.log_text()[-4000:])
+    for app, secret in ((a, b"A's secret"), (b, b"B's secret")):
+        got = user.app(app, "secret-tool", "lookup", "key", key)
+        assert (got.returncode, got.stdout) == (0, secret), (app, got.stderr)
+    search = user.app(a, "secret-tool", "search", "--all", "key", key)
+    assert b"A's secret" in search.stdout and b"B's secret" not in search.stdout, search.stdout
+    host = user.host(SECRET_TOOL, "lookup", "key", key)
+    assert host.stdout == b"", host.stdout
+    # The items are in the apps' own groups (the admin sees every group's attributes).
+    listed = user.admin("--json", "list")
+    assert listed.returncode == 0, listed.stderr
+    items = json.loads(listed.stdout)
+    labels = {item.get("labl"): item["agrp"] for item in items}
+    assert labels.get(f"{a} item") == f"flatpak.{a}" and labels.get(f"{b} item") == f"flatpak.{b}", items
+    # keychaind identified each caller on the bus (Flatpak's D-Bus proxy for the app) by its app ID.
+    log = user.log_text()
+    assert f"app=flatpak.{a}" in log and f"app=flatpak.{b}" in log, log
