@@ -1,7 +1,8 @@
 """Sandboxed apps in the real `flatpak`: a runtime and two apps built here, offline, and run.
 
-The runtime is made of the host's own files: `secret-tool`, `keychainctl` and `sh`, with the shared
-libraries `ldd` finds for them, as its `/usr`. It is exported with `flatpak build-export --runtime`
+The runtime is made of the host's own files: `secret-tool`, `keychainctl`, `sh` and `python3` (its
+standard library and jeepney, for the Secret portal's frontend call), with the shared libraries
+`ldd` finds for them, as its `/usr`. It is exported with `flatpak build-export --runtime`
 into an ostree repository in a temporary directory; two apps, `org.keychaind.TestA` and
 `org.keychaind.TestB`, are made with `flatpak build-init` / `build-finish` (the keychaind socket
 through `--filesystem=xdg-run/keychaind`, the Secret Service through
@@ -13,7 +14,9 @@ Each test runs keychaind with `--secret-service` on a private session bus, its s
 look for it (`$XDG_RUNTIME_DIR/keychaind/keychaind.sock`), no registration for either app, and
 `flatpak run`s the apps against it as a new user would: as the uid running the tests (root in CI:
 Flatpak then runs the app in keychaind's own user namespace) and as `nobody` (an ordinary uid:
-unprivileged bubblewrap puts the app two user namespaces deep, and its D-Bus proxy one deep).
+unprivileged bubblewrap puts the app two user namespaces deep, and its D-Bus proxy one deep). On
+the bus keychaind's caller is the app's D-Bus proxy (xdg-dbus-proxy in a sandbox of its own), for
+the Secret Service and for the Secret portal alike.
 
 Nothing waits for a fixed time: every wait is for an event, with a generous deadline.
 """
@@ -29,10 +32,12 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+import jeepney
 import pytest
 
-from conftest import daemon_binary
+from conftest import REPO, daemon_binary
 from test_flatpak import BWRAP, SETPRIV
+from test_portal import ASK
 from test_secret_service import DEADLINE, SECRET_TOOL, unique, wait_for
 
 FLATPAK = shutil.which("flatpak")
@@ -111,7 +116,15 @@ def repo():
         shutil.copy2(SECRET_TOOL, usr / "bin" / "secret-tool")
         shutil.copy2(keychainctl, usr / "bin" / "keychainctl")
         shutil.copy2("/bin/dash", usr / "bin" / "sh")
-        for lib in libraries(SECRET_TOOL, keychainctl, "/bin/dash"):
+        # Python with jeepney, for the Secret portal's frontend call (test_portal.ASK).
+        python = os.path.realpath("/usr/bin/python3")
+        shutil.copy2(python, usr / "bin" / "python3")
+        shutil.copytree(Path("/usr/lib") / os.path.basename(python), usr / "lib" / os.path.basename(python), symlinks=True,
+                        ignore=shutil.ignore_patterns("test", "idlelib", "tkinter", "ensurepip", "lib2to3", "pydoc_data",
+                                                      "turtledemo", "__pycache__", "config-*", "site-packages", "dist-packages"))
+        shutil.copytree(Path(jeepney.__file__).parent, usr / "lib" / "python3" / "dist-packages" / "jeepney",
+                        ignore=shutil.ignore_patterns("__pycache__", "tests"))
+        for lib in libraries(SECRET_TOOL, keychainctl, "/bin/dash", python):
             shutil.copy(lib, usr / "lib" / "x86_64-linux-gnu" / os.path.basename(lib))
         shutil.copy("/lib64/ld-linux-x86-64.so.2", usr / "lib64" / "ld-linux-x86-64.so.2")
         (runtime / "metadata").write_text(
@@ -300,3 +313,58 @@ def test_two_flatpak_secret_tools_keep_their_own_secrets_on_the_bus(user):
     # keychaind identified each caller on the bus (Flatpak's D-Bus proxy for the app) by its app ID.
     log = user.log_text()
     assert f"app=flatpak.{a}" in log and f"app=flatpak.{b}" in log, log
+
+
+
+XDP = "/usr/libexec/xdg-desktop-portal"
+
+
+
+def test_flatpak_apps_get_keys_of_their_own_from_the_secret_portal(user):
+    # xdg-desktop-portal on the bus offers keychaind's Secret backend (dbus/keychaind.portal); each
+    # Flatpak app (no bus permission needed: Flatpak lets every app talk to the portals) gets a
+    # 64-byte key of its own, the same at each request, kept as an item of its own group.
+    if not os.path.exists(XDP):
+        pytest.fail("xdg-desktop-portal is missing (scripts/deps installs it)")
+    portals = user.root / "portals"
+    portals.mkdir()
+    shutil.copy(REPO / "dbus" / "keychaind.portal", portals / "keychaind.portal")
+    portal_log_path = user.root / "xdg-desktop-portal.log"
+    portal_log = open(portal_log_path, "wb")
+    portal = subprocess.Popen([*user.as_user, XDP, "--verbose"], stdin=subprocess.DEVNULL, stdout=portal_log,
+                              stderr=subprocess.STDOUT, start_new_session=True,
+                              env=dict(user.env, XDG_DESKTOP_PORTAL_DIR=str(portals), XDG_CURRENT_DESKTOP="XFCE"))
+    try:
+        def serving():
+            assert portal.poll() is None, portal_log_path.read_text(errors="replace")
+            owned = user.host("dbus-send", "--session", "--print-reply", "--dest=org.freedesktop.DBus", "/",
+                              "org.freedesktop.DBus.NameHasOwner", "string:org.freedesktop.portal.Desktop")
+            return owned.returncode == 0 and b"boolean true" in owned.stdout
+        wait_for("xdg-desktop-portal to serve", serving)
+
+        def key(app):
+            # What libsecret in a Flatpak does (test_portal.ASK): RetrieveSecret with the write end of
+            # a pipe, the Response, then the key read from the pipe. Not libsecret itself: 0.20.5
+            # (Debian 12) sends no handle_token and listens for the Response only once the reply has
+            # named the request, so when the backend answers at once it now and then misses it and
+            # waits for ever.
+            got = user.app(app, "python3", "-c", ASK, "write-end")
+            assert got.returncode == 0, (got.stderr, portal_log_path.read_text(errors="replace")[-3000:], user.log_text()[-3000:])
+            answer = json.loads(got.stdout.decode().strip().splitlines()[-1])
+            assert answer["response"] == 0, answer
+            return bytes.fromhex(answer["secret"])
+        a, b = APPS
+        first = key(a)
+        assert len(first) == 64 and key(a) == first
+        other = key(b)
+        assert len(other) == 64 and other != first
+        # Made for each app by its app ID, as an item of its own group (the admin sees the attributes).
+        log = user.log_text()
+        assert f"made the Secret portal key of an app app={a}" in log and f"made the Secret portal key of an app app={b}" in log, log
+        listed = json.loads(user.admin("--json", "list").stdout)
+        keys = sorted((item["agrp"], item["acct"]) for item in listed if item.get("svce") == "org.freedesktop.portal.Secret")
+        assert keys == [(f"flatpak.{a}", a), (f"flatpak.{b}", b)], listed
+    finally:
+        portal.send_signal(signal.SIGTERM)
+        portal.wait(30)
+        portal_log.close()
