@@ -8,9 +8,9 @@ import KeychainSystem
 ///
 /// What it proves: that the process runs in a namespace whose root holds that file. Flatpak puts it
 /// there read-only for every app (and writable for the app's D-Bus proxy, `isBusProxy`); an
-/// unsandboxed process of the same user can make a namespace of
-/// its own with any `/.flatpak-info` (bubblewrap does), and is then that app ID and nothing else —
-/// the same trust xdg-desktop-portal gives (docs/security.md).
+/// unsandboxed process of the same user can make a namespace of its own with any `/.flatpak-info`
+/// (bubblewrap does), and is then that app ID and nothing else — the same trust xdg-desktop-portal
+/// gives (docs/security.md).
 public enum FlatpakInfo {
     /// The largest `/.flatpak-info` read (Flatpak's are a few KiB).
     static let maxBytes = 64 * 1024
