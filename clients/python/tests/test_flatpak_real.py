@@ -52,15 +52,18 @@ APPS = ("org.keychaind.TestA", "org.keychaind.TestB")
 RUN = ["run", "--no-a11y-bus", "--no-documents-portal"]
 
 
-def libraries(*executables: str) -> list[str]:
-    """The shared libraries `ldd` resolves for `executables` (the dynamic loader apart)."""
+def libraries(*executables: str) -> tuple[list[str], str]:
+    """The shared libraries `ldd` resolves for `executables`, and their dynamic loader."""
     out = subprocess.run(["ldd", *executables], capture_output=True, text=True, check=True).stdout
-    found = set()
+    found, loader = set(), None
     for line in out.splitlines():
         parts = line.split("=>")
         if len(parts) == 2 and parts[1].strip().startswith("/"):
             found.add(parts[1].split()[0])
-    return sorted(found)
+        elif line.strip().startswith("/"):
+            loader = line.split()[0]
+    assert loader, out
+    return sorted(found), loader
 
 
 def flatpak_env(root: Path, bus: str | None = None) -> dict:
@@ -111,8 +114,7 @@ def repo():
         runtime = root / "runtime"
         usr = runtime / "usr"
         (runtime / "files").mkdir(parents=True)
-        for sub in ("bin", "lib/x86_64-linux-gnu", "lib64"):
-            (usr / sub).mkdir(parents=True)
+        (usr / "bin").mkdir(parents=True)
         shutil.copy2(SECRET_TOOL, usr / "bin" / "secret-tool")
         shutil.copy2(keychainctl, usr / "bin" / "keychainctl")
         shutil.copy2("/bin/dash", usr / "bin" / "sh")
@@ -124,11 +126,19 @@ def repo():
                                                       "turtledemo", "__pycache__", "config-*", "site-packages", "dist-packages"))
         shutil.copytree(Path(jeepney.__file__).parent, usr / "lib" / "python3" / "dist-packages" / "jeepney",
                         ignore=shutil.ignore_patterns("__pycache__", "tests"))
-        for lib in libraries(SECRET_TOOL, keychainctl, "/bin/dash", python):
-            shutil.copy(lib, usr / "lib" / "x86_64-linux-gnu" / os.path.basename(lib))
-        shutil.copy("/lib64/ld-linux-x86-64.so.2", usr / "lib64" / "ld-linux-x86-64.so.2")
+        # Each library where the host has it (/lib/<triplet>/… becomes the runtime's /usr/lib/<triplet>/…,
+        # the loader's /lib64 the runtime's /usr/lib64); those from elsewhere (the Swift runtime in
+        # /opt) beside libc, on the loader's default path.
+        libs, loader = libraries(SECRET_TOOL, keychainctl, "/bin/dash", python)
+        libc_dir = next(os.path.dirname(lib) for lib in libs if os.path.basename(lib) == "libc.so.6")
+        for lib in [*libs, loader]:
+            home = lib if lib.startswith(("/lib", "/usr/lib")) else os.path.join(libc_dir, os.path.basename(lib))
+            target = usr / home.removeprefix("/usr").lstrip("/")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(lib, target)
+        arch = subprocess.run([FLATPAK, "--default-arch"], capture_output=True, text=True, check=True).stdout.strip()
         (runtime / "metadata").write_text(
-            f"[Runtime]\nname={RUNTIME}\nruntime={RUNTIME}/x86_64/{BRANCH}\nsdk={RUNTIME}/x86_64/{BRANCH}\n")
+            f"[Runtime]\nname={RUNTIME}\nruntime={RUNTIME}/{arch}/{BRANCH}\nsdk={RUNTIME}/{arch}/{BRANCH}\n")
         exported = root / "repo"
         flatpak(["build-export", "--runtime", str(exported), str(runtime), BRANCH], env)
         # build-init needs the runtime installed (as the app's SDK and runtime).
