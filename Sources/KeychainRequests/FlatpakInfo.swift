@@ -7,9 +7,10 @@ import KeychainSystem
 /// the sandbox's own choosing.
 ///
 /// What it proves: that the process runs in a namespace whose root holds that file. Flatpak puts it
-/// there read-only for every app; an unsandboxed process of the same user can make a namespace of
-/// its own with any `/.flatpak-info` (bubblewrap does), and is then that app ID and nothing else —
-/// the same trust xdg-desktop-portal gives (docs/security.md).
+/// there read-only for every app (and writable for the app's D-Bus proxy, `isBusProxy`); an
+/// unsandboxed process of the same user can make a namespace of its own with any `/.flatpak-info`
+/// (bubblewrap does), and is then that app ID and nothing else — the same trust xdg-desktop-portal
+/// gives (docs/security.md).
 public enum FlatpakInfo {
     /// The largest `/.flatpak-info` read (Flatpak's are a few KiB).
     static let maxBytes = 64 * 1024
@@ -26,40 +27,18 @@ public enum FlatpakInfo {
             return nil
         }
         defer { file.close() }
-        // The sandbox's user namespace must be a child of keychaind's — or a grandchild whose parent
-        // owns the sandbox's mount namespace. Unprivileged bubblewrap makes the second when it mounts
-        // a devpts (`--dev`, as Flatpak does for every app without `--device=all`): it makes the
-        // namespaces in one user namespace (uid 0 there, for devpts) and moves the app into a child of
-        // it with the user's uid, so the mounts, /.flatpak-info among them, belong to a namespace in
-        // which the app has no privilege. A sandboxed app that makes a namespace of its own inside
-        // (with a /.flatpak-info of another app bound over its root) has its mounts owned by that new
-        // namespace, or sits deeper still, and names no app.
-        let trusted: Bool
-        do {
-            let userNamespace = try FileDescriptor.open("/proc/\(pid)/ns/user")
-            defer { userNamespace.close() }
-            let parentNamespace = try userNamespace.namespaceParent()
-            defer { parentNamespace.close() }
-            let parent = try parentNamespace.status()
-            if FileIdentity(device: parent.device, inode: parent.inode) == PeerIdentity.ownUserNamespace {
-                trusted = true
-            } else {
-                let grandparent = try parentNamespace.namespaceParent()
-                defer { grandparent.close() }
-                let above = try grandparent.status()
-                let mounts = try FileDescriptor.open("/proc/\(pid)/ns/mnt")
-                defer { mounts.close() }
-                let owner = try mounts.namespaceOwner()
-                defer { owner.close() }
-                let mountOwner = try owner.status()
-                trusted =
-                    FileIdentity(device: above.device, inode: above.inode) == PeerIdentity.ownUserNamespace
-                    && FileIdentity(device: mountOwner.device, inode: mountOwner.inode)
-                        == FileIdentity(device: parent.device, inode: parent.inode)
-            }
-        } catch {
-            trusted = false
-        }
+        // The sandbox's user namespace must be keychaind's own, with the mount namespace another one
+        // owned by it: Flatpak run by root, or with a setuid bubblewrap, makes no user namespace, and
+        // only privilege in keychaind's namespace makes a mount namespace there. Or it must be a child
+        // of keychaind's — or a grandchild whose parent owns the sandbox's mount namespace. Unprivileged
+        // bubblewrap makes the second when it mounts a devpts (`--dev`, as Flatpak does for every app
+        // without `--device=all`): it makes the namespaces in one user namespace (uid 0 there, for
+        // devpts) and moves the app into a child of it with the user's uid, so the mounts,
+        // /.flatpak-info among them, belong to a namespace in which the app has no privilege. A
+        // sandboxed app that makes a namespace of its own inside (with a /.flatpak-info of another app
+        // bound over its root) has its mounts owned by that new namespace, or sits deeper still, and
+        // names no app.
+        let trusted = (try? trustedLayout(pid: pid)) ?? false
         guard process.isPinned else {
             return .failure(
                 KeychainIdentityError("the calling process (pid \(pid)) exited before it could be identified"))
@@ -72,7 +51,7 @@ public enum FlatpakInfo {
         }
         let bytes: [UInt8]
         do {
-            guard try file.isOnReadOnlyMount() else {
+            guard try file.isOnReadOnlyMount() || isBusProxy(pid: pid) else {
                 return .failure(
                     KeychainIdentityError(
                         "pid \(pid) runs in a sandbox whose /.flatpak-info is writable, so it names no app (Flatpak mounts it read-only)"
@@ -97,6 +76,48 @@ public enum FlatpakInfo {
                     "the /.flatpak-info of pid \(pid) names no valid app ID in its [Application] group"))
         }
         return .success(appID)
+    }
+
+    /// The D-Bus proxy Flatpak puts between an app and the session bus (`--talk-name`, `--own-name`).
+    public static let busProxyPath = "/usr/bin/xdg-dbus-proxy"
+
+    /// Whether `pid` is Flatpak's D-Bus proxy for an app: the bus names it, not the app, as the caller.
+    /// Flatpak runs it in a bubblewrap sandbox of its own whose `/.flatpak-info`, a copy of the app's,
+    /// is a plain file on the sandbox's writable root (`bwrap --file`), so the read-only rule cannot
+    /// hold there. It is trusted when the process runs the system's xdg-dbus-proxy (the same file as
+    /// keychaind's `/usr/bin/xdg-dbus-proxy`, which the user cannot modify) in keychaind's own pid
+    /// namespace: Flatpak starts the proxy there, while every Flatpak app runs in a pid namespace of
+    /// its own that neither it nor anything it starts can leave — so no app can be, or make, a
+    /// process of that layout, nor reach the proxy's file.
+    static func isBusProxy(pid: Int32) -> Bool {
+        guard let proxy = FileIdentity.of(path: busProxyPath),
+            FileIdentity.of(path: "/proc/\(pid)/exe") == proxy
+        else { return false }
+        return FileIdentity.of(path: "/proc/\(pid)/ns/pid") == PeerIdentity.ownPidNamespace
+    }
+
+    /// Whether `pid`'s namespaces are laid out as Flatpak lays out a sandbox (`read` says which).
+    static func trustedLayout(pid: Int32) throws(Errno) -> Bool {
+        let userNamespace = try FileDescriptor.open("/proc/\(pid)/ns/user")
+        defer { userNamespace.close() }
+        let mounts = try FileDescriptor.open("/proc/\(pid)/ns/mnt")
+        defer { mounts.close() }
+        let owner = try mounts.namespaceOwner()
+        defer { owner.close() }
+        let mountOwner = try owner.status().identity
+        let own = try userNamespace.status().identity
+        if own == PeerIdentity.ownUserNamespace {
+            let mountNamespace = try mounts.status().identity
+            return mountOwner == own && mountNamespace != PeerIdentity.ownMountNamespace
+        }
+        let parentNamespace = try userNamespace.namespaceParent()
+        defer { parentNamespace.close() }
+        let parent = try parentNamespace.status().identity
+        if parent == PeerIdentity.ownUserNamespace { return true }
+        let grandparent = try parentNamespace.namespaceParent()
+        defer { grandparent.close() }
+        let above = try grandparent.status().identity
+        return above == PeerIdentity.ownUserNamespace && mountOwner == parent
     }
 
     /// The `name` of the `[Application]` group of a key file, when it is a valid app ID.
@@ -155,4 +176,8 @@ extension Substring {
         while let c = s.last, c == " " || c == "\t" { s = s.dropLast() }
         return s
     }
+}
+
+extension FileStatus {
+    fileprivate var identity: FileIdentity { FileIdentity(device: device, inode: inode) }
 }

@@ -311,3 +311,20 @@ def test_a_sandbox_made_inside_a_sandbox_is_no_app_on_the_bus_either(d):
     got = Sandbox(d, "org.example.One").run(["sh", "-c", nested])
     # Not Two: like any caller that is no app, it sees at most the shared collection, without Two's item.
     assert got.returncode != 0 and b"two's secret" not in got.stdout, got.stderr
+
+
+def test_a_sandbox_cannot_pass_for_flatpaks_bus_proxy(d):
+    # Flatpak's D-Bus proxy has a writable /.flatpak-info and is trusted as the proxy only in
+    # keychaind's pid namespace. A sandbox that writes its own file and runs xdg-dbus-proxy
+    # inside its own pid namespace (as every Flatpak app has) is no app.
+    if not os.path.exists("/usr/bin/xdg-dbus-proxy"):
+        pytest.fail("xdg-dbus-proxy is missing (flatpak depends on it; scripts/deps installs flatpak)")
+    key = unique("fp")
+    assert store(Sandbox(d, "org.example.Two"), "key", key, b"two's secret").returncode == 0
+    through_proxy = ('mkfifo /tmp/ready && exec 4<>/tmp/ready && '
+                     '{ xdg-dbus-proxy --fd=5 "$DBUS_SESSION_BUS_ADDRESS" /tmp/proxy 5>/tmp/ready & } && '
+                     'head -c1 <&4 >/dev/null && '
+                     f'DBUS_SESSION_BUS_ADDRESS=unix:path=/tmp/proxy secret-tool lookup key {key}')
+    got = Sandbox(d, "org.example.Two", writable_info=True).run(["sh", "-c", through_proxy])
+    assert b"two's secret" not in got.stdout, got.stderr
+    assert b"No such secret" in got.stderr or got.returncode != 0, (got.returncode, got.stderr)
