@@ -22,7 +22,7 @@ enum Verb: String, CaseIterable {
 
     /// The options that name an internet password (macOS `security`'s flags).
     private static let internetFilters: Set<Opt> = [
-        .account, .server, .protocolCode, .port, .path, .securityDomain, .authenticationType, .group,
+        .account, .server, .protocolCode, .port, .path, .securityDomain, .authenticationType, .group, .synchronizable,
     ]
 
     var options: Set<Opt> {
@@ -30,15 +30,15 @@ enum Verb: String, CaseIterable {
         case .add:
             return [
                 .service, .account, .group, .secret, .stdin, .accessible, .label, .comment, .description,
-                .updateExisting, .keychainPassphraseFile,
+                .updateExisting, .synchronizable, .keychainPassphraseFile,
             ]
-        case .find: return [.service, .account, .group, .printSecret, .all, .keychainPassphraseFile]
+        case .find: return [.service, .account, .group, .synchronizable, .printSecret, .all, .keychainPassphraseFile]
         case .update:
             return [
-                .service, .account, .group, .secret, .stdin, .accessible, .label, .comment, .description,
-                .keychainPassphraseFile,
+                .service, .account, .group, .synchronizable, .secret, .stdin, .accessible, .label, .comment,
+                .description, .keychainPassphraseFile,
             ]
-        case .delete: return [.service, .account, .group, .all, .keychainPassphraseFile]
+        case .delete: return [.service, .account, .group, .synchronizable, .all, .keychainPassphraseFile]
         case .list, .deviceID: return [.group]
         case .status, .lock, .apps, .help: return []
         case .unlock: return [.passphraseFile, .passphraseFD, .ifLocked, .pinentry]
@@ -87,12 +87,12 @@ enum Verb: String, CaseIterable {
         switch self {
         case .add:
             return
-                "keychainctl add -s SERVICE -a ACCOUNT [-g GROUP] [-w SECRET | --stdin] [--accessible CLASS] [-l LABEL] [-j COMMENT] [-D DESCRIPTION] [-U]"
-        case .find: return "keychainctl find [-s SERVICE] [-a ACCOUNT] [-g GROUP] [-w] [--all]"
+                "keychainctl add -s SERVICE -a ACCOUNT [-g GROUP] [-w SECRET | --stdin] [--accessible CLASS] [-l LABEL] [-j COMMENT] [-D DESCRIPTION] [-U] [--synchronizable]"
+        case .find: return "keychainctl find [-s SERVICE] [-a ACCOUNT] [-g GROUP] [--synchronizable] [-w] [--all]"
         case .update:
             return
-                "keychainctl update -s SERVICE -a ACCOUNT [-g GROUP] [-w NEW_SECRET | --stdin] [--accessible CLASS] [-l LABEL] [-j COMMENT] [-D DESCRIPTION]"
-        case .delete: return "keychainctl delete [-s SERVICE] [-a ACCOUNT] [-g GROUP] [--all]"
+                "keychainctl update -s SERVICE -a ACCOUNT [-g GROUP] [--synchronizable] [-w NEW_SECRET | --stdin] [--accessible CLASS] [-l LABEL] [-j COMMENT] [-D DESCRIPTION]"
+        case .delete: return "keychainctl delete [-s SERVICE] [-a ACCOUNT] [-g GROUP] [--synchronizable] [--all]"
         case .list: return "keychainctl list [-g GROUP]"
         case .deviceID: return "keychainctl device-id [-g GROUP]"
         case .status: return "keychainctl status"
@@ -117,13 +117,13 @@ enum Verb: String, CaseIterable {
         case .help: return "keychainctl help [VERB]"
         case .addInternetPassword:
             return
-                "keychainctl add-internet-password -a ACCOUNT -s SERVER [-r PROTOCOL] [-P PORT] [-p PATH] [-d DOMAIN] [-t AUTHTYPE] [--group GROUP] [-w PASSWORD | --stdin] [--accessible CLASS] [-l LABEL] [-j COMMENT] [-D DESCRIPTION] [-U]"
+                "keychainctl add-internet-password -a ACCOUNT -s SERVER [-r PROTOCOL] [-P PORT] [-p PATH] [-d DOMAIN] [-t AUTHTYPE] [--group GROUP] [-w PASSWORD | --stdin] [--accessible CLASS] [-l LABEL] [-j COMMENT] [-D DESCRIPTION] [-U] [--synchronizable]"
         case .findInternetPassword:
             return
-                "keychainctl find-internet-password [-a ACCOUNT] [-s SERVER] [-r PROTOCOL] [-P PORT] [-p PATH] [-d DOMAIN] [-t AUTHTYPE] [--group GROUP] [-g | -w] [--all]"
+                "keychainctl find-internet-password [-a ACCOUNT] [-s SERVER] [-r PROTOCOL] [-P PORT] [-p PATH] [-d DOMAIN] [-t AUTHTYPE] [--group GROUP] [--synchronizable] [-g | -w] [--all]"
         case .deleteInternetPassword:
             return
-                "keychainctl delete-internet-password [-a ACCOUNT] [-s SERVER] [-r PROTOCOL] [-P PORT] [-p PATH] [-d DOMAIN] [-t AUTHTYPE] [--group GROUP] [--all]"
+                "keychainctl delete-internet-password [-a ACCOUNT] [-s SERVER] [-r PROTOCOL] [-P PORT] [-p PATH] [-d DOMAIN] [-t AUTHTYPE] [--group GROUP] [--synchronizable] [--all]"
         case .sync: return SyncVerb.usage
         }
     }
@@ -306,7 +306,8 @@ enum Opt: CaseIterable {
     case showPassword
     case server, protocolCode, port, path, securityDomain, authenticationType
     case service, account, group, secret, printSecret, stdin, accessible, label, comment, description
-    case updateExisting, all, passphraseFile, newPassphraseFile, passphraseFD, newPassphraseFD, ifLocked, ifSet,
+    case updateExisting, synchronizable, all, passphraseFile, newPassphraseFile, passphraseFD, newPassphraseFD,
+        ifLocked, ifSet,
         pinentry
     case keychainPassphraseFile, appID, executable, admin, approveRegistration, approveNone
 
@@ -329,6 +330,7 @@ enum Opt: CaseIterable {
         case .comment: return ["-j", "--comment"]
         case .description: return ["-D", "--description"]
         case .updateExisting: return ["-U", "--update-existing"]
+        case .synchronizable: return ["--synchronizable"]
         case .all: return ["--all"]
         case .passphraseFile: return ["--passphrase-file"]
         case .newPassphraseFile: return ["--new-passphrase-file"]
@@ -348,7 +350,8 @@ enum Opt: CaseIterable {
 
     var takesValue: Bool {
         switch self {
-        case .showPassword, .printSecret, .stdin, .updateExisting, .all, .ifLocked, .ifSet, .admin, .approveNone,
+        case .showPassword, .printSecret, .stdin, .updateExisting, .synchronizable, .all, .ifLocked, .ifSet, .admin,
+            .approveNone,
             .pinentry:
             return false
         default: return true
@@ -389,6 +392,11 @@ enum Opt: CaseIterable {
         case .comment: return pad(names + " COMMENT") + "the item's comment (kSecAttrComment)"
         case .description: return pad(names + " DESCRIPTION") + "the item's description (kSecAttrDescription)"
         case .updateExisting: return pad(names) + "update the item if it already exists"
+        case .synchronizable:
+            return pad(names)
+                + (verb == .add || verb == .addInternetPassword
+                    ? "the item travels to your other devices (kSecAttrSynchronizable; needs syncFolder)"
+                    : "match synchronizable items instead of local ones (kSecAttrSynchronizable)")
         case .all:
             return pad(names)
                 + (verb == .find || verb == .findInternetPassword

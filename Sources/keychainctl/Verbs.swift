@@ -125,6 +125,8 @@ struct Command {
         if let s = inv.value(.service) { q["svce"] = .text(s) }
         if let a = inv.value(.account) { q["acct"] = .text(a) }
         if let g = inv.value(.group) { q["agrp"] = .text(g) }
+        // Apple's default without it: local items only.
+        if inv.has(.synchronizable) { q["sync"] = .bool(true) }
         return q
     }
 

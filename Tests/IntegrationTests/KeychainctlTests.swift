@@ -213,6 +213,41 @@ final class KeychainctlTests: XCTestCase {
         assertFailure(try ctl("find", "-s", "com.example.cli"), errSecItemNotFound, "errSecItemNotFound")
     }
 
+    func testSynchronizableItemsAreAddedFoundUpdatedAndDeletedByTheFlag() throws {
+        // A local and a synchronizable item of the same service and account are two items (Apple's
+        // uniqueness counts kSecAttrSynchronizable); without the flag a verb sees the local one only.
+        XCTAssertEqual(try ctl("add", "-s", "com.example.sync", "-a", "alice", "-w", "local").status, 0)
+        XCTAssertEqual(
+            try ctl("add", "-s", "com.example.sync", "-a", "alice", "-w", "travels", "--synchronizable").status, 0)
+        XCTAssertEqual(try ctl("find", "-s", "com.example.sync", "-a", "alice", "-w").stdout, "local\n")
+        XCTAssertEqual(
+            try ctl("find", "-s", "com.example.sync", "-a", "alice", "--synchronizable", "-w").stdout, "travels\n")
+        let shown = try ctl("find", "-s", "com.example.sync", "-a", "alice", "--synchronizable")
+        XCTAssertTrue(shown.stdout.contains("synchronizable"), shown.stdout)
+        XCTAssertEqual(
+            try ctl("update", "-s", "com.example.sync", "-a", "alice", "--synchronizable", "-w", "changed").status, 0)
+        XCTAssertEqual(try ctl("find", "-s", "com.example.sync", "-a", "alice", "-w").stdout, "local\n")
+        XCTAssertEqual(
+            try ctl("add", "-s", "com.example.sync", "-a", "alice", "-w", "again", "--synchronizable", "-U").status, 0)
+        XCTAssertEqual(
+            try ctl("find", "-s", "com.example.sync", "-a", "alice", "--synchronizable", "-w").stdout, "again\n")
+        XCTAssertEqual(try ctl("delete", "-s", "com.example.sync", "-a", "alice", "--synchronizable").status, 0)
+        assertFailure(
+            try ctl("find", "-s", "com.example.sync", "-a", "alice", "--synchronizable"), errSecItemNotFound,
+            "errSecItemNotFound")
+        XCTAssertEqual(try ctl("find", "-s", "com.example.sync", "-a", "alice", "-w").stdout, "local\n")
+        // Internet passwords take it too.
+        XCTAssertEqual(
+            try ctl("add-internet-password", "-a", "bob", "-s", "sync.example.com", "-w", "pw", "--synchronizable")
+                .status, 0)
+        assertFailure(
+            try ctl("find-internet-password", "-a", "bob", "-s", "sync.example.com"), errSecItemNotFound,
+            "errSecItemNotFound")
+        XCTAssertEqual(
+            try ctl("find-internet-password", "-a", "bob", "-s", "sync.example.com", "--synchronizable", "-w").stdout,
+            "pw\n")
+    }
+
     func testGroupsAndList() throws {
         XCTAssertEqual(try ctl("list").stdout, "")
         XCTAssertEqual(try ctl("list", "--json").stdout, "[]\n")
