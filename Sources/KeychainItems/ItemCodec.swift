@@ -39,12 +39,12 @@ package struct ItemCodec: Sendable {
     /// version: "kc1" for rows sealed with XChaCha20-Poly1305, "kc2" for AES-256-GCM, so a class key's
     /// boxes of one construction are never valid input to the other.
     static func associatedData(
-        ref: [UInt8], protection: ProtectionClass, part: Part, uniqueIndex: [UInt8] = [], sealing: ItemSealing
+        ref: [UInt8], column: UInt8, part: Part, uniqueIndex: [UInt8] = [], sealing: ItemSealing
     ) -> [UInt8] {
         var ad: [UInt8] = [0x6B, 0x63, version(sealing)]
         ad.reserveCapacity(3 + ref.count + 2 + uniqueIndex.count)
         ad.append(contentsOf: ref)
-        ad.append(protection.rawValue)
+        ad.append(column)
         ad.append(part.rawValue)
         if part == .itemKey { ad.append(contentsOf: uniqueIndex) }
         return ad
@@ -56,7 +56,7 @@ package struct ItemCodec: Sendable {
     /// `associatedData` built on the stack for `body` (the same bytes, no heap allocation), from a
     /// row's columns in place: the read path opens two boxes per item.
     static func withAssociatedData<R>(
-        ref: UnsafeRawBufferPointer, protection: ProtectionClass, part: Part,
+        ref: UnsafeRawBufferPointer, column: UInt8, part: Part,
         uniqueIndex: UnsafeRawBufferPointer = UnsafeRawBufferPointer(start: nil, count: 0), sealing: ItemSealing,
         _ body: (UnsafeRawBufferPointer) throws(KeychainError) -> R
     ) throws(KeychainError) -> R {
@@ -67,7 +67,7 @@ package struct ItemCodec: Sendable {
             buffer[1] = 0x63
             buffer[2] = version(sealing)  // "kc1" / "kc2": format version
             UnsafeMutableRawBufferPointer(rebasing: buffer[3..<3 + ref.count]).copyMemory(from: ref)
-            buffer[3 + ref.count] = protection.rawValue
+            buffer[3 + ref.count] = column
             buffer[4 + ref.count] = part.rawValue
             if tail > 0 {
                 UnsafeMutableRawBufferPointer(rebasing: buffer[(5 + ref.count)...]).copyMemory(from: uniqueIndex)
@@ -109,10 +109,12 @@ package struct ItemCodec: Sendable {
         return try withItemKey(c, protectionClass: protectionClass, classKey: classKey) {
             (protection, ik, sealing) throws(KeychainError) -> Opened in
             let attributes =
-                withAttributes ? try openAttributes(c, protection: protection, itemKey: ik, sealing: sealing) : [:]
+                withAttributes
+                ? try openAttributes(c, protection: protection, column: protectionClass, itemKey: ik, sealing: sealing)
+                : [:]
             guard withSecret else { return (protection, attributes, nil) }
             let secret = try Self.withAssociatedData(
-                ref: c.ref, protection: protection, part: .secret, sealing: sealing
+                ref: c.ref, column: protectionClass, part: .secret, sealing: sealing
             ) { (sad) throws(KeychainError) in
                 try AEAD.openSecret(c.secret, key: ik, ad: sad, what: "item secret", sealing: sealing)
             }
@@ -133,7 +135,7 @@ package struct ItemCodec: Sendable {
                 throw KeychainError(.decode, "item secret is damaged (too short)")
             }
             try place(c.secret.count - sealing.overhead) { (plain) throws(KeychainError) in
-                try Self.withAssociatedData(ref: c.ref, protection: protection, part: .secret, sealing: sealing) {
+                try Self.withAssociatedData(ref: c.ref, column: protectionClass, part: .secret, sealing: sealing) {
                     (sad) throws(KeychainError) in
                     try AEAD.open(c.secret, key: ik, ad: sad, into: plain, what: "item secret", sealing: sealing)
                 }
@@ -148,7 +150,7 @@ package struct ItemCodec: Sendable {
         classKey given: ((ProtectionClass) -> SecureBytes?)? = nil,
         _ body: (ProtectionClass, UnsafeRawBufferPointer, ItemSealing) throws(KeychainError) -> R
     ) throws(KeychainError) -> R {
-        guard let protection = ProtectionClass(rawValue: protectionClass) else {
+        guard let protection = ProtectionClass(column: protectionClass) else {
             throw KeychainError(.decode, "an item in the database is damaged (unknown class or id)")
         }
         guard c.ref.count == PersistentRef.idLength else {
@@ -168,7 +170,7 @@ package struct ItemCodec: Sendable {
         }
         return try classKey.key.withUnsafeBytes { (ck) throws(KeychainError) -> R in
             try Self.withAssociatedData(
-                ref: c.ref, protection: protection, part: .itemKey, uniqueIndex: c.uniqueIndex, sealing: sealing
+                ref: c.ref, column: protectionClass, part: .itemKey, uniqueIndex: c.uniqueIndex, sealing: sealing
             ) { (kad) throws(KeychainError) -> R in
                 try AEAD.withOpenedKey(
                     c.wrappedKey, key: ck, ad: kad, what: "item key", sealing: sealing, prepared: classKey.prepared
@@ -178,11 +180,11 @@ package struct ItemCodec: Sendable {
     }
 
     private func openAttributes(
-        _ row: StoredItem.SealedColumns, protection: ProtectionClass,
+        _ row: StoredItem.SealedColumns, protection: ProtectionClass, column: UInt8,
         itemKey: UnsafeRawBufferPointer, sealing: ItemSealing
     ) throws(KeychainError) -> [String: Value] {
         var plain = try Self.withAssociatedData(
-            ref: row.ref, protection: protection, part: .attributes, sealing: sealing
+            ref: row.ref, column: column, part: .attributes, sealing: sealing
         ) { (aad) throws(KeychainError) in
             try AEAD.open(row.attributes, key: itemKey, ad: aad, what: "item attributes", sealing: sealing)
         }
@@ -193,6 +195,7 @@ package struct ItemCodec: Sendable {
         }
         guard case .map(let map) = decoded, map["pdmn"] == .text(protection.code),
             case .text = map["agrp"], case .bool = map["sync"], case .date = map["cdat"], case .date = map["mdat"],
+            (column & ProtectionClass.presenceBit != 0) == (map[AccessControl.key] != nil),
             let itemClass = Self.itemClass(of: map),
             itemClass.defaults.keys.allSatisfy({ map[$0] != nil })
         else {
@@ -218,26 +221,28 @@ package struct ItemCodec: Sendable {
         var plain = CBOR.encode(.map(attributes))
         defer { Sodium.zero(&plain) }
         let index = indexes(for: attributes, indexer)
+        // The class column: the class, with the presence bit for an item whose access control asks
+        // for the person (bound into every part's associated data, as the class is).
+        let column = protection.rawValue | (attributes[AccessControl.key] != nil ? ProtectionClass.presenceBit : 0)
         let parts = try withUnsafeTemporaryAllocation(byteCount: AEAD.keyBytes, alignment: 16) {
             (buffer) throws(KeychainError) -> (wrapped: [UInt8], attributes: [UInt8], secret: [UInt8]) in
             defer { Sodium.zero(buffer) }
             Sodium.randomFill(buffer)
             let ik = UnsafeRawBufferPointer(buffer)
             let keyAD = Self.associatedData(
-                ref: ref, protection: protection, part: .itemKey, uniqueIndex: index.unique, sealing: sealing)
+                ref: ref, column: column, part: .itemKey, uniqueIndex: index.unique, sealing: sealing)
             let wrapped = try classKey.withUnsafeBytes { (ck) throws(KeychainError) in
                 try withBytes(keyAD) { (ad) throws(KeychainError) in
                     try AEAD.sealKey(ik, key: ck, ad: ad, sealing: sealing)
                 }
             }
-            let attributesAD = Self.associatedData(
-                ref: ref, protection: protection, part: .attributes, sealing: sealing)
+            let attributesAD = Self.associatedData(ref: ref, column: column, part: .attributes, sealing: sealing)
             let sealedAttributes = try withBytes(attributesAD) { (ad) throws(KeychainError) in
                 try withBytes(plain) { (p) throws(KeychainError) in
                     try AEAD.seal(p, key: ik, ad: ad, sealing: sealing)
                 }
             }
-            let secretAD = Self.associatedData(ref: ref, protection: protection, part: .secret, sealing: sealing)
+            let secretAD = Self.associatedData(ref: ref, column: column, part: .secret, sealing: sealing)
             let sealedSecret = try withBytes(secretAD) { (ad) throws(KeychainError) in
                 try secret.withUnsafeBytes { (p) throws(KeychainError) in
                     try AEAD.seal(p, key: ik, ad: ad, sealing: sealing)
@@ -246,7 +251,7 @@ package struct ItemCodec: Sendable {
             return (wrapped: wrapped, attributes: sealedAttributes, secret: sealedSecret)
         }
         return StoredItem(
-            rowid: rowid, ref: ref, protectionClass: protection.rawValue,
+            rowid: rowid, ref: ref, protectionClass: column,
             accessGroupIndex: index.group, serviceIndex: index.service, accountIndex: index.account,
             uniqueIndex: index.unique, wrappedKey: parts.wrapped, attributes: parts.attributes,
             secret: parts.secret, attributeIndexes: SecretServiceFields.indexes(for: attributes, indexer))
