@@ -340,6 +340,13 @@ final class WrapperConstantsTests: SharedConnectionTestCase {
         plainAdd[kSecAttrAccount as String] = "both"
         plainAdd[kSecAttrAccessible as String] = kSecAttrAccessibleWhenUnlocked
         XCTAssertEqual(SecItemAdd(plainAdd as CFDictionary, nil), errSecParam, "both keys at once")
+        // .userPresence travels with the item, for the daemon to ask the person when it is read
+        // (clients/python/tests/test_presence.py); it needs a keychain passphrase, and none is set here.
+        plainAdd[kSecAttrAccessible as String] = nil
+        plainAdd[kSecAttrAccessControl as String] = control
+        plainAdd[kSecAttrAccount as String] = "presence"
+        XCTAssertEqual(SecItemAdd(plainAdd as CFDictionary, nil), errSecAuthFailed)
+        assertOneLine(lastMessage(errSecAuthFailed), contains: "passphrase")
 
         let cfError: CFError = NSError(
             domain: NSOSStatusErrorDomain, code: Int(errSecParam), userInfo: [NSLocalizedDescriptionKey: "bad"])
