@@ -82,6 +82,11 @@ extension RequestHandler {
             let appID = app.applicationIdentifier
             var grant = PresenceGrant()
             for item in try items.itemsNeedingPresence(query, for: action, caller: caller) {
+                if caller.isAdmin && caller.hasPresence {
+                    // An administrator's request that carried the keychain passphrase has proved it.
+                    grant.refs.insert(item.ref)
+                    continue
+                }
                 if presenceWindow.allows(app: appID, ref: item.ref, locks: items.lockCount) {
                     grant.refs.insert(item.ref)
                     continue

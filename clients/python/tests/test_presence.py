@@ -128,6 +128,8 @@ def test_attributes_only_and_deletes_do_not_ask_but_updates_do(fresh, pinentry):
     d, exe, service = presence_daemon(fresh, pinentry)
     [attributes] = calls(d, exe, [("copy", {"class": "genp", "svce": service, "acct": "a", "r_Attributes": True})])
     assert attributes["ok"]["accc"] == {"flags": USER_PRESENCE} and attributes["ok"]["pdmn"] == "aku", attributes
+    shown = d.run([d.keychainctl, "find", "-s", service])
+    assert shown.returncode == 0 and b"access control" in shown.stdout and b"userPresence" in shown.stdout, shown
     assert pinentry.lines() == []
     # An update of the item needs the person (Apple's rule); refused UI, it is refused.
     query = {"class": "genp", "svce": service, "acct": "a"}
