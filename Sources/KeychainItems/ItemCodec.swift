@@ -195,7 +195,8 @@ package struct ItemCodec: Sendable {
         }
         guard case .map(let map) = decoded, map["pdmn"] == .text(protection.code),
             case .text = map["agrp"], case .bool = map["sync"], case .date = map["cdat"], case .date = map["mdat"],
-            (column & ProtectionClass.presenceBit != 0) == (map[AccessControl.key] != nil),
+            // A row with the presence bit carries its access control (no lookup for the others).
+            column & ProtectionClass.presenceBit == 0 || map[AccessControl.key] != nil,
             let itemClass = Self.itemClass(of: map),
             itemClass.defaults.keys.allSatisfy({ map[$0] != nil })
         else {
