@@ -28,8 +28,10 @@ def presence_daemon(fresh, pinentry, flags=USER_PRESENCE, **config):  # noqa: F8
     exe = python_app(d)
     set_passphrase(d, PASSPHRASE)
     service = unique("presence")
+    from keychaind import SecAccessControlCreateWithFlags, kSecAttrAccessibleWhenUnlockedThisDeviceOnly
+    control = SecAccessControlCreateWithFlags(kSecAttrAccessibleWhenUnlockedThisDeviceOnly, flags)
     added = calls(d, exe, [("add", {"class": "genp", "svce": service, "acct": "a", "v_Data": b"guarded",
-                                    "accc": {"flags": flags, "pdmn": "aku"}})])
+                                    "accc": control})])
     assert added == [{"ok": None}], added
     assert pinentry.lines() == [], "an add does not ask"
     return d, exe, service
