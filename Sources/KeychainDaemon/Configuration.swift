@@ -251,7 +251,8 @@ extension Settings {
             case "presenceConfirmation":
                 let name = try JSONFile.string(value, key: key, file: path)
                 guard let mode = PresenceConfirmation(rawValue: name) else {
-                    throw ConfigurationError(file: path, reason: "\"presenceConfirmation\" must be passphrase or confirm")
+                    throw ConfigurationError(
+                        file: path, reason: "\"presenceConfirmation\" must be passphrase or confirm")
                 }
                 presenceConfirmation = mode
             case "presenceReuseSeconds":

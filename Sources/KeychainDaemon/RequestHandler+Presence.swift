@@ -120,7 +120,8 @@ extension RequestHandler {
     /// access control allow it. One dialog at a time daemon-wide (`RequestCore.promptLock`).
     private func confirmPresence(_ item: PresenceItem, action: Operation, app: String) throws(KeychainError) {
         guard let makePrompter else {
-            throw KeychainError(.interactionNotAllowed, "the item's access control needs a prompt, and none can be shown")
+            throw KeychainError(
+                .interactionNotAllowed, "the item's access control needs a prompt, and none can be shown")
         }
         let yesNo = presence.confirmation == .confirm && item.confirmable
         if !yesNo && !items.hasPassphrase {

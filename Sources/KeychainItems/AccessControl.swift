@@ -79,14 +79,16 @@ package struct AccessControl: Equatable, Sendable {
         }
         guard flags & (Self.userPresence | Self.devicePasscode) != 0 else {
             throw .param(
-                "kSecAttrAccessControl (\"accc\") without constraints: name its protection class with kSecAttrAccessible")
+                "kSecAttrAccessControl (\"accc\") without constraints: name its protection class with kSecAttrAccessible"
+            )
         }
         self.flags = flags
         switch m["pdmn"] {
         case nil: protection = nil
         case .text(let code)?:
             guard let p = ProtectionClass(code: code) else {
-                throw .param("the protection class of kSecAttrAccessControl (\"accc\") is not a kSecAttrAccessible value")
+                throw .param(
+                    "the protection class of kSecAttrAccessControl (\"accc\") is not a kSecAttrAccessible value")
             }
             protection = p
         case let other?:

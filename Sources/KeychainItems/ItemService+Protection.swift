@@ -234,7 +234,9 @@ extension ItemService {
                                 sealWith: { pending.classKey($0) }, afterRow: afterRow)
                         }
                         var rewrapped = 0
-                        try w.rewrapItemKeys(classes: pending.reindexes ? [] : pending.rotatedClasses.flatMap(\.columnValues)) {
+                        try w.rewrapItemKeys(
+                            classes: pending.reindexes ? [] : pending.rotatedClasses.flatMap(\.columnValues)
+                        ) {
                             (row) throws(KeychainError) -> [UInt8]? in
                             guard let protection = ProtectionClass(column: row.protectionClass),
                                 let sealing = ItemSealing(sealedItemKey: row.sealed)

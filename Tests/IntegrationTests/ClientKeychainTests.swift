@@ -160,8 +160,12 @@ final class ClientKeychainTests: SharedConnectionTestCase {
     /// An authentication policy travels with the item as its access control (the dialogs it brings
     /// are clients/python/tests/test_presence.py's); it needs a keychain passphrase, none is set here.
     func testAnAuthenticationPolicyIsSentAsTheItemsAccessControl() throws {
-        let guarded = Keychain(service: "com.example.presence").authenticationPolicy([.userPresence, .or, .devicePasscode])
-        XCTAssertEqual(guarded.label("x").accessibility(.whenUnlockedThisDeviceOnly).authenticationPolicy, [.userPresence, .or, .devicePasscode])
+        let guarded = Keychain(service: "com.example.presence").authenticationPolicy([
+            .userPresence, .or, .devicePasscode,
+        ])
+        XCTAssertEqual(
+            guarded.label("x").accessibility(.whenUnlockedThisDeviceOnly).authenticationPolicy,
+            [.userPresence, .or, .devicePasscode])
         XCTAssertNotEqual(guarded, Keychain(service: "com.example.presence"))
         XCTAssertThrowsError(try guarded.set("v", forKey: "k")) { error in
             let e = error as? KeychainError

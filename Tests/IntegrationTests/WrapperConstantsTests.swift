@@ -313,7 +313,8 @@ final class WrapperConstantsTests: SharedConnectionTestCase {
         XCTAssertEqual(SecItemCopyMatching(query as CFDictionary, nil), errSecUnimplemented)
         XCTAssertEqual(SecItemDelete(query as CFDictionary), errSecUnimplemented)
         let biometry: [String: Any] = [
-            kSecAttrAccessControl as String: SecAccessControlCreateWithFlags(nil, kSecAttrAccessibleWhenUnlocked, .biometryAny, nil)!
+            kSecAttrAccessControl as String: SecAccessControlCreateWithFlags(
+                nil, kSecAttrAccessibleWhenUnlocked, .biometryAny, nil)!
         ]
         query[kSecAttrAccessControl as String] = nil
         XCTAssertEqual(SecItemUpdate(query as CFDictionary, biometry as CFDictionary), errSecUnimplemented)

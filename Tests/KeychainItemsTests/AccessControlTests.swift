@@ -17,7 +17,8 @@ import Testing
         try fx.service.changePassphrase(old: nil, new: pass("pw"))
         try fx.service.add(item("svc", "a", secret: "guarded", ["accc": Self.presence]), caller: Fixture.app)
         let row = try #require(try fx.rawColumns().first)
-        #expect(row.protectionClass == ProtectionClass.whenUnlockedThisDeviceOnly.rawValue | ProtectionClass.presenceBit)
+        #expect(
+            row.protectionClass == ProtectionClass.whenUnlockedThisDeviceOnly.rawValue | ProtectionClass.presenceBit)
         return row.ref
     }
 
@@ -76,7 +77,9 @@ import Testing
     @Test func unsupportedConstraintsAreUnimplementedAndOthersChecked() throws {
         try withProtectedKeychain { fx in
             func add(_ accc: Value, _ extra: [String: Value] = [:]) -> KeychainError? {
-                failure { try fx.service.add(item("svc", "x", ["accc": accc].merging(extra) { $1 }), caller: Fixture.app) }
+                failure {
+                    try fx.service.add(item("svc", "x", ["accc": accc].merging(extra) { $1 }), caller: Fixture.app)
+                }
             }
             #expect(add(Self.presence)?.status == .authFailed, "no passphrase set")
             try fx.service.changePassphrase(old: nil, new: pass("pw"))
