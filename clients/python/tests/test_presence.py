@@ -130,6 +130,19 @@ def test_attributes_only_and_deletes_do_not_ask_but_updates_do(fresh, pinentry):
     d, exe, service = presence_daemon(fresh, pinentry)
     [attributes] = calls(d, exe, [("copy", {"class": "genp", "svce": service, "acct": "a", "r_Attributes": True})])
     assert attributes["ok"]["accc"] == {"flags": USER_PRESENCE} and attributes["ok"]["pdmn"] == "aku", attributes
+    # A persistent reference comes without asking; the data it names does not.
+    ref = d.python(exe, f"""
+import json
+from keychaind import Client, KeychainError
+with Client() as c:
+    ref = c.copy({{"class": "genp", "svce": "{service}", "acct": "a", "r_PersistentRef": True}})
+    try:
+        c.copy({{"v_PersistentRef": ref, "r_Data": True, "u_AuthUI": "u_AuthUIF"}})
+        print(json.dumps({{"status": 0}}))
+    except KeychainError as e:
+        print(json.dumps({{"status": e.status}}))
+""")
+    assert ref == {"status": -25308}, ref
     shown = d.run([d.keychainctl, "find", "-s", service])
     assert shown.returncode == 0 and b"access control" in shown.stdout and b"userPresence" in shown.stdout, shown
     assert pinentry.lines() == []
