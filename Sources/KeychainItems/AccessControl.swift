@@ -132,6 +132,10 @@ extension ItemService {
         return e
     }()
 
+    /// Throws `presenceNeeded`; out of line, so the read path that tests the bit carries only the test.
+    @inline(never)
+    static func refuseWithoutPresence() throws(KeychainError) -> Never { throw presenceNeeded }
+
     /// Whether the data of the row `ref` may be read under `grant`: true when granted, false to
     /// leave it out (skipped), else throws `presenceNeeded`. Off the hot path: only rows with the
     /// presence bit get here.

@@ -126,11 +126,14 @@ package struct ItemCodec: Sendable {
     /// copy that returns nothing but the data is answered with a frame whose byte string is opened
     /// where it lies: the plaintext is written once, into the answer's wiping storage). The same
     /// checks as `open`, in the same order; `place` is called once, with the secret's length, after
-    /// the row's checks have passed and its item key has opened.
+    /// the row's checks have passed and its item key has opened. A row with the presence bit (an
+    /// item whose access control needs the person) is `ItemService.presenceNeeded`: this path has
+    /// no grant.
     func openSecret(
         _ c: StoredItem.SealedColumns, protectionClass: UInt8, into place: ItemService.DataPlacement
     ) throws(KeychainError) {
-        try withItemKey(c, protectionClass: protectionClass) { (protection, ik, sealing) throws(KeychainError) in
+        try withItemKey(c, protectionClass: protectionClass, refusingPresence: true) {
+            (protection, ik, sealing) throws(KeychainError) in
             guard c.secret.count >= sealing.overhead else {
                 throw KeychainError(.decode, "item secret is damaged (too short)")
             }
@@ -145,12 +148,20 @@ package struct ItemCodec: Sendable {
 
     /// The checks every open makes (class, id, item-key layout), then `body` with the item key opened
     /// into a stack buffer (zeroed afterwards). A locked class is errSecInteractionNotAllowed.
+    /// `refusingPresence`: a row with the presence bit is `ItemService.presenceNeeded` (found by the
+    /// class check every row passes, so the others pay nothing for it).
+    @inline(__always)
     private func withItemKey<R>(
         _ c: StoredItem.SealedColumns, protectionClass: UInt8,
-        classKey given: ((ProtectionClass) -> SecureBytes?)? = nil,
+        classKey given: ((ProtectionClass) -> SecureBytes?)? = nil, refusingPresence: Bool = false,
         _ body: (ProtectionClass, UnsafeRawBufferPointer, ItemSealing) throws(KeychainError) -> R
     ) throws(KeychainError) -> R {
-        guard let protection = ProtectionClass(column: protectionClass) else {
+        let known =
+            refusingPresence ? ProtectionClass(rawValue: protectionClass) : ProtectionClass(column: protectionClass)
+        guard let protection = known else {
+            if refusingPresence && ProtectionClass(column: protectionClass) != nil {
+                try ItemService.refuseWithoutPresence()
+            }
             throw KeychainError(.decode, "an item in the database is damaged (unknown class or id)")
         }
         guard c.ref.count == PersistentRef.idLength else {

@@ -499,9 +499,8 @@ public final class ItemService: Sendable {
         try store.read { (reader) throws(KeychainError) in
             try reader.forEachSealed(compiled.filter, uniqueIndexes: digests) {
                 (protectionClass, c) throws(KeychainError) -> Bool in
-                // The one test an item that needs the person costs the others: a bit of the class
-                // byte at hand. Such an item is never lent from here (no grant on this path).
-                if protectionClass >= ProtectionClass.presenceBit { throw Self.presenceNeeded }
+                // An item that needs the person is never lent from here (no grant on this path):
+                // `openSecret` refuses it in the class check every row passes anyway.
                 try codec.openSecret(c, protectionClass: protectionClass, into: place)
                 found = true
                 return false
