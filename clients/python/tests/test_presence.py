@@ -202,3 +202,21 @@ def test_unsupported_constraints_are_unimplemented_and_need_a_passphrase(fresh, 
     ])
     assert seen[0]["status"] == -4 and "biometryAny" in seen[0]["message"], seen
     assert seen[1]["status"] == -25293 and "passphrase" in seen[1]["message"], seen
+
+
+def test_the_secret_service_does_not_serve_such_items(fresh, pinentry):  # noqa: F811
+    # The bus has no way to ask for the person: secret-tool of the same group finds the plain item's
+    # secret, and not the guarded one's.
+    from test_secret_service import SECRET_TOOL
+    d, exe, service = presence_daemon(fresh, pinentry)
+    tool = d._copy(SECRET_TOOL, "sys-tool")
+    d._app("systool", "T.systool", ["T.syspy"], [tool], system=True, secret_service=True)
+    os.kill(d.process.pid, signal.SIGHUP)
+    wait_for("the reload", lambda: d.log_text().count("apps reloaded why=SIGHUP") >= 2)
+    plain = unique("plain")
+    assert calls(d, exe, [("add", {"class": "genp", "svce": plain, "acct": "a", "v_Data": b"open"})]) == [{"ok": None}]
+    found = d.run([tool, "lookup", "service", plain, "account", "a"])
+    assert found.returncode == 0 and found.stdout == b"open", found
+    guarded = d.run([tool, "lookup", "service", service, "account", "a"])
+    assert guarded.stdout == b"", guarded
+    assert pinentry.lines() == []
