@@ -105,6 +105,10 @@ public struct KeychainError: Error, Hashable, Sendable, CustomStringConvertible 
     /// errSecAuthFailed because the request needs the keychain passphrase (an admin proving presence)
     /// and did not carry it: a client may ask the user and send the request again with it.
     public var needsPassphrase = false
+    /// errSecInteractionNotAllowed because an item's access control (`.userPresence`,
+    /// `.devicePasscode`) needs the person and the request was not allowed by them: the daemon may
+    /// ask and run the request again. Never sent on the wire.
+    public var needsPresence = false
 
     /// An error with `status` and `message`, or the status's default message when `message` is nil.
     public init(_ status: Status, _ message: String? = nil) {

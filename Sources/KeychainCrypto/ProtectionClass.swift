@@ -12,6 +12,19 @@ public enum ProtectionClass: UInt8, CaseIterable, Sendable, CustomStringConverti
     /// Apple's default when an add names none.
     public static let `default` = ProtectionClass.whenUnlocked
 
+    /// The bit of a row's `class` column that says reading the item's data needs the person
+    /// (`kSecAttrAccessControl` with `.userPresence` / `.devicePasscode`): the column is the class
+    /// number with this bit set. Outside the sealed blobs, so the read paths test it without opening
+    /// anything; bound into the row's ciphertexts like the class (clearing it fails the open).
+    public static let presenceBit: UInt8 = 0x80
+
+    /// The class of a row's `class` column value (the presence bit ignored), or nil for none.
+    @inlinable public init?(column: UInt8) { self.init(rawValue: column & ~Self.presenceBit) }
+
+    /// The `class` column values of this class's rows: without and with the presence bit (a filter
+    /// on the class matches both).
+    public var columnValues: [UInt8] { [rawValue, rawValue | Self.presenceBit] }
+
     /// The class for Apple's `kSecAttrAccessible` code (`ak`, `ck`, … `akpu`), or nil for an unknown code.
     public init?(code: String) {
         switch code {

@@ -61,6 +61,14 @@ public struct Settings: Sendable {
     public var pinentryProgram: String?
     /// Seconds a passphrase prompt waits for an answer (`pinentryTimeoutSeconds`; 0 = no limit).
     public var pinentryTimeoutSeconds = 120
+    /// How reading an item whose access control says `.userPresence` is confirmed
+    /// (`presenceConfirmation`): the keychain passphrase (the default), or a yes/no dialog
+    /// (`.devicePasscode` always takes the passphrase).
+    public var presenceConfirmation = PresenceConfirmation.passphrase
+    /// Seconds a person's confirmation lets the same app read the same item again without asking
+    /// (`presenceReuseSeconds`; 0 = ask on every read), like Apple's
+    /// `LAContext.touchIDAuthenticationAllowableReuseDuration`.
+    public var presenceReuseSeconds = 0
     /// The folder synchronizable items travel through (`syncFolder`, an absolute path kept in step
     /// across devices by Syncthing or the like; docs/sync.md); nil: no sync.
     public var syncFolder: String?
@@ -177,7 +185,7 @@ extension Settings {
         "idleTimeoutSeconds", "autoLockSeconds", "maxUnlockedSeconds", "kdfProfile", "lookupCacheEntries",
         "maxBufferedBytes", "logLevel",
         "secretService", "secretServiceUnregistered", "lockWithSession", "pinentryProgram",
-        "pinentryTimeoutSeconds", "syncFolder",
+        "pinentryTimeoutSeconds", "syncFolder", "presenceConfirmation", "presenceReuseSeconds",
     ]
 
     /// Applies `keychaind.json` when it exists. Unknown keys and wrong types are errors.
@@ -240,6 +248,15 @@ extension Settings {
                 pinentryProgram = program
             case "pinentryTimeoutSeconds":
                 pinentryTimeoutSeconds = try JSONFile.int(value, key: key, file: path, range: 0...86400)
+            case "presenceConfirmation":
+                let name = try JSONFile.string(value, key: key, file: path)
+                guard let mode = PresenceConfirmation(rawValue: name) else {
+                    throw ConfigurationError(
+                        file: path, reason: "\"presenceConfirmation\" must be passphrase or confirm")
+                }
+                presenceConfirmation = mode
+            case "presenceReuseSeconds":
+                presenceReuseSeconds = try JSONFile.int(value, key: key, file: path, range: 0...3600)
             case "syncFolder":
                 let folder = try JSONFile.string(value, key: key, file: path)
                 guard folder.hasPrefix("/") else {

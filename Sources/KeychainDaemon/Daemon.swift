@@ -71,7 +71,9 @@ public final class Daemon: Sendable {
             pinentryProgram: settings.pinentryProgram,
             prompter: { [program = settings.pinentryProgram, timeout = settings.pinentryTimeoutSeconds] in
                 Prompter(configured: program, timeoutSeconds: timeout)
-            })
+            },
+            presence: PresenceSettings(
+                confirmation: settings.presenceConfirmation, reuseSeconds: settings.presenceReuseSeconds))
         if let inherited = try Listener.inherited() {
             listener = inherited
         } else {

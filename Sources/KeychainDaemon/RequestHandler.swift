@@ -43,12 +43,18 @@ public final class RequestHandler: Sendable {
     /// The passphrase prompt a SecItem call on a locked keychain shows (RequestHandler+Prompt.swift),
     /// made when one is needed; nil: nobody is asked (the fuzz target, tests over a fixed registry).
     let makePrompter: (@Sendable () -> Prompter)?
+    /// How an item that needs the person is confirmed, and the reuse window's confirmations
+    /// (RequestHandler+Presence.swift).
+    let presence: PresenceSettings
+    let presenceWindow = PresenceWindow()
 
     init(
         core: RequestCore, registrar: Registrar, maxFrameBytes: Int = Frame.defaultMaxBytes,
         maxBufferedBytes: Int = 64 << 20, lockSettings: (autoLock: Int, maxUnlocked: Int) = (0, 0),
-        pinentryProgram: String? = nil, prompter: (@Sendable () -> Prompter)? = nil
+        pinentryProgram: String? = nil, prompter: (@Sendable () -> Prompter)? = nil,
+        presence: PresenceSettings = PresenceSettings()
     ) {
+        self.presence = presence
         self.pinentryProgram = pinentryProgram
         makePrompter = prompter
         self.core = core
@@ -349,8 +355,11 @@ public final class RequestHandler: Sendable {
         switch action {
         case .copy:
             guard let slot else {
-                let result = try askingToUnlock(action, query: request.query, app: app) { () throws(KeychainError) in
-                    try item(action, request, caller: caller!, answers: peer.answers)
+                let result = try askingForPresence(action, query: request.query, app: app, caller: caller) {
+                    (grant) throws(KeychainError) in
+                    try askingToUnlock(action, query: request.query, app: app) { () throws(KeychainError) in
+                        try item(action, request, caller: caller!, answers: peer.answers, presence: grant)
+                    }
                 }
                 touch()
                 return result
@@ -358,21 +367,27 @@ public final class RequestHandler: Sendable {
             let token = CopyMemo.Token(
                 registryGeneration: peer.generation, passphraseSet: passphraseSet,
                 indexGeneration: items.indexGeneration)
-            let result = try askingToUnlock(action, query: request.query, app: app) { () throws(KeychainError) in
-                try item(action, request, caller: caller!, answers: peer.answers) { compiled in
-                    slot.memo.store(slot.query, token: token, compiled: compiled)
-                    if let template = QueryTemplate.scan(slot.query) {
-                        slot.memo.store(
-                            template: template.key, queryCount: slot.query.count, token: token, compiled: compiled,
-                            markers: template.markers)
+            let result = try askingForPresence(action, query: request.query, app: app, caller: caller) {
+                (grant) throws(KeychainError) in
+                try askingToUnlock(action, query: request.query, app: app) { () throws(KeychainError) in
+                    try item(action, request, caller: caller!, answers: peer.answers, presence: grant) { compiled in
+                        slot.memo.store(slot.query, token: token, compiled: compiled)
+                        if let template = QueryTemplate.scan(slot.query) {
+                            slot.memo.store(
+                                template: template.key, queryCount: slot.query.count, token: token,
+                                compiled: compiled, markers: template.markers)
+                        }
                     }
                 }
             }
             touch()
             return result
         case .add, .update, .delete:
-            let result = try askingToUnlock(action, query: request.query, app: app) { () throws(KeychainError) in
-                try item(action, request, caller: caller!, answers: peer.answers)
+            let result = try askingForPresence(action, query: request.query, app: app, caller: caller) {
+                (grant) throws(KeychainError) in
+                try askingToUnlock(action, query: request.query, app: app) { () throws(KeychainError) in
+                    try item(action, request, caller: caller!, answers: peer.answers, presence: grant)
+                }
             }
             touch()
             return result
@@ -420,7 +435,7 @@ public final class RequestHandler: Sendable {
 
     private func item(
         _ action: Operation, _ request: Request, caller: Caller, answers: AnswerLedger?,
-        compiled remember: ((ItemService.CompiledCopy) -> Void)? = nil
+        presence: PresenceGrant? = nil, compiled remember: ((ItemService.CompiledCopy) -> Void)? = nil
     ) throws(KeychainError) -> Value? {
         let op = action.rawValue
         for key in request.arguments.keys where key != Arguments.presenceKey {
@@ -437,14 +452,14 @@ public final class RequestHandler: Sendable {
             guard request.attributes == nil else { throw .param("op \"copy\" takes no \"attributes\"") }
             let compiled = try items.compileCopy(query, caller: caller)
             remember?(compiled)
-            return try items.copy(compiled, answers: answers)
+            return try items.copy(compiled, answers: answers, presence: presence)
         case .delete:
             guard request.attributes == nil else { throw .param("op \"delete\" takes no \"attributes\"") }
             try items.delete(query, caller: caller)
             return nil
         default:
             guard let attributes = request.attributes else { throw .param("op \"update\" needs an \"attributes\" map") }
-            try items.update(query, attributes: attributes, caller: caller)
+            try items.update(query, attributes: attributes, caller: caller, presence: presence)
             return nil
         }
     }

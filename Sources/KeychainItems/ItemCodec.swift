@@ -39,12 +39,12 @@ package struct ItemCodec: Sendable {
     /// version: "kc1" for rows sealed with XChaCha20-Poly1305, "kc2" for AES-256-GCM, so a class key's
     /// boxes of one construction are never valid input to the other.
     static func associatedData(
-        ref: [UInt8], protection: ProtectionClass, part: Part, uniqueIndex: [UInt8] = [], sealing: ItemSealing
+        ref: [UInt8], column: UInt8, part: Part, uniqueIndex: [UInt8] = [], sealing: ItemSealing
     ) -> [UInt8] {
         var ad: [UInt8] = [0x6B, 0x63, version(sealing)]
         ad.reserveCapacity(3 + ref.count + 2 + uniqueIndex.count)
         ad.append(contentsOf: ref)
-        ad.append(protection.rawValue)
+        ad.append(column)
         ad.append(part.rawValue)
         if part == .itemKey { ad.append(contentsOf: uniqueIndex) }
         return ad
@@ -56,7 +56,7 @@ package struct ItemCodec: Sendable {
     /// `associatedData` built on the stack for `body` (the same bytes, no heap allocation), from a
     /// row's columns in place: the read path opens two boxes per item.
     static func withAssociatedData<R>(
-        ref: UnsafeRawBufferPointer, protection: ProtectionClass, part: Part,
+        ref: UnsafeRawBufferPointer, column: UInt8, part: Part,
         uniqueIndex: UnsafeRawBufferPointer = UnsafeRawBufferPointer(start: nil, count: 0), sealing: ItemSealing,
         _ body: (UnsafeRawBufferPointer) throws(KeychainError) -> R
     ) throws(KeychainError) -> R {
@@ -67,7 +67,7 @@ package struct ItemCodec: Sendable {
             buffer[1] = 0x63
             buffer[2] = version(sealing)  // "kc1" / "kc2": format version
             UnsafeMutableRawBufferPointer(rebasing: buffer[3..<3 + ref.count]).copyMemory(from: ref)
-            buffer[3 + ref.count] = protection.rawValue
+            buffer[3 + ref.count] = column
             buffer[4 + ref.count] = part.rawValue
             if tail > 0 {
                 UnsafeMutableRawBufferPointer(rebasing: buffer[(5 + ref.count)...]).copyMemory(from: uniqueIndex)
@@ -110,10 +110,12 @@ package struct ItemCodec: Sendable {
             throws(KeychainError) -> Opened
         {
             let attributes =
-                withAttributes ? try openAttributes(c, protection: protection, itemKey: ik, sealing: sealing) : [:]
+                withAttributes
+                ? try openAttributes(c, protection: protection, column: protectionClass, itemKey: ik, sealing: sealing)
+                : [:]
             guard withSecret else { return (protection, attributes, nil) }
             let secret = try Self.withAssociatedData(
-                ref: c.ref, protection: protection, part: .secret, sealing: sealing
+                ref: c.ref, column: protectionClass, part: .secret, sealing: sealing
             ) { (sad) throws(KeychainError) in
                 try AEAD.openSecret(c.secret, key: ik, ad: sad, what: "item secret", sealing: sealing)
             }
@@ -127,16 +129,19 @@ package struct ItemCodec: Sendable {
     /// copy that returns nothing but the data is answered with a frame whose byte string is opened
     /// where it lies: the plaintext is written once, into the answer's wiping storage). The same
     /// checks as `open`, in the same order; `place` is called once, with the secret's length, after
-    /// the row's checks have passed and its item key has opened.
+    /// the row's checks have passed and its item key has opened. A row with the presence bit (an
+    /// item whose access control needs the person) is `ItemService.presenceNeeded`: this path has
+    /// no grant.
     func openSecret(
         _ c: StoredItem.SealedColumns, protectionClass: UInt8, into place: ItemService.DataPlacement
     ) throws(KeychainError) {
-        try withItemKey(c, protectionClass: protectionClass) { (protection, ik, sealing) throws(KeychainError) in
+        try withItemKey(c, protectionClass: protectionClass, refusingPresence: true) {
+            (protection, ik, sealing) throws(KeychainError) in
             guard c.secret.count >= sealing.overhead else {
                 throw KeychainError(.decode, "item secret is damaged (too short)")
             }
             try place(c.secret.count - sealing.overhead) { (plain) throws(KeychainError) in
-                try Self.withAssociatedData(ref: c.ref, protection: protection, part: .secret, sealing: sealing) {
+                try Self.withAssociatedData(ref: c.ref, column: protectionClass, part: .secret, sealing: sealing) {
                     (sad) throws(KeychainError) in
                     try AEAD.open(c.secret, key: ik, ad: sad, into: plain, what: "item secret", sealing: sealing)
                 }
@@ -146,14 +151,18 @@ package struct ItemCodec: Sendable {
 
     /// The checks every open makes (class, id, item-key layout), then `body` with the item key opened
     /// into a stack buffer (zeroed afterwards), by the vault's key of the item's class. A locked
-    /// class is errSecInteractionNotAllowed.
+    /// class is errSecInteractionNotAllowed. `refusingPresence`: a row with the presence bit is
+    /// `ItemService.presenceNeeded` (found by the class check every row passes, so the others pay
+    /// nothing for it).
+    @inline(__always)
     private func withItemKey<R>(
-        _ c: StoredItem.SealedColumns, protectionClass: UInt8,
+        _ c: StoredItem.SealedColumns, protectionClass: UInt8, refusingPresence: Bool = false,
         _ body: (ProtectionClass, UnsafeRawBufferPointer, ItemSealing) throws(KeychainError) -> R
     ) throws(KeychainError) -> R {
-        let (protection, sealing) = try Self.checked(c, protectionClass: protectionClass)
+        let (protection, sealing) = try Self.checked(
+            c, protectionClass: protectionClass, refusingPresence: refusingPresence)
         let classKey = try vault.openingKey(protection)
-        return try Self.withItemKey(c, protection, sealing, classKey, body)
+        return try Self.withItemKey(c, column: protectionClass, protection, sealing, classKey, body)
     }
 
     /// `withItemKey` by the class key `given` returns instead of the vault's (a key change opens the
@@ -162,19 +171,26 @@ package struct ItemCodec: Sendable {
         _ c: StoredItem.SealedColumns, protectionClass: UInt8, classKey given: (ProtectionClass) -> SecureBytes?,
         _ body: (ProtectionClass, UnsafeRawBufferPointer, ItemSealing) throws(KeychainError) -> R
     ) throws(KeychainError) -> R {
-        let (protection, sealing) = try Self.checked(c, protectionClass: protectionClass)
+        let (protection, sealing) = try Self.checked(c, protectionClass: protectionClass, refusingPresence: false)
         guard let key = given(protection) else {
             throw KeychainError(.internal, "no \(protection.code) class key to open an item with")
         }
-        return try Self.withItemKey(c, protection, sealing, Vault.OpeningKey(key: key, prepared: nil), body)
+        return try Self.withItemKey(
+            c, column: protectionClass, protection, sealing, Vault.OpeningKey(key: key, prepared: nil), body)
     }
 
-    /// The class, id and item-key layout of a row, checked.
+    /// The class (from the class column, presence bit and all), id and item-key layout of a row,
+    /// checked.
     @inline(__always)
-    private static func checked(_ c: StoredItem.SealedColumns, protectionClass: UInt8) throws(KeychainError) -> (
-        ProtectionClass, ItemSealing
-    ) {
-        guard let protection = ProtectionClass(rawValue: protectionClass) else {
+    private static func checked(_ c: StoredItem.SealedColumns, protectionClass: UInt8, refusingPresence: Bool)
+        throws(KeychainError) -> (ProtectionClass, ItemSealing)
+    {
+        let known =
+            refusingPresence ? ProtectionClass(rawValue: protectionClass) : ProtectionClass(column: protectionClass)
+        guard let protection = known else {
+            if refusingPresence && ProtectionClass(column: protectionClass) != nil {
+                try ItemService.refuseWithoutPresence()
+            }
             throw KeychainError(.decode, "an item in the database is damaged (unknown class or id)")
         }
         guard c.ref.count == PersistentRef.idLength else {
@@ -188,13 +204,13 @@ package struct ItemCodec: Sendable {
 
     @inline(__always)
     private static func withItemKey<R>(
-        _ c: StoredItem.SealedColumns, _ protection: ProtectionClass, _ sealing: ItemSealing,
+        _ c: StoredItem.SealedColumns, column: UInt8, _ protection: ProtectionClass, _ sealing: ItemSealing,
         _ classKey: Vault.OpeningKey,
         _ body: (ProtectionClass, UnsafeRawBufferPointer, ItemSealing) throws(KeychainError) -> R
     ) throws(KeychainError) -> R {
         try classKey.key.withUnsafeBytes { (ck) throws(KeychainError) -> R in
             try withAssociatedData(
-                ref: c.ref, protection: protection, part: .itemKey, uniqueIndex: c.uniqueIndex, sealing: sealing
+                ref: c.ref, column: column, part: .itemKey, uniqueIndex: c.uniqueIndex, sealing: sealing
             ) { (kad) throws(KeychainError) -> R in
                 try AEAD.withOpenedKey(
                     c.wrappedKey, key: ck, ad: kad, what: "item key", sealing: sealing, prepared: classKey.prepared
@@ -204,11 +220,11 @@ package struct ItemCodec: Sendable {
     }
 
     private func openAttributes(
-        _ row: StoredItem.SealedColumns, protection: ProtectionClass,
+        _ row: StoredItem.SealedColumns, protection: ProtectionClass, column: UInt8,
         itemKey: UnsafeRawBufferPointer, sealing: ItemSealing
     ) throws(KeychainError) -> [String: Value] {
         var plain = try Self.withAssociatedData(
-            ref: row.ref, protection: protection, part: .attributes, sealing: sealing
+            ref: row.ref, column: column, part: .attributes, sealing: sealing
         ) { (aad) throws(KeychainError) in
             try AEAD.open(row.attributes, key: itemKey, ad: aad, what: "item attributes", sealing: sealing)
         }
@@ -219,6 +235,8 @@ package struct ItemCodec: Sendable {
         }
         guard case .map(let map) = decoded, map["pdmn"] == .text(protection.code),
             case .text = map["agrp"], case .bool = map["sync"], case .date = map["cdat"], case .date = map["mdat"],
+            // A row with the presence bit carries its access control (no lookup for the others).
+            column & ProtectionClass.presenceBit == 0 || map[AccessControl.key] != nil,
             let itemClass = Self.itemClass(of: map),
             itemClass.defaults.keys.allSatisfy({ map[$0] != nil })
         else {
@@ -244,26 +262,28 @@ package struct ItemCodec: Sendable {
         var plain = CBOR.encode(.map(attributes))
         defer { Sodium.zero(&plain) }
         let index = indexes(for: attributes, indexer)
+        // The class column: the class, with the presence bit for an item whose access control asks
+        // for the person (bound into every part's associated data, as the class is).
+        let column = protection.rawValue | (attributes[AccessControl.key] != nil ? ProtectionClass.presenceBit : 0)
         let parts = try withUnsafeTemporaryAllocation(byteCount: AEAD.keyBytes, alignment: 16) {
             (buffer) throws(KeychainError) -> (wrapped: [UInt8], attributes: [UInt8], secret: [UInt8]) in
             defer { Sodium.zero(buffer) }
             Sodium.randomFill(buffer)
             let ik = UnsafeRawBufferPointer(buffer)
             let keyAD = Self.associatedData(
-                ref: ref, protection: protection, part: .itemKey, uniqueIndex: index.unique, sealing: sealing)
+                ref: ref, column: column, part: .itemKey, uniqueIndex: index.unique, sealing: sealing)
             let wrapped = try classKey.withUnsafeBytes { (ck) throws(KeychainError) in
                 try withBytes(keyAD) { (ad) throws(KeychainError) in
                     try AEAD.sealKey(ik, key: ck, ad: ad, sealing: sealing)
                 }
             }
-            let attributesAD = Self.associatedData(
-                ref: ref, protection: protection, part: .attributes, sealing: sealing)
+            let attributesAD = Self.associatedData(ref: ref, column: column, part: .attributes, sealing: sealing)
             let sealedAttributes = try withBytes(attributesAD) { (ad) throws(KeychainError) in
                 try withBytes(plain) { (p) throws(KeychainError) in
                     try AEAD.seal(p, key: ik, ad: ad, sealing: sealing)
                 }
             }
-            let secretAD = Self.associatedData(ref: ref, protection: protection, part: .secret, sealing: sealing)
+            let secretAD = Self.associatedData(ref: ref, column: column, part: .secret, sealing: sealing)
             let sealedSecret = try withBytes(secretAD) { (ad) throws(KeychainError) in
                 try secret.withUnsafeBytes { (p) throws(KeychainError) in
                     try AEAD.seal(p, key: ik, ad: ad, sealing: sealing)
@@ -272,7 +292,7 @@ package struct ItemCodec: Sendable {
             return (wrapped: wrapped, attributes: sealedAttributes, secret: sealedSecret)
         }
         return StoredItem(
-            rowid: rowid, ref: ref, protectionClass: protection.rawValue,
+            rowid: rowid, ref: ref, protectionClass: column,
             accessGroupIndex: index.group, serviceIndex: index.service, accountIndex: index.account,
             uniqueIndex: index.unique, wrappedKey: parts.wrapped, attributes: parts.attributes,
             secret: parts.secret, attributeIndexes: SecretServiceFields.indexes(for: attributes, indexer))

@@ -19,7 +19,7 @@ extension ItemService {
         }
         var items: [OpenedItem] = []
         var damaged = 0
-        let filter = RowFilter(classes: Self.backedUpClasses.map(\.rawValue), includeSecret: true)
+        let filter = RowFilter(classes: Self.backedUpClasses.flatMap(\.columnValues), includeSecret: true)
         try store.read { (r) throws(KeychainError) in
             try r.forEach(filter) { (row) throws(KeychainError) -> Bool in
                 do throws(KeychainError) { items.append(try codec.open(row, withSecret: true)) } catch

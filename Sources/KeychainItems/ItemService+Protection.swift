@@ -2,6 +2,7 @@ public import KeychainCore
 public import KeychainCrypto
 import KeychainStore
 import KeychainSystem
+import Synchronization
 
 /// The keychain's protection state, as `status` reports it.
 public struct ProtectionStatus: Sendable, Equatable {
@@ -56,13 +57,19 @@ extension ItemService {
             throw KeychainError(
                 .param, "no passphrase is set, so the keychain cannot be locked; set one with `keychainctl passwd`")
         }
+        locks.add(1, ordering: .releasing)
     }
+
+    /// How many times the keychain has locked since it opened (a confirmation of the person's
+    /// presence counts until the next lock only).
+    public var lockCount: Int { locks.load(ordering: .acquiring) }
 
     /// Lock if a passphrase is set and the keychain is unlocked (auto-lock). Returns whether it locked.
     @discardableResult
     public func lockIfUnlocked() -> Bool {
-        guard vault.hasPassphrase, !vault.isLocked else { return false }
-        return vault.lockWhenUnlockedClasses()
+        guard vault.hasPassphrase, !vault.isLocked, vault.lockWhenUnlockedClasses() else { return false }
+        locks.add(1, ordering: .releasing)
+        return true
     }
 
     /// Unlocks with the passphrase (Argon2id, so this takes the profile's time). A wrong passphrase is
@@ -227,13 +234,15 @@ extension ItemService {
                                 sealWith: { pending.classKey($0) }, afterRow: afterRow)
                         }
                         var rewrapped = 0
-                        try w.rewrapItemKeys(classes: pending.reindexes ? [] : pending.rotatedClasses.map(\.rawValue)) {
+                        try w.rewrapItemKeys(
+                            classes: pending.reindexes ? [] : pending.rotatedClasses.flatMap(\.columnValues)
+                        ) {
                             (row) throws(KeychainError) -> [UInt8]? in
-                            guard let protection = ProtectionClass(rawValue: row.protectionClass),
+                            guard let protection = ProtectionClass(column: row.protectionClass),
                                 let sealing = ItemSealing(sealedItemKey: row.sealed)
                             else { return nil }  // damaged: it did not open before the change and will not after
                             let ad = ItemCodec.associatedData(
-                                ref: row.ref, protection: protection, part: .itemKey,
+                                ref: row.ref, column: row.protectionClass, part: .itemKey,
                                 uniqueIndex: row.uniqueIndex, sealing: sealing)
                             let replacement: [UInt8]
                             do throws(KeychainError) {

@@ -2,6 +2,7 @@ public import KeychainCore
 public import KeychainCrypto
 public import KeychainStore
 import KeychainSystem
+import Synchronization
 
 /// Apple's SecItem calls for generic passwords, on an encrypted item store in `directory`.
 ///
@@ -22,6 +23,8 @@ public final class ItemService: Sendable {
     let wallClock: @Sendable () -> Double
     /// Serialises unlock, passphrase change, registrations and the failure counter (see ItemService+Protection).
     let protectionLock = Locked<Int>(0)
+    /// Locks so far (`lockCount`).
+    let locks = Atomic<Int>(0)
     /// Fault injection for tests (never set outside them).
     let testHooks = Locked(TestHooks())
 
@@ -115,7 +118,7 @@ public final class ItemService: Sendable {
     public func itemCount(visibleTo caller: Caller) throws(KeychainError) -> Int {
         if caller.isAdmin { return try store.itemCount() }
         guard let index = try? vault.indexer() else {
-            let always = ProtectionClass.allCases.filter(\.isAlways).map(\.rawValue)
+            let always = ProtectionClass.allCases.filter(\.isAlways).flatMap(\.columnValues)
             var count = 0
             try store.read { (r) throws(KeychainError) in
                 try r.forEach(RowFilter(classes: always, includeSearchIndexes: false)) {
@@ -160,6 +163,10 @@ public final class ItemService: Sendable {
         stored["sync"] = .bool(query.sync == .yes)
         stored["cdat"] = .date(now)  // caller-provided dates are overwritten, as Apple does
         stored["mdat"] = .date(now)
+        if let control = query.accessControl {
+            try checkAccessControl(synchronizable: query.sync == .yes)
+            stored[AccessControl.key] = control.stored
+        }
         let secret = query.secret ?? SecretBytes()
         let ref = PersistentRef.newID(createdAt: now)
         // Sealed outside the writer (cheap concurrency); a passphrase change that replaced the class
@@ -334,8 +341,13 @@ public final class ItemService: Sendable {
     /// the class keys decide, as for any copy) and shapes the result. With `answers`, the items of an
     /// answer that is a list are counted against the daemon's buffer budget as they are collected
     /// (errSecAllocate past it); the caller gives them back once the answer is written.
-    public func copy(_ compiled: CompiledCopy, answers: AnswerLedger? = nil) throws(KeychainError) -> Value? {
-        try run(compiled, uniqueIndexes: nil, answers: answers)
+    /// An item whose access control needs the person (`AccessControl`) has its data read only when
+    /// `presence` allows it; otherwise the copy throws `presenceNeeded` (or leaves it out, when the
+    /// grant says to skip the others). Attributes and references are read without asking.
+    public func copy(_ compiled: CompiledCopy, answers: AnswerLedger? = nil, presence: PresenceGrant? = nil)
+        throws(KeychainError) -> Value?
+    {
+        try run(compiled, uniqueIndexes: nil, answers: answers, presence: presence)
     }
 
     /// Whether `copy(_:service:account:)` runs `base` for the other queries of its template: a
@@ -486,6 +498,8 @@ public final class ItemService: Sendable {
         try store.read { (reader) throws(KeychainError) in
             try reader.forEachSealed(compiled.filter, uniqueIndexes: digests) {
                 (protectionClass, c) throws(KeychainError) -> Bool in
+                // An item that needs the person is never lent from here (no grant on this path):
+                // `openSecret` refuses it in the class check every row passes anyway.
                 try codec.openSecret(c, protectionClass: protectionClass, into: place)
                 found = true
                 return false
@@ -495,7 +509,10 @@ public final class ItemService: Sendable {
     }
 
     /// `copy`, with `digests` (when given) in place of the filter's uniqueness digests.
-    private func run(_ compiled: CompiledCopy, uniqueIndexes digests: Digests?, answers: AnswerLedger? = nil)
+    private func run(
+        _ compiled: CompiledCopy, uniqueIndexes digests: Digests?, answers: AnswerLedger? = nil,
+        presence: PresenceGrant? = nil
+    )
         throws(KeychainError) -> Value?
     {
         if compiled.keyOnly {
@@ -503,10 +520,10 @@ public final class ItemService: Sendable {
             // lookup cache is on (it is asked with the filter's own).
             if digests == nil, !store.hasLookupCache {
                 return try withOwnDigests(compiled) { (own) throws(KeychainError) in
-                    try runKeyOnly(compiled, uniqueIndexes: own)
+                    try runKeyOnly(compiled, uniqueIndexes: own, presence: presence)
                 }
             }
-            return try runKeyOnly(compiled, uniqueIndexes: digests)
+            return try runKeyOnly(compiled, uniqueIndexes: digests, presence: presence)
         }
         let returns = compiled.returns
         let scope = compiled.scope
@@ -521,11 +538,18 @@ public final class ItemService: Sendable {
         var others: [OpenedItem] = []
         try store.read { (reader) throws(KeychainError) in
             try reader.forEach(compiled.filter, uniqueIndexes: digests) { (row) throws(KeychainError) -> Bool in
-                let item = try codec.open(row, withSecret: returns.data, withAttributes: !keyOnly)
+                // An item that needs the person: its data opened only once it matches and is allowed.
+                let asks = returns.data && row.protectionClass >= ProtectionClass.presenceBit
+                var item = try codec.open(row, withSecret: returns.data && !asks, withAttributes: !keyOnly)
                 let matched: Bool
                 switch compiled.check {
                 case .keyOnly: matched = true
                 case .attributes(let parsed): matched = Self.matches(item, parsed, scope)
+                }
+                if matched && asks {
+                    let allowed = try Self.presenceAllows(row.ref, presence)
+                    if !allowed { return true }
+                    item.secret = try codec.open(row, withSecret: true, withAttributes: false).secret
                 }
                 if matched {
                     try ledger?.take(Self.approximateBytes(of: item))
@@ -557,7 +581,9 @@ public final class ItemService: Sendable {
     /// sealed columns in place (`StoreReader.forEachSealed`: no row made when the digests are given
     /// and no lookup cache is on) and shaped as it is opened, since a key-only match has no
     /// attributes to keep: no row, opened item or array of them per request.
-    private func runKeyOnly(_ compiled: CompiledCopy, uniqueIndexes digests: Digests?) throws(KeychainError)
+    private func runKeyOnly(
+        _ compiled: CompiledCopy, uniqueIndexes digests: Digests?, presence: PresenceGrant? = nil
+    ) throws(KeychainError)
         -> Value?
     {
         let returns = compiled.returns
@@ -568,6 +594,9 @@ public final class ItemService: Sendable {
         try store.read { (reader) throws(KeychainError) in
             try reader.forEachSealed(compiled.filter, uniqueIndexes: digests) {
                 (protectionClass, c) throws(KeychainError) -> Bool in
+                if returns.data && protectionClass >= ProtectionClass.presenceBit {
+                    guard try Self.presenceAllows(c.ref, presence) else { return true }
+                }
                 let opened = try codec.open(
                     c, protectionClass: protectionClass, withSecret: returns.data, withAttributes: false)
                 matches += 1
@@ -593,7 +622,11 @@ public final class ItemService: Sendable {
     // MARK: SecItemUpdate
 
     /// `SecItemUpdate` for `caller`: applies `attributes` to every matching item it may write.
-    public func update(_ query: [String: Value], attributes: [String: Value], caller: Caller) throws(KeychainError) {
+    /// An item whose access control needs the person is changed only when `presence` allows it
+    /// (Apple asks before an update of such an item, not before a delete); otherwise `presenceNeeded`.
+    public func update(
+        _ query: [String: Value], attributes: [String: Value], caller: Caller, presence: PresenceGrant? = nil
+    ) throws(KeychainError) {
         let parsed = try ParsedQuery(query, for: .update)
         let changes = try ParsedChanges(attributes, of: parsed.itemClass)
         let scope = try AccessPolicy.scope(naming: parsed.attributes[.accessGroup]?.text, caller)
@@ -621,6 +654,10 @@ public final class ItemService: Sendable {
                     return true
                 }
                 guard !matches.isEmpty else { throw Self.notFound }
+                for item in matches where item.row.protectionClass >= ProtectionClass.presenceBit {
+                    let allowed = try Self.presenceAllows(item.row.ref, presence)
+                    if !allowed { throw Self.presenceNeeded }
+                }
                 try AccessPolicy.checkAdminReach(matches.map { $0.attributes["agrp"]?.text ?? "" }, .write, caller)
                 for item in matches {
                     var merged = item.attributes
@@ -630,6 +667,12 @@ public final class ItemService: Sendable {
                     let protection = newProtection ?? item.protection
                     try Self.checkSynchronizable(merged["sync"]?.bool == true, protection)
                     merged["pdmn"] = .text(protection.code)
+                    if let control = changes.accessControl {
+                        merged[AccessControl.key] = control.stored
+                    }
+                    if merged[AccessControl.key] != nil {
+                        try checkAccessControl(synchronizable: merged["sync"]?.bool == true)
+                    }
                     // Every update seals the whole row afresh under a new item key (the old secret is
                     // opened to be sealed again when it does not change), so nothing written now can
                     // be opened with an item key from an older copy of the database.
@@ -706,6 +749,19 @@ public final class ItemService: Sendable {
         return protection
     }
 
+    /// An item with access control (`AccessControl`) needs a keychain passphrase to check (Apple: a
+    /// passcode) and stays on this device (its confirmation is this device's).
+    func checkAccessControl(synchronizable: Bool) throws(KeychainError) {
+        if synchronizable {
+            throw .param("an item with kSecAttrAccessControl cannot be synchronizable: it is confirmed on this device")
+        }
+        guard vault.acceptsPasscodeItems else {
+            throw KeychainError(
+                .authFailed,
+                "kSecAttrAccessControl with .userPresence or .devicePasscode needs a keychain passphrase; none is set")
+        }
+    }
+
     func checkPasscodeItemsAccepted() throws(KeychainError) {
         guard vault.acceptsPasscodeItems else {
             throw KeychainError(
@@ -724,10 +780,10 @@ public final class ItemService: Sendable {
         if let ref = query.persistentRef {
             filter.ref = ref
         } else if indexer == nil {
-            let always = ProtectionClass.allCases.filter(\.isAlways).map(\.rawValue)
+            let always = ProtectionClass.allCases.filter(\.isAlways).flatMap(\.columnValues)
             filter.classes = always
             if let code = query.attributes[.accessible]?.text, let protection = ProtectionClass(code: code) {
-                filter.classes = always.filter { $0 == protection.rawValue }
+                filter.classes = always.filter { ProtectionClass(column: $0) == protection }
             }
         } else if let index = indexer, query.itemClass != .genericPassword {
             // Another class: by its indexed attributes (ItemClass.indexed) and the groups; the rows
@@ -740,7 +796,7 @@ public final class ItemService: Sendable {
             }
             filter.accessGroupIndexes = scope.map { $0.map { index.column(.accessGroup, Array($0.utf8)) } }
             if let code = query.attributes[.accessible]?.text, let protection = ProtectionClass(code: code) {
-                filter.classes = [protection.rawValue]
+                filter.classes = protection.columnValues
             }
         } else if let index = indexer {
             let service = query.attributes[.service]
@@ -755,7 +811,7 @@ public final class ItemService: Sendable {
                 filter.accessGroupIndexes = scope.map { $0.map { index.column(.accessGroup, Array($0.utf8)) } }
             }
             if let code = query.attributes[.accessible]?.text, let protection = ProtectionClass(code: code) {
-                filter.classes = [protection.rawValue]
+                filter.classes = protection.columnValues
             }
         }
         return filter

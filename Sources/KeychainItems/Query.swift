@@ -1,4 +1,5 @@
 import KeychainCore
+import KeychainCrypto
 import KeychainSystem
 
 enum MatchLimit: Equatable {
@@ -60,6 +61,8 @@ struct ParsedQuery {
 
     /// The item class the query names (or its persistent reference's).
     var itemClass: ItemClass = .genericPassword
+    /// `accc` (kSecAttrAccessControl) of an add.
+    var accessControl: AccessControl?
 
     /// Parses `dictionary` under the rules of `operation` (docs/protocol.md §8).
     init(_ dictionary: [String: Value], for operation: Operation) throws(KeychainError) {
@@ -125,6 +128,12 @@ struct ParsedQuery {
             case "nleg", "u_AuthUI", "u_OpPrompt", "u_AuthCtx", "u_NoAuthUI", "u_NoAuth":
                 // kSecUseDataProtectionKeychain and the LocalAuthentication UI keys: no-ops on Linux.
                 break
+            case AccessControl.key:
+                // Checked in every call (a constraint keychaind cannot enforce is errSecUnimplemented
+                // wherever it appears), kept by an add; a search ignores it, as Apple's does (wrappers
+                // such as Valet put it in the query of every call).
+                let control = try AccessControl(wire: value)
+                if operation == .add { accessControl = control }
             case "sync":
                 if case .text("syna") = value {
                     guard operation != .add else {
@@ -148,6 +157,12 @@ struct ParsedQuery {
                     throw .param("\(printableKey(key)) is not a SecItem key")
                 }
             }
+        }
+        if let control = accessControl?.protection {
+            guard attributes[.accessible] == nil else {
+                throw .param("kSecAttrAccessControl and kSecAttrAccessible cannot both be given")
+            }
+            attributes[.accessible] = .text(control.code)
         }
         if persistentRef != nil {
             guard attributes.isEmpty && !syncGiven else {
@@ -180,6 +195,8 @@ struct ParsedChanges {
     var attributes: [Attribute: Value] = [:]
     var sync: Bool?
     var secret: SecretBytes?
+    /// A new `accc` (kSecAttrAccessControl).
+    var accessControl: AccessControl?
 
     init(_ dictionary: [String: Value], of itemClass: ItemClass = .genericPassword) throws(KeychainError) {
         for (key, value) in dictionary {
@@ -189,6 +206,8 @@ struct ParsedChanges {
                 secret = b
             case "nleg":
                 break
+            case AccessControl.key:
+                accessControl = try AccessControl(wire: value)
             case "sync":
                 if case .text("syna") = value { throw .param("sync = syna (kSecAttrSynchronizableAny) cannot be set") }
                 sync = try Attribute.synchronizable.normalize(value).bool!
@@ -203,5 +222,11 @@ struct ParsedChanges {
         }
         // mdat is always set by the store.
         attributes[.modificationDate] = nil
+        if let control = accessControl?.protection {
+            guard attributes[.accessible] == nil else {
+                throw .param("kSecAttrAccessControl and kSecAttrAccessible cannot both be given")
+            }
+            attributes[.accessible] = .text(control.code)
+        }
     }
 }

@@ -119,6 +119,60 @@ public struct Prompter: Sendable {
         _ request: PromptRequest, attempts: Int = Prompter.attempts,
         check: (SecretBytes) throws(KeychainError) -> String?
     ) throws(PromptFailure) {
+        let (pinentry, program) = try start(request)
+        do throws(AssuanError) {
+            try pinentry.transact(Array("SETPROMPT".utf8) + [0x20] + Self.escape(request.prompt))
+        } catch {
+            throw failure(error, program)
+        }
+        var reason: String?
+        for attempt in 1...max(1, attempts) {
+            if let reason {
+                do throws(AssuanError) {
+                    try pinentry.transact(
+                        Array("SETERROR".utf8) + [0x20] + Self.escape("\(reason) (try \(attempt) of \(attempts))"))
+                } catch {
+                    throw failure(error, program)
+                }
+            }
+            var pin = SecretBytes(capacity: 256)
+            do throws(AssuanError) {
+                try pinentry.transact(Array("GETPIN".utf8)) { chunk in pin.append(contentsOf: chunk) }
+            } catch {
+                pin.removeAll()
+                throw failure(error, program)
+            }
+            do throws(KeychainError) { reason = try check(pin) } catch {
+                pin.removeAll()
+                throw .failed(error)
+            }
+            pin.removeAll()
+            if reason == nil {
+                try? pinentry.transact(Array("BYE".utf8))
+                return
+            }
+        }
+        try? pinentry.transact(Array("BYE".utf8))
+        throw .wrongPassphrase("\(reason ?? "wrong passphrase") (\(attempts) attempts)")
+    }
+
+    /// Asks the person a yes/no question (pinentry's `CONFIRM`): returns when they answer yes (the
+    /// `okLabel` button); `.canceled` when they say no or close it, `.timedOut` when nobody answers.
+    public func confirm(_ request: PromptRequest, okLabel: String, cancelLabel: String) throws(PromptFailure) {
+        let (pinentry, program) = try start(request)
+        do throws(AssuanError) {
+            try pinentry.transact(Array("SETOK".utf8) + [0x20] + Self.escape(okLabel))
+            try pinentry.transact(Array("SETCANCEL".utf8) + [0x20] + Self.escape(cancelLabel))
+            try pinentry.transact(Array("CONFIRM".utf8))
+        } catch {
+            try? pinentry.transact(Array("BYE".utf8))
+            throw failure(error, program)
+        }
+        try? pinentry.transact(Array("BYE".utf8))
+    }
+
+    /// Starts pinentry for `request`: its display or terminal, title, description and timeout set.
+    private func start(_ request: PromptRequest) throws(PromptFailure) -> (AssuanPipe, String) {
         if let why = unavailable(request) { throw .unavailable(why) }
         let program = self.program!
         let pinentry: AssuanPipe
@@ -150,30 +204,8 @@ public struct Prompter: Sendable {
         }
         try send("SETTITLE", request.title)
         try send("SETDESC", request.description)
-        try send("SETPROMPT", request.prompt)
         if timeoutSeconds > 0 { try send("SETTIMEOUT", String(timeoutSeconds)) }
-        var reason: String?
-        for attempt in 1...max(1, attempts) {
-            if let reason { try send("SETERROR", "\(reason) (try \(attempt) of \(attempts))") }
-            var pin = SecretBytes(capacity: 256)
-            do throws(AssuanError) {
-                try pinentry.transact(Array("GETPIN".utf8)) { chunk in pin.append(contentsOf: chunk) }
-            } catch {
-                pin.removeAll()
-                throw failure(error, program)
-            }
-            do throws(KeychainError) { reason = try check(pin) } catch {
-                pin.removeAll()
-                throw .failed(error)
-            }
-            pin.removeAll()
-            if reason == nil {
-                try? pinentry.transact(Array("BYE".utf8))
-                return
-            }
-        }
-        try? pinentry.transact(Array("BYE".utf8))
-        throw .wrongPassphrase("\(reason ?? "wrong passphrase") (\(attempts) attempts)")
+        return (pinentry, program)
     }
 
     private func failure(_ error: AssuanError, _ program: String) -> PromptFailure {

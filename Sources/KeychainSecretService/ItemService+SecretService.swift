@@ -92,7 +92,7 @@ extension ItemService {
         let groupIndex = row.accessGroupIndex  // once: a row's getters copy the column
         guard let group = digests.first(where: { $0.digest == groupIndex })?.group else { return nil }
         let created = Self.creationTime(id: row.ref)
-        guard let protection = ProtectionClass(rawValue: row.protectionClass), itemVault.isAvailable(protection) else {
+        guard let protection = ProtectionClass(column: row.protectionClass), itemVault.isAvailable(protection) else {
             return SecretServiceItem(
                 id: row.ref, group: group, locked: true, label: "", attributes: SecretServiceAttributes(),
                 contentType: SecretServiceFields.defaultContentType, created: created, modified: created,
@@ -199,7 +199,7 @@ extension ItemService {
                         return true
                     }
                     let match = SecretServiceMatch(id: row.ref, group: group)
-                    if let protection = ProtectionClass(rawValue: row.protectionClass),
+                    if let protection = ProtectionClass(column: row.protectionClass),
                         itemVault.isAvailable(protection)
                     {
                         unlocked.append(match)
@@ -229,6 +229,7 @@ extension ItemService {
                 guard let group = digests.first(where: { $0.digest == groupIndex })?.group else {
                     return false
                 }
+                if row.protectionClass >= ProtectionClass.presenceBit { throw Self.presenceRefused }
                 let item = try itemCodec.open(row, withSecret: true)
                 guard let view = view(item, group: group) else { return false }  // the secret wipes itself
                 result = (item.secret ?? SecretBytes(), view.contentType)
@@ -453,6 +454,13 @@ extension ItemService {
         }
     }
 
+    /// An item whose access control needs the person (kSecAttrAccessControl) is read and changed
+    /// through SecItem calls, which ask; the bus has no way to ask for it.
+    static let presenceRefused = KeychainError(
+        .interactionNotAllowed,
+        "the item's access control (kSecAttrAccessControl) needs the person's confirmation, which the Secret Service does not ask for; read it with SecItemCopyMatching"
+    )
+
     /// Re-seals `item` with its attributes changed by `change`, a new modification date, and the new
     /// secret when given. A collision of the changed
     /// service and account with another item is errSecDuplicateItem.
@@ -460,6 +468,7 @@ extension ItemService {
         _ item: OpenedItem, in w: StoreWriter, secret: SecretBytes?,
         _ change: (inout [String: Value]) throws(KeychainError) -> Void
     ) throws(KeychainError) {
+        if secret != nil && item.row.protectionClass >= ProtectionClass.presenceBit { throw Self.presenceRefused }
         var stored = item.attributes
         try change(&stored)
         stored["mdat"] = .date(itemClock.next(after: item.attributes["mdat"]?.date))

@@ -136,6 +136,28 @@ public struct Keychain: Sendable, Equatable {
     public let accessibility: Accessibility
     /// The user-visible label written items get, if any.
     public let label: String?
+    /// What reading (or changing) an item this keychain writes asks of the person: its
+    /// `kSecAttrAccessControl` constraints; empty (the default) asks nothing.
+    public private(set) var authenticationPolicy: AuthenticationPolicy = []
+
+    /// Constraints of an item's access control that keychaind enforces, with Apple's
+    /// `SecAccessControlCreateFlags` values: reading the item's data, or changing it, shows a pinentry
+    /// dialog naming the app and the item (docs/protocol.md §7.2). Items with one need a keychain
+    /// passphrase set.
+    public struct AuthenticationPolicy: OptionSet, Sendable, Hashable {
+        /// The flags as Apple numbers them.
+        public let rawValue: Int64
+        /// Flags from their raw value.
+        public init(rawValue: Int64) { self.rawValue = rawValue }
+        /// The person allows it: the keychain passphrase, or yes/no where `presenceConfirmation` says so.
+        public static let userPresence = AuthenticationPolicy(rawValue: 1 << 0)
+        /// The keychain passphrase.
+        public static let devicePasscode = AuthenticationPolicy(rawValue: 1 << 4)
+        /// Any one of the constraints.
+        public static let or = AuthenticationPolicy(rawValue: 1 << 14)
+        /// All of the constraints.
+        public static let and = AuthenticationPolicy(rawValue: 1 << 15)
+    }
     /// The connection to the daemon the calls go through.
     public let connection: KeychainConnection
 
@@ -207,28 +229,41 @@ public struct Keychain: Sendable, Equatable {
     public static func == (a: Keychain, b: Keychain) -> Bool {
         a.service == b.service && a.server == b.server && a.accessGroup == b.accessGroup
             && a.accessibility == b.accessibility
-            && a.label == b.label && a.connection === b.connection
+            && a.label == b.label && a.authenticationPolicy == b.authenticationPolicy && a.connection === b.connection
     }
 
     /// A copy bound to `group` (nil: the app's groups, with the first as default for writes).
     public func accessGroup(_ group: String?) -> Keychain {
-        Keychain(
+        var copy = Keychain(
             service: service, server: server, accessGroup: group, accessibility: accessibility, label: label,
             connection: connection)
+        copy.authenticationPolicy = authenticationPolicy
+        return copy
     }
 
     /// A copy that writes items with `accessibility`.
     public func accessibility(_ accessibility: Accessibility) -> Keychain {
-        Keychain(
+        var copy = Keychain(
             service: service, server: server, accessGroup: accessGroup, accessibility: accessibility, label: label,
             connection: connection)
+        copy.authenticationPolicy = authenticationPolicy
+        return copy
     }
 
     /// A copy that writes items with this user-visible label.
     public func label(_ label: String?) -> Keychain {
-        Keychain(
+        var copy = Keychain(
             service: service, server: server, accessGroup: accessGroup, accessibility: accessibility, label: label,
             connection: connection)
+        copy.authenticationPolicy = authenticationPolicy
+        return copy
+    }
+
+    /// A copy that writes items whose data asks the person before it is read (`[]`: asks nothing).
+    public func authenticationPolicy(_ policy: AuthenticationPolicy) -> Keychain {
+        var copy = self
+        copy.authenticationPolicy = policy
+        return copy
     }
 
     // MARK: Requests
@@ -272,6 +307,7 @@ public struct Keychain: Sendable, Equatable {
     private func written(_ data: Data) -> [String: Value] {
         var a: [String: Value] = ["v_Data": .secret(SecretBytes(data)), "pdmn": .text(accessibility.rawValue)]
         if let label { a["labl"] = .text(label) }
+        if !authenticationPolicy.isEmpty { a["accc"] = .map(["flags": .int(authenticationPolicy.rawValue)]) }
         return a
     }
 

@@ -62,10 +62,10 @@ extension StoreReader {
         }
     }
 
-    /// How many rows of one class there are and the sum of their fingerprints (streamed: no row is
+    /// How many rows of one class there are (with or without the presence bit) and the sum of their fingerprints (streamed: no row is
     /// kept in memory).
     func fingerprintSum(protectionClass: UInt8, key: SecureBytes) throws(KeychainError) -> (count: Int64, sum: Sum256) {
-        try db.withStatement("SELECT \(RowFingerprint.columns) FROM items WHERE class = ?") {
+        try db.withStatement("SELECT \(RowFingerprint.columns) FROM items WHERE class & 127 = ?") {
             (s) throws(KeychainError) in
             try s.bind(1, Int64(protectionClass))
             var count: Int64 = 0

@@ -33,20 +33,21 @@ extension StoreWriter {
         if let tracked, let old { tracked.removed(MetaFingerprint(name: name, value: old)) }
     }
 
-    /// Deletes every item of one accessibility class, with their Secret Service attribute-index
-    /// entries; returns how many rows went.
+    /// Deletes every item of one accessibility class (its rows with the presence bit too:
+    /// `ProtectionClass.presenceBit`), with their Secret Service attribute-index entries; returns how
+    /// many rows went.
     @discardableResult
     public func deleteItems(protectionClass: UInt8) throws(KeychainError) -> Int {
         let rows = try tracker()
         let going = try reader.fingerprintSum(protectionClass: protectionClass, key: rows.key)
-        let refs = try db.withStatement("SELECT ref FROM items WHERE class = ?") {
+        let refs = try db.withStatement("SELECT ref FROM items WHERE class & 127 = ?") {
             (s) throws(KeychainError) -> [[UInt8]] in
             try s.bind(1, Int64(protectionClass))
             var refs: [[UInt8]] = []
             while try s.step() { refs.append(s.blob(0)) }
             return refs
         }
-        let deleted = try db.withStatement("DELETE FROM items WHERE class = ?") { (s) throws(KeychainError) in
+        let deleted = try db.withStatement("DELETE FROM items WHERE class & 127 = ?") { (s) throws(KeychainError) in
             try s.bind(1, Int64(protectionClass))
             try s.run()
             return db.changes

@@ -3,19 +3,21 @@ public import Foundation
 // `kSecAttrAccessControl` and the calls that build its value, so that wrappers which create access
 // control on every platform (KeychainAccess, Valet, keychain-swift do, outside any `#if`) compile.
 //
-// keychaind cannot ask for user presence, a passcode or biometry, so such constraints never reach it:
-// creating the object succeeds — a wrapper that sets the key to a nil object would silently store the
-// item without the protection it asked for — and every SecItem call carrying one with constraints is
-// `errSecUnimplemented`, naming `kSecAttrAccessControl`. One without constraints (flags `[]`) only
-// names a protection class, and is sent as that `kSecAttrAccessible`.
+// keychaind asks the person (through pinentry) before an item whose access control says
+// `.userPresence` or `.devicePasscode` (alone, or joined by `.or` / `.and`) has its data read or
+// changed. Creating the object always succeeds; the daemon judges its constraints when a SecItem
+// call carries it: biometry, a watch, an application password or private-key usage are
+// `errSecUnimplemented`, naming them. One without constraints (flags `[]`) only names a protection
+// class, and is sent as that `kSecAttrAccessible`.
 
-/// The item's access control (a `SecAccessControl`): any SecItem call that carries one with constraints
-/// is `errSecUnimplemented`, since keychaind cannot require user presence or biometry; one without
-/// constraints is its protection class, as `kSecAttrAccessible`.
+/// The item's access control (a `SecAccessControl`): with `.userPresence` / `.devicePasscode`,
+/// reading the item's data asks the person; other constraints are `errSecUnimplemented`; one
+/// without constraints is its protection class, as `kSecAttrAccessible`. Returned in an item's
+/// attributes (`kSecReturnAttributes`) when it has one.
 nonisolated(unsafe) public let kSecAttrAccessControl: CFString = SecConstant("accc")
 
-/// Apple's access-control object: what `SecAccessControlCreateWithFlags` was given. A SecItem call
-/// accepts it only without constraints (as its `kSecAttrAccessible`); else `errSecUnimplemented`.
+/// Apple's access-control object: what `SecAccessControlCreateWithFlags` was given, sent with the
+/// item as `kSecAttrAccessControl` (docs/protocol.md, "Access control").
 public final class SecAccessControl: NSObject, @unchecked Sendable {
     /// The protection class asked for, one of the `kSecAttrAccessible…` values.
     let protection: String?
@@ -61,7 +63,7 @@ public struct SecAccessControlCreateFlags: OptionSet, Sendable {
 
 // swift-format-ignore: AlwaysUseLowerCamelCase
 /// Creates an access-control object, with Apple's signature. It always succeeds (`error` is left
-/// alone); a SecItem call that carries the object with constraints is `errSecUnimplemented`.
+/// alone); the daemon judges its constraints when a SecItem call carries it.
 public func SecAccessControlCreateWithFlags(
     _ allocator: CFAllocator?, _ protection: CFTypeRef, _ flags: SecAccessControlCreateFlags,
     _ error: UnsafeMutablePointer<Unmanaged<CFError>?>?

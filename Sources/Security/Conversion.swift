@@ -43,10 +43,9 @@ enum Conversion {
         "persistref": "a query names an item with kSecValuePersistentRef",
     ]
 
-    /// Why kSecAttrAccessControl with constraints is `errSecUnimplemented` (it is never sent).
+    /// Why a kSecAttrAccessControl value that is no `SecAccessControl` is refused.
     private static let accessControlRefused =
-        "kSecAttrAccessControl (\"accc\") with constraints (user presence, biometry, a passcode) is not supported:"
-        + " keychaind cannot ask for them; protect the item with kSecAttrAccessible instead"
+        "kSecAttrAccessControl (\"accc\") must be a SecAccessControl made by SecAccessControlCreateWithFlags"
 
     /// A SecItem dictionary as a wire map. `what` names the argument in error messages.
     static func map(_ dictionary: NSDictionary, what: String) throws(KeychainError) -> [String: Value] {
@@ -62,13 +61,23 @@ enum Conversion {
                 continue
             }
             if key == "accc" {
-                // No constraints: only a protection class, which is what kSecAttrAccessible says.
-                guard let control = v as? SecAccessControl, control.flags.isEmpty, let protection = control.protection
-                else { throw KeychainError(.unimplemented, accessControlRefused) }
+                guard let control = v as? SecAccessControl else { throw .param(accessControlRefused) }
                 if dictionary.object(forKey: "pdmn") != nil {
                     throw .param("kSecAttrAccessControl and kSecAttrAccessible cannot both be given")
                 }
-                out["pdmn"] = .text(protection)
+                if control.flags.isEmpty {
+                    // No constraints: only a protection class, which is what kSecAttrAccessible says.
+                    guard let protection = control.protection else {
+                        throw .param("kSecAttrAccessControl (\"accc\") names no protection class")
+                    }
+                    out["pdmn"] = .text(protection)
+                } else {
+                    // Constraints: the daemon judges them (user presence and the passcode are asked
+                    // for; biometry, a watch, an application password are errSecUnimplemented).
+                    var wire: [String: Value] = ["flags": .int(Int64(truncatingIfNeeded: control.flags.rawValue))]
+                    if let protection = control.protection { wire["pdmn"] = .text(protection) }
+                    out["accc"] = .map(wire)
+                }
                 continue
             }
             if let why = unsupportedKeys[key] { throw .param("\(displayName(key)) is not supported: \(why)") }
@@ -274,6 +283,9 @@ enum Conversion {
         case _ where dateKeys.contains(key):
             if case .date = value { return true }
             return false
+        case "accc":
+            if case .map(let m) = value, case .int? = m["flags"] { return true }
+            return false
         default: return nil
         }
     }
@@ -294,6 +306,12 @@ enum Conversion {
     static func dictionary(_ m: [String: Value]) -> [String: Any] {
         var out: [String: Any] = [:]
         for (k, v) in m { out[k] = swiftValue(v) }
+        // An item's access control comes back as the object it was made as, as on Apple platforms.
+        if case .map(let control)? = m["accc"], case .int(let flags)? = control["flags"] {
+            out["accc"] = SecAccessControl(
+                protection: m["pdmn"]?.text,
+                flags: SecAccessControlCreateFlags(rawValue: CFOptionFlags(truncatingIfNeeded: flags)))
+        }
         return out
     }
 

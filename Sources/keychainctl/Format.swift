@@ -92,7 +92,8 @@ enum Human {
         ("svce", "service"), ("srvr", "server"), ("ptcl", "protocol"), ("port", "port"), ("path", "path"),
         ("sdmn", "security domain"), ("atyp", "authentication type"), ("acct", "account"), ("agrp", "access group"),
         ("labl", "label"),
-        ("desc", "description"), ("icmt", "comment"), ("pdmn", "accessible"), ("sync", "synchronizable"),
+        ("desc", "description"), ("icmt", "comment"), ("pdmn", "accessible"), ("accc", "access control"),
+        ("sync", "synchronizable"),
         ("invi", "invisible"), ("nega", "negative"), ("crtr", "creator"), ("type", "type"), ("gena", "generic"),
         ("cdat", "created"), ("mdat", "modified"),
     ]
@@ -163,9 +164,20 @@ enum Human {
             return "<\(b.count) bytes> " + Base64.encode(b)
         case .float(let d): return String(d)
         case .array(let a): return a.map { text($0, key: key) }.joined(separator: ", ")
-        case .map: return JSON.encode(v)
+        case .map(let m):
+            if key == "accc", case .int(let flags)? = m["flags"] { return accessControl(flags) }
+            return JSON.encode(v)
         case .null: return "-"
         }
+    }
+
+    /// An item's access control (Apple's SecAccessControlCreateFlags): what reading its data asks for.
+    static func accessControl(_ flags: Int64) -> String {
+        var names: [String] = []
+        if flags & (1 << 4) != 0 { names.append("devicePasscode") }
+        if flags & 1 != 0 { names.append("userPresence") }
+        let joined = names.joined(separator: flags & (1 << 14) != 0 ? " or " : " and ")
+        return "\(joined) (reading the data needs the person's presence)"
     }
 
     /// A four-character code when the 32-bit value is four printable ASCII bytes.

@@ -157,6 +157,24 @@ final class ClientKeychainTests: SharedConnectionTestCase {
         XCTAssertEqual(try shared.string(forKey: "k"), "v2")
     }
 
+    /// An authentication policy travels with the item as its access control (the dialogs it brings
+    /// are clients/python/tests/test_presence.py's); it needs a keychain passphrase, none is set here.
+    func testAnAuthenticationPolicyIsSentAsTheItemsAccessControl() throws {
+        let guarded = Keychain(service: "com.example.presence").authenticationPolicy([
+            .userPresence, .or, .devicePasscode,
+        ])
+        XCTAssertEqual(
+            guarded.label("x").accessibility(.whenUnlockedThisDeviceOnly).authenticationPolicy,
+            [.userPresence, .or, .devicePasscode])
+        XCTAssertNotEqual(guarded, Keychain(service: "com.example.presence"))
+        XCTAssertThrowsError(try guarded.set("v", forKey: "k")) { error in
+            let e = error as? KeychainError
+            XCTAssertEqual(e?.status, .authFailed)
+            XCTAssertTrue(e?.message.contains("passphrase") == true, "\(error)")
+        }
+        XCTAssertNil(try Keychain(service: "com.example.presence").string(forKey: "k"), "nothing was stored")
+    }
+
     func testAsyncVariantsFromManyTasks() async throws {
         let keychain = Keychain(service: "com.example.async")
         try await withThrowingTaskGroup(of: Void.self) { group in

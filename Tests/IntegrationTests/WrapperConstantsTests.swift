@@ -278,8 +278,9 @@ final class WrapperConstantsTests: SharedConnectionTestCase {
         assertOneLine(lastMessage(errSecMissingEntitlement), contains: "agrp")
     }
 
-    /// Access control compiles as the wrappers write it, and no call carrying it stores anything.
-    func testAccessControlCompilesAndEveryCallCarryingConstraintsIsErrSecUnimplemented() throws {
+    /// Access control compiles as the wrappers write it, and no call carrying a constraint keychaind
+    /// cannot enforce (biometry) stores anything.
+    func testAccessControlCompilesAndUnsupportedConstraintsAreErrSecUnimplemented() throws {
         XCTAssertEqual(kSecAttrAccessControl as String, "accc")
         XCTAssertEqual(SecAccessControlCreateFlags.userPresence.rawValue, 1 << 0)
         XCTAssertEqual(SecAccessControlCreateFlags.biometryAny, .touchIDAny)
@@ -308,12 +309,17 @@ final class WrapperConstantsTests: SharedConnectionTestCase {
         add[kSecValueData as String] = Data("pw".utf8)
         XCTAssertEqual(SecItemAdd(add as CFDictionary, nil), errSecUnimplemented)
         assertOneLine(lastMessage(errSecUnimplemented), contains: "kSecAttrAccessControl")
+        assertOneLine(lastMessage(errSecUnimplemented), contains: "biometryCurrentSet")
         XCTAssertEqual(SecItemCopyMatching(query as CFDictionary, nil), errSecUnimplemented)
         XCTAssertEqual(SecItemDelete(query as CFDictionary), errSecUnimplemented)
-        let attributes: [String: Any] = [kSecAttrAccessControl as String: control]
+        let biometry: [String: Any] = [
+            kSecAttrAccessControl as String: SecAccessControlCreateWithFlags(
+                nil, kSecAttrAccessibleWhenUnlocked, .biometryAny, nil)!
+        ]
         query[kSecAttrAccessControl as String] = nil
-        XCTAssertEqual(SecItemUpdate(query as CFDictionary, attributes as CFDictionary), errSecUnimplemented)
+        XCTAssertEqual(SecItemUpdate(query as CFDictionary, biometry as CFDictionary), errSecUnimplemented)
         XCTAssertEqual(SecItemCopyMatching(query as CFDictionary, nil), errSecItemNotFound, "nothing was stored")
+        let attributes: [String: Any] = [kSecAttrAccessControl as String: control]
         XCTAssertTrue((attributes[kSecAttrAccessControl as String] as! SecAccessControl) === control)
 
         // Without constraints an access control only names a protection class: it is that
@@ -335,6 +341,13 @@ final class WrapperConstantsTests: SharedConnectionTestCase {
         plainAdd[kSecAttrAccount as String] = "both"
         plainAdd[kSecAttrAccessible as String] = kSecAttrAccessibleWhenUnlocked
         XCTAssertEqual(SecItemAdd(plainAdd as CFDictionary, nil), errSecParam, "both keys at once")
+        // .userPresence travels with the item, for the daemon to ask the person when it is read
+        // (clients/python/tests/test_presence.py); it needs a keychain passphrase, and none is set here.
+        plainAdd[kSecAttrAccessible as String] = nil
+        plainAdd[kSecAttrAccessControl as String] = control
+        plainAdd[kSecAttrAccount as String] = "presence"
+        XCTAssertEqual(SecItemAdd(plainAdd as CFDictionary, nil), errSecAuthFailed)
+        assertOneLine(lastMessage(errSecAuthFailed), contains: "passphrase")
 
         let cfError: CFError = NSError(
             domain: NSOSStatusErrorDomain, code: Int(errSecParam), userInfo: [NSLocalizedDescriptionKey: "bad"])

@@ -50,7 +50,7 @@ func withItemKey<R>(
         throw KeychainError(.decode, "item key of no known layout")
     }
     let ad = ItemCodec.associatedData(
-        ref: row.ref, protection: protection, part: .itemKey, uniqueIndex: row.keyIndex, sealing: sealing)
+        ref: row.ref, column: row.protectionClass, part: .itemKey, uniqueIndex: row.keyIndex, sealing: sealing)
     return try classKey.withUnsafeBytes { (ck) throws(KeychainError) -> R in
         try withBytes(ad) { (a) throws(KeychainError) -> R in
             try AEAD.withOpenedKey(row.itemKey, key: ck, ad: a, what: "item key", sealing: sealing, body)
@@ -143,13 +143,12 @@ struct RotationTests {
             for old in older {
                 let now = try #require(current.first { $0.ref == old.ref })
                 #expect(now.secret != old.secret && now.attributes != old.attributes && now.itemKey != old.itemKey)
-                let protection = ProtectionClass(rawValue: old.protectionClass)!
                 let results = try withItemKey(old, attacker) { (ik) -> (secret: Status, attributes: Status) in
                     let sealing = ItemSealing(sealedItemKey: now.itemKey)!
                     let secretAD = ItemCodec.associatedData(
-                        ref: now.ref, protection: protection, part: .secret, sealing: sealing)
+                        ref: now.ref, column: old.protectionClass, part: .secret, sealing: sealing)
                     let attributesAD = ItemCodec.associatedData(
-                        ref: now.ref, protection: protection, part: .attributes, sealing: sealing)
+                        ref: now.ref, column: old.protectionClass, part: .attributes, sealing: sealing)
                     let s = status {
                         try secretAD.withUnsafeBytes { (a) throws(KeychainError) in
                             try AEAD.open(now.secret, key: ik, ad: a, what: "secret", sealing: sealing)

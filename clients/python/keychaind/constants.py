@@ -89,6 +89,32 @@ kSecAttrAccessibleWhenUnlockedThisDeviceOnly = "aku"
 kSecAttrAccessibleAfterFirstUnlockThisDeviceOnly = "cku"
 kSecAttrAccessibleAlwaysThisDeviceOnly = "dku"
 
+# Access control (protocol.md §7.2): kSecAttrAccessControl's value is a dict,
+# {"flags": SecAccessControlCreateFlags, "pdmn": an accessibility value (optional)};
+# SecAccessControlCreateWithFlags(protection, flags) builds one.
+kSecAttrAccessControl = "accc"
+kSecAccessControlUserPresence = 1 << 0
+kSecAccessControlDevicePasscode = 1 << 4
+kSecAccessControlOr = 1 << 14
+kSecAccessControlAnd = 1 << 15
+
+
+def SecAccessControlCreateWithFlags(protection, flags):
+    """An access-control value as keychaind takes it: reading the item's data asks the person
+    (.userPresence, .devicePasscode; other flags are errSecUnimplemented)."""
+    control = {"flags": int(flags)}
+    if protection is not None:
+        control["pdmn"] = protection
+    return control
+
+
+# Authentication UI (protocol.md §7): whether keychaind may ask the person
+kSecUseAuthenticationUI = "u_AuthUI"
+kSecUseAuthenticationUIAllow = "u_AuthUIA"
+kSecUseAuthenticationUIFail = "u_AuthUIF"
+kSecUseAuthenticationUISkip = "u_AuthUIS"
+kSecUseNoAuthenticationUI = "u_NoAuthUI"
+
 # Values
 kSecValueData = "v_Data"
 kSecValuePersistentRef = "v_PersistentRef"
@@ -112,6 +138,7 @@ noErr = 0
 errSecSuccess = 0
 errSecUnimplemented = -4
 errSecIO = -36
+errSecUserCanceled = -128
 errSecParam = -50
 errSecAllocate = -108
 errSecNotAvailable = -25291
@@ -130,6 +157,7 @@ STATUS_NAMES = {
     0: "errSecSuccess",
     -4: "errSecUnimplemented",
     -36: "errSecIO",
+    -128: "errSecUserCanceled",
     -50: "errSecParam",
     -108: "errSecAllocate",
     -25291: "errSecNotAvailable",
@@ -149,6 +177,7 @@ STATUS_MESSAGES = {
     0: "No error.",
     -4: "Function or operation not implemented.",
     -36: "I/O error.",
+    -128: "User canceled the operation.",
     -50: "One or more parameters passed to a function were not valid.",
     -108: "Failed to allocate memory.",
     -25291: "No keychain is available.",
@@ -177,4 +206,5 @@ def SecCopyErrorMessageString(status: int, reserved=None) -> str:
 
 __all__ = [name for name in dir() if name.startswith(("kSec", "kCF", "errSec"))] + [
     "noErr", "status_name", "SecCopyErrorMessageString", "STATUS_NAMES", "STATUS_MESSAGES",
+    "SecAccessControlCreateWithFlags",
 ]

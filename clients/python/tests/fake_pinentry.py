@@ -5,7 +5,9 @@ expects it, with no window.
 Copied into a test's directory (as the config's pinentryProgram); beside itself it reads
 `answers.json`, a list consumed one GETPIN at a time — {"pin": "..."} answers with that passphrase,
 "cancel" with pinentry's cancel error (GPG_ERR_CANCELED, 83886179), "timeout" with its timeout error
-(GPG_ERR_TIMEOUT, 83886142), {"hold": PATH} shows the dialog until PATH exists, then cancels — and appends every command it gets (never a pin: it sends them) to
+(GPG_ERR_TIMEOUT, 83886142), {"hold": PATH} shows the dialog until PATH exists, then cancels; a
+CONFIRM (yes/no dialog) takes the next answer too: "yes" is OK, "no" pinentry's not-confirmed error
+(GPG_ERR_NOT_CONFIRMED, 83886194), "cancel" and "timeout" as above — and appends every command it gets (never a pin: it sends them) to
 `pinentry.log`, one per line, with `DISPLAY=` / `WAYLAND_DISPLAY=` of its environment first.
 """
 import json
@@ -60,6 +62,16 @@ for raw in sys.stdin:
         else:
             send("D " + escape(answer["pin"]))
             send("OK")
+    elif command == "CONFIRM":
+        answer = next_answer()
+        if answer == "yes":
+            send("OK")
+        elif answer == "no":
+            send("ERR 83886194 Not confirmed <Pinentry>")
+        elif answer == "timeout":
+            send("ERR 83886142 Timeout <Pinentry>")
+        else:
+            send("ERR 83886179 Operation cancelled <Pinentry>")
     elif command == "BYE":
         send("OK closing connection")
         break
