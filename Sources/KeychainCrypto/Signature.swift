@@ -15,16 +15,9 @@ public enum Signature {
 
     /// A fresh key pair: the public key in a plain array, the secret key in guarded memory.
     public static func keyPair() throws(KeychainError) -> (publicKey: [UInt8], secretKey: SecureBytes) {
-        Sodium.ensureInitialized()
-        var pk = [UInt8](repeating: 0, count: publicKeyBytes)
-        var sk = [UInt8](repeating: 0, count: secretKeyBytes)
-        defer { Sodium.zero(&sk) }
-        let rc = pk.withUnsafeMutableBufferPointer { p in
-            sk.withUnsafeMutableBufferPointer { s in crypto_sign_ed25519_keypair(p.baseAddress!, s.baseAddress!) }
+        try Sodium.keyPair(publicKeyBytes: publicKeyBytes, secretKeyBytes: secretKeyBytes, what: "a signing key pair") {
+            crypto_sign_ed25519_keypair($0, $1)
         }
-        guard rc == 0 else { throw KeychainError(.internal, "cannot make a signing key pair") }
-        let secret = try withBytes(sk) { (b) throws(KeychainError) in try SecureBytes(copying: b) }
-        return (pk, secret)
     }
 
     /// The public key of a secret key (its last 32 bytes, as libsodium lays it out).

@@ -1,4 +1,6 @@
 import CSodium
+import KeychainCore
+import KeychainSystem
 
 /// libsodium's one-time initialisation. `sodium_malloc` before `sodium_init` aborts the process, so every
 /// entry point of this module that touches libsodium calls `Sodium.ensureInitialized()` first.
@@ -30,6 +32,25 @@ public enum Sodium {
     }
 
     /// `count` bytes from libsodium's CSPRNG, in a plain array (not wiped when freed).
+    /// A fresh key pair made by `generate` (one of libsodium's `…_keypair` calls, given the public
+    /// and the secret key's buffers of these lengths): the public key in a plain array, the secret
+    /// key in guarded memory (the temporary copy zeroed). `what` names the pair in the error.
+    static func keyPair(
+        publicKeyBytes: Int, secretKeyBytes: Int, what: String,
+        _ generate: (UnsafeMutablePointer<UInt8>, UnsafeMutablePointer<UInt8>) -> Int32
+    ) throws(KeychainError) -> (publicKey: [UInt8], secretKey: SecureBytes) {
+        ensureInitialized()
+        var pk = [UInt8](repeating: 0, count: publicKeyBytes)
+        var sk = [UInt8](repeating: 0, count: secretKeyBytes)
+        defer { zero(&sk) }
+        let rc = pk.withUnsafeMutableBufferPointer { p in
+            sk.withUnsafeMutableBufferPointer { s in generate(p.baseAddress!, s.baseAddress!) }
+        }
+        guard rc == 0 else { throw KeychainError(.internal, "cannot make \(what)") }
+        let secret = try withBytes(sk) { (b) throws(KeychainError) in try SecureBytes(copying: b) }
+        return (pk, secret)
+    }
+
     public static func randomBytes(_ count: Int) -> [UInt8] {
         var out = [UInt8](repeating: 0, count: count)
         out.withUnsafeMutableBytes { randomFill($0) }

@@ -1,7 +1,7 @@
 // The item-store fixture shared by the tests of KeychainItems and of the Secret Service: a keychain in
 // a temporary directory and shorthands for items and queries.
 
-import Foundation
+public import Foundation
 public import KeychainCore
 public import KeychainCrypto
 public import KeychainItems
@@ -137,6 +137,11 @@ public func bytes(_ s: String) -> Value { .bytes(Array(s.utf8)) }
 
 /// Runs `body(threadIndex)` on `count` new threads at once and waits for all of them.
 public func onThreads(_ count: Int, _ body: @escaping @Sendable (Int) -> Void) {
+    startThreads(count, body).wait()
+}
+
+/// Starts `count` threads running `body(index)`; the returned group is left when all have finished.
+public func startThreads(_ count: Int, _ body: @escaping @Sendable (Int) -> Void) -> DispatchGroup {
     let group = DispatchGroup()
     for t in 0..<count {
         group.enter()
@@ -145,7 +150,7 @@ public func onThreads(_ count: Int, _ body: @escaping @Sendable (Int) -> Void) {
             group.leave()
         }
     }
-    group.wait()
+    return group
 }
 
 /// A passphrase as the item service takes it.

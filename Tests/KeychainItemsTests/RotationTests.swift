@@ -58,19 +58,6 @@ func withItemKey<R>(
     }
 }
 
-/// Starts `count` threads running `body(index)`; the returned group is left when all have finished.
-func startThreads(_ count: Int, _ body: @escaping @Sendable (Int) -> Void) -> DispatchGroup {
-    let group = DispatchGroup()
-    for t in 0..<count {
-        group.enter()
-        Thread.detachNewThread {
-            body(t)
-            group.leave()
-        }
-    }
-    return group
-}
-
 let masterCodes = ["ak", "ck", "aku", "cku", "akpu"]
 
 /// Setting or changing the passphrase rotates the master-protected class keys and re-wraps every
