@@ -31,7 +31,6 @@ public enum Sodium {
         randombytes_buf(base, buffer.count)
     }
 
-    /// `count` bytes from libsodium's CSPRNG, in a plain array (not wiped when freed).
     /// A fresh key pair made by `generate` (one of libsodium's `…_keypair` calls, given the public
     /// and the secret key's buffers of these lengths): the public key in a plain array, the secret
     /// key in guarded memory (the temporary copy zeroed). `what` names the pair in the error.
@@ -51,6 +50,7 @@ public enum Sodium {
         return (pk, secret)
     }
 
+    /// `count` bytes from libsodium's CSPRNG, in a plain array (not wiped when freed).
     public static func randomBytes(_ count: Int) -> [UInt8] {
         var out = [UInt8](repeating: 0, count: count)
         out.withUnsafeMutableBytes { randomFill($0) }
