@@ -1,6 +1,7 @@
 import Foundation
 import KeychainCore
 import KeychainCrypto
+import KeychainItemsTestSupport
 import KeychainSystem
 import Testing
 
