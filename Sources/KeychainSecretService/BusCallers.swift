@@ -109,7 +109,13 @@ extension SecretService {
             known.decision = decision
             known.registered = registered
             known.generation = generation
-            known.foreign.removeAll()  // who it is may have changed: nothing it was allowed carries over
+            // Who it is may have changed: no grant carries over (what its searches listed stays
+            // nameable while it is a registered app, locked).
+            if registered {
+                for path in known.foreign.keys { known.foreign[path]?.grant = nil }
+            } else {
+                known.foreign.removeAll()
+            }
         }
         return known
     }
