@@ -186,10 +186,16 @@ def test_another_apps_user_presence_item_is_not_offered(fresh, pinentry):  # noq
     from test_presence import presence_daemon
     d, _, service = presence_daemon(fresh, pinentry, secretServiceForeignItems="confirm")
     tool_b = d._copy(SECRET_TOOL, "tool-b")
-    d._app("b", "T.b", ["T.b"], [tool_b], system=True, secret_service=True)
+    python_b = d._copy(interpreter(), "python-b")
+    d._app("b", "T.b", ["T.b"], [tool_b, python_b], system=True, secret_service=True)
     os.kill(d.process.pid, signal.SIGHUP)
     wait_for("the second reload", lambda: d.log_path.read_text(errors="replace").count("apps reloaded why=SIGHUP") >= 2)
     pinentry.answer("yes")
     looked = d.run([tool_b, "lookup", "service", service, "account", "a"])
     assert looked.returncode != 0 and looked.stdout == b"", looked
+    # Not even listed: such an item is never served on the bus, so nobody is asked about it.
+    found = d.python(python_b, SCRIPT_HEAD + f"""
+print(json.dumps(call(ROOT, SERVICE, "SearchItems", "a{{ss}}", ({{"service": {service!r}}},))))
+""")
+    assert found == [[], []]
     assert pinentry.lines() == []
