@@ -109,13 +109,9 @@ extension SecretService {
             known.decision = decision
             known.registered = registered
             known.generation = generation
-            // Who it is may have changed: no grant carries over (what its searches listed stays
-            // nameable while it is a registered app, locked).
-            if registered {
-                for path in known.foreign.keys { known.foreign[path]?.grant = nil }
-            } else {
-                known.foreign.removeAll()
-            }
+            // Who it is may have changed: a grant holds only for the app it was given to
+            // (SecretService.grantedGroup), and a caller that is no registered app names nothing.
+            if !registered { known.foreign.removeAll() }
         }
         return known
     }

@@ -13,9 +13,10 @@ struct ForeignItem {
     let id: [UInt8]
     /// The attributes of the search that listed it: what a locked foreign item shows.
     var matched: SecretServiceAttributes
-    /// The group the person allowed it from, and the keychain's lock count then: the grant holds
-    /// while the keychain has not locked since.
-    var grant: (group: String, locks: Int)?
+    /// The group the person allowed it from, the keychain's lock count then, and the app it was
+    /// allowed to: the grant holds while the keychain has not locked since and the connection is
+    /// still that app.
+    var grant: (group: String, locks: Int, app: String)?
 }
 
 /// Other apps' items on the bus, confirmed per item (docs/secret-service.md, "Other apps' items").
@@ -39,7 +40,8 @@ extension SecretService {
 
     /// The group a foreign item was granted from, while the grant holds.
     func grantedGroup(_ known: BusCaller, _ path: String) -> String? {
-        guard let grant = known.foreign[path]?.grant, grant.locks == items.lockCount, items.secretServiceUnlocked
+        guard let grant = known.foreign[path]?.grant, grant.locks == items.lockCount, items.secretServiceUnlocked,
+            known.registered, case .success(let caller) = known.decision, caller.applicationIdentifier == grant.app
         else { return nil }
         return grant.group
     }
@@ -181,6 +183,7 @@ extension SecretService {
         }
         prompts[path]?.named = named
         prompts[path]?.locksWhenAsked = items.lockCount
+        prompts[path]?.askedFor = app
         asking = path
         Log.info(
             "secret service: asking to allow another app's item",
@@ -210,14 +213,16 @@ extension SecretService {
     /// keychain locked meanwhile (then the prompt is dismissed) — and the prompt completes.
     func foreignAllowed(_ path: String) {
         guard let p = prompts.removeValue(forKey: path) else { return }
-        guard let known = callers[p.owner], p.locksWhenAsked == items.lockCount, items.secretServiceUnlocked else {
+        guard let known = callers[p.owner], p.locksWhenAsked == items.lockCount, items.secretServiceUnlocked,
+            known.registered, case .success(let caller) = known.decision, caller.applicationIdentifier == p.askedFor
+        else {
             Log.info("secret service: a yes came after the keychain locked; nothing granted", [("prompt", path)])
             complete(path, p, dismissed: true)
             return
         }
         var granted: [String] = []
         for (foreignPath, group) in p.named.sorted(by: { $0.key < $1.key }) where known.foreign[foreignPath] != nil {
-            known.foreign[foreignPath]?.grant = (group, p.locksWhenAsked)
+            known.foreign[foreignPath]?.grant = (group, p.locksWhenAsked, p.askedFor)
             granted.append(foreignPath)
         }
         Log.info("secret service: another app's item allowed", [("prompt", path), ("items", String(granted.count))])

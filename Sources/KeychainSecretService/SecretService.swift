@@ -353,7 +353,9 @@ struct PendingPrompt {
     var foreign: [String] = []
     /// The passphrase part is done (or was not needed): the yes/no dialog is next.
     var confirming = false
-    /// What the yes/no dialog named: each foreign path's group, and the lock count it was shown at.
+    /// What the yes/no dialog named: each foreign path's group, the lock count it was shown at, and
+    /// the app it named.
     var named: [String: String] = [:]
     var locksWhenAsked = 0
+    var askedFor = ""
 }

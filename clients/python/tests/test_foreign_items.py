@@ -63,6 +63,19 @@ def test_secret_tool_of_another_app_is_asked_about_and_gets_the_secret_after_yes
     assert pinentry.count("CONFIRM") == 1
 
 
+def test_on_a_locked_keychain_the_passphrase_comes_first_then_the_yes_or_no(fresh, pinentry):  # noqa: F811
+    d, _, tool_b, _, service = two_apps(fresh, pinentry)
+    assert d.run([d.keychainctl, "lock"]).returncode == 0
+    pinentry.answer({"pin": PASSPHRASE}, "yes")
+    looked = d.run([tool_b, "lookup", "service", service, "account", "alice"])
+    assert looked.returncode == 0 and looked.stdout == b"a-secret", (pinentry.lines(), d.log_text()[-3000:])
+    assert pinentry.count("GETPIN") == 1 and pinentry.count("CONFIRM") == 1
+    unlock, confirm = pinentry.argument("SETDESC")
+    assert "T.b" in unlock and "other apps" in unlock
+    assert "T.b" in confirm and "access group T.a" in confirm
+    assert not d.locked()
+
+
 @pytest.mark.parametrize("answer", ["cancel", "no"])
 def test_a_denied_confirmation_gives_nothing(fresh, pinentry, answer):  # noqa: F811
     d, _, tool_b, _, service = two_apps(fresh, pinentry)
