@@ -162,6 +162,21 @@ out["after"] = {{
     "label_set": error(item, PROPS, "Set", "ssv", (ITEM, "Label", ("s", "changed"))),
     "attributes_set": error(item, PROPS, "Set", "ssv", (ITEM, "Attributes", ("a{{ss}}", {{"service": "x"}}))),
 }}
+# Another connection of the same app: the grant is not its own, and the path is not even nameable
+# until its own search lists it.
+other = open_dbus_connection(bus="SESSION")
+def other_call(path, interface, member, signature=None, body=()):
+    msg = new_method_call(DBusAddress(path, bus_name="org.freedesktop.secrets", interface=interface), member, signature, body)
+    return unwrap_msg(other.send_and_get_reply(msg, timeout=120))
+other_session = other_call(ROOT, SERVICE, "OpenSession", "sv", ("plain", ("s", "")))[1]
+def other_error(*args):
+    try:
+        other_call(*args)
+    except DBusErrorResponse as e:
+        return e.name
+out["other"] = {{"unlisted": other_error(item, ITEM, "GetSecret", "o", (other_session,))}}
+out["other"]["search"] = [len(x) for x in other_call(ROOT, SERVICE, "SearchItems", "a{{ss}}", (query,))]
+out["other"]["listed"] = other_error(item, ITEM, "GetSecret", "o", (other_session,))
 kc = {str(d.keychainctl)!r}
 subprocess.run([kc, "lock"], check=True)
 subprocess.run([kc, "unlock", "--passphrase-file", {str(pw)!r}], check=True)
@@ -189,6 +204,8 @@ print(json.dumps(out))
     # Read-only: no write of A's item, even after the yes.
     assert after["delete"] == after["set"] == after["label_set"] == after["attributes_set"] == \
         "org.freedesktop.DBus.Error.AccessDenied"
+    assert out["other"] == {"unlisted": "org.freedesktop.DBus.Error.UnknownObject", "search": [0, 1],
+                            "listed": "org.freedesktop.Secret.Error.IsLocked"}
     # The keychain locked: the grant is gone, the item is locked again for B.
     assert out["relocked"] == {"get": "org.freedesktop.Secret.Error.IsLocked", "search": [0, 1], "locked": True}
     assert pinentry.count("CONFIRM") == 1
