@@ -42,6 +42,9 @@ public struct Settings: Sendable {
     public var secretService = false
     /// What processes that are not registered apps get on the bus: the shared collection or a refusal.
     public var secretServiceUnregistered: AccessPolicy.UnregisteredBusCallers = .shared
+    /// What a registered app's bus search does with other groups' items: nothing (`refuse`), or lists
+    /// them locked for a per-item confirmation (`confirm`; docs/secret-service.md).
+    public var secretServiceForeignItems: AccessPolicy.ForeignBusItems = .refuse
     /// Lock the keychain when logind says one of the user's sessions locked, and before the machine
     /// sleeps (`lockWithSession`; SessionLock.swift in KeychainSecretService). Off in a build from
     /// source; the Debian package builds with `-DKEYCHAIND_LOCK_WITH_SESSION` (debian/rules), so on.
@@ -184,7 +187,7 @@ extension Settings {
         "socket", "dataDirectory", "maxFrameBytes", "maxConnections",
         "idleTimeoutSeconds", "autoLockSeconds", "maxUnlockedSeconds", "kdfProfile", "lookupCacheEntries",
         "maxBufferedBytes", "logLevel",
-        "secretService", "secretServiceUnregistered", "lockWithSession", "pinentryProgram",
+        "secretService", "secretServiceUnregistered", "secretServiceForeignItems", "lockWithSession", "pinentryProgram",
         "pinentryTimeoutSeconds", "syncFolder", "presenceConfirmation", "presenceReuseSeconds",
     ]
 
@@ -234,6 +237,13 @@ extension Settings {
                         file: path, reason: "\"secretServiceUnregistered\" must be shared or refuse")
                 }
                 secretServiceUnregistered = mode
+            case "secretServiceForeignItems":
+                let name = try JSONFile.string(value, key: key, file: path)
+                guard let mode = AccessPolicy.ForeignBusItems(rawValue: name) else {
+                    throw ConfigurationError(
+                        file: path, reason: "\"secretServiceForeignItems\" must be refuse or confirm")
+                }
+                secretServiceForeignItems = mode
             case "lockWithSession":
                 guard JSONFile.isBool(value), let b = value as? Bool else {
                     throw ConfigurationError(file: path, reason: "\"lockWithSession\" must be true or false")

@@ -66,6 +66,8 @@ public struct Options: Sendable {
         logLevel, secretService (false), syncFolder (none: no sync; docs/sync.md),
         secretServiceUnregistered (shared: processes that are not registered apps share one collection, the
         access group secret-service, as on every desktop today; refuse: only registered apps are served),
+        secretServiceForeignItems (refuse; confirm: a registered app's bus search also lists other apps' items,
+        locked; once the person allows one in a yes/no dialog, that connection may read it until the keychain locks),
         lockWithSession (\(Settings.lockWithSessionDefault) in this build; true in the Debian package: lock when
         logind says a session of the user locked, and before the machine sleeps).
 

@@ -197,4 +197,14 @@ extension AccessPolicy {
         /// Nothing: errors naming the reason and how to register.
         case refuse
     }
+
+    /// What a registered app's bus search does with matching items of groups that are not its own
+    /// (`secretServiceForeignItems` in keychaind.json).
+    public enum ForeignBusItems: String, Sendable, CaseIterable {
+        /// It never sees them: a search, a path, a read of another group's item finds nothing.
+        case refuse
+        /// A search also lists them, locked; `Unlock` of one asks the person (a yes/no dialog naming
+        /// the app and the item), and a yes lets that bus connection read it until the keychain locks.
+        case confirm
+    }
 }

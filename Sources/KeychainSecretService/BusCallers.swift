@@ -17,6 +17,9 @@ final class BusCaller {
     var registered: Bool
     /// The attributes of its last SearchItems, as a prompt shows them (what it asked for).
     var lastSearch: String?
+    /// Other groups' items its searches listed, by path (`secretServiceForeignItems` "confirm";
+    /// SecretService+Foreign.swift): only these foreign paths resolve for it, and a grant is here.
+    var foreign: [String: ForeignItem] = [:]
     /// The caller's collections: one per access group, the first named `login` (the `default`
     /// alias), the others after their group.
     private(set) var collections: [Collection]
@@ -106,6 +109,9 @@ extension SecretService {
             known.decision = decision
             known.registered = registered
             known.generation = generation
+            // Who it is may have changed: a grant holds only for the app it was given to
+            // (SecretService.grantedGroup), and a caller that is no registered app names nothing.
+            if !registered { known.foreign.removeAll() }
         }
         return known
     }

@@ -117,7 +117,7 @@ extension ItemService {
     /// The rows a search must look at: items with their own attributes through the attribute index,
     /// and — when the search names only `service` and `account` — the other items through their
     /// service and account columns. Every item of the groups when the search is empty.
-    private func searchFilters(_ query: SecretServiceAttributes, groupIndexes: [[UInt8]], withSecret: Bool = false)
+    private func searchFilters(_ query: SecretServiceAttributes, groupIndexes: [[UInt8]]?, withSecret: Bool = false)
         throws(KeychainError) -> [RowFilter]
     {
         let index = try itemVault.indexer()
@@ -503,5 +503,75 @@ extension ItemService {
         } else if type != SecretServiceFields.defaultContentType && stored["gena"] == nil {
             stored["gena"] = .bytes(SecretServiceFields.encode(attributes, contentType: type))
         }
+    }
+}
+
+/// An item of a group that is not the caller's, as the yes/no dialog names it
+/// (`secretServiceForeignItems` "confirm"; docs/secret-service.md).
+public struct SecretServiceForeignItem: Sendable {
+    /// The access group it lives in: whose item it is.
+    public var group: String
+    /// Its label (`labl`).
+    public var label: String
+    /// The attributes the Secret Service shows for it (`service` and `account` for a SecItem item).
+    public var attributes: SecretServiceAttributes
+}
+
+extension ItemService {
+    /// The items of groups other than `own` whose attributes include every pair of `query`, oldest
+    /// first: ids only, found through the keyed indexes as `secretServiceSearch`, nothing decrypted.
+    /// Never for an empty query (that would list every item of the keychain), and never an item
+    /// whose access control needs the person (those are not served on the bus at all).
+    public func secretServiceForeignSearch(
+        _ query: SecretServiceAttributes, excluding own: [String], caller: Caller
+    ) throws(KeychainError) -> [[UInt8]] {
+        if let problem = query.problem { throw .param(problem) }
+        guard !query.isEmpty else { return [] }
+        let mine = try groupDigests(own, caller).map(\.digest)
+        var ids: [[UInt8]] = []
+        try itemStore.read { (r) throws(KeychainError) in
+            for filter in try searchFilters(query, groupIndexes: nil) {
+                try r.forEach(filter) { (row) throws(KeychainError) -> Bool in
+                    let groupIndex = row.accessGroupIndex  // once: a row's getters copy the column
+                    if !mine.contains(groupIndex) && row.protectionClass < ProtectionClass.presenceBit {
+                        ids.append(row.ref)
+                    }
+                    return true
+                }
+            }
+        }
+        return ids.sorted { $0.lexicographicallyPrecedes($1) }
+    }
+
+    /// The item `id` of a group other than `own`, opened to name it in a dialog: nil when there is
+    /// none (gone, in one of `own`, or guarded by `.userPresence`); errSecInteractionNotAllowed
+    /// while its class key is unavailable (the keychain is locked).
+    public func secretServiceForeignItem(id: [UInt8], excluding own: [String], caller: Caller) throws(KeychainError)
+        -> SecretServiceForeignItem?
+    {
+        let mine = try groupDigests(own, caller).map(\.digest)
+        guard id.count == ItemService.itemIDLength else { return nil }
+        var found: SecretServiceForeignItem?
+        try itemStore.read { (r) throws(KeychainError) in
+            try r.forEach(RowFilter(ref: id)) { (row) throws(KeychainError) -> Bool in
+                let groupIndex = row.accessGroupIndex
+                guard !mine.contains(groupIndex), row.protectionClass < ProtectionClass.presenceBit else {
+                    return false
+                }
+                guard let protection = ProtectionClass(column: row.protectionClass), itemVault.isAvailable(protection)
+                else {
+                    throw KeychainError(.interactionNotAllowed, "the keychain is locked")
+                }
+                let item = try itemCodec.open(row, withSecret: false)
+                // The group as the item itself says (a forged group column buys nothing).
+                guard let agrp = item.attributes["agrp"]?.text,
+                    !own.contains(where: { AccessPolicy.sameGroup($0, agrp) }),
+                    let view = view(item, group: agrp)
+                else { return false }
+                found = SecretServiceForeignItem(group: agrp, label: view.label, attributes: view.attributes)
+                return false
+            }
+        }
+        return found
     }
 }

@@ -22,6 +22,8 @@ extension SecretService {
         case collection(Collection)
         /// An item path; whether the item exists is checked by each call.
         case item(Collection, id: [UInt8])
+        /// An item of another group that this connection's search listed (SecretService+Foreign.swift).
+        case foreignItem(String, id: [UInt8])
         case session(String)
         case prompt(String)
 
@@ -29,7 +31,7 @@ extension SecretService {
             switch self {
             case .service: return SecretService.serviceInterface
             case .collection: return SecretService.collectionInterface
-            case .item: return SecretService.itemInterface
+            case .item, .foreignItem: return SecretService.itemInterface
             case .session: return SecretService.sessionInterface
             case .prompt: return SecretService.promptInterface
             }
@@ -65,6 +67,10 @@ extension SecretService {
                 return .collection(c)
             }
         case 3:
+            if parts[0] == "collection", parts[1] == Self.foreignElement {
+                guard known.foreign[path] != nil, let id = Self.itemID(parts[2]) else { throw .unknownObject(path) }
+                return .foreignItem(path, id: id)
+            }
             guard let c = collection(parts[0], parts[1]), let id = Self.itemID(parts[2]) else {
                 throw .unknownObject(path)
             }
@@ -151,6 +157,7 @@ extension SecretService {
         case .service: return try serviceMethod(m, member, known, caller)
         case .collection(let c): return try collectionMethod(m, member, c, known, caller)
         case .item(let c, let id): return try itemMethod(m, member, c, id, known, caller)
+        case .foreignItem(let path, let id): return try foreignItemMethod(m, member, path, id, known, caller)
         case .session(let path):
             guard member == "Close" else { throw .unknownMethod(interface, member) }
             try m.expect("")
@@ -225,10 +232,11 @@ extension SecretService {
             let found = try store { () throws(KeychainError) in
                 try items.secretServiceSearch(query, groups: collections.map(\.group), caller: caller)
             }
+            let foreign = try foreignSearch(query, known, caller)
             if !found.unlocked.isEmpty || !found.locked.isEmpty { counted(known) }
             reply = try bus.newReturn(to: m)
-            try reply.append(objectPaths: found.unlocked.map { paths(collections, $0) })
-            try reply.append(objectPaths: found.locked.map { paths(collections, $0) })
+            try reply.append(objectPaths: found.unlocked.map { paths(collections, $0) } + foreign.unlocked)
+            try reply.append(objectPaths: found.locked.map { paths(collections, $0) } + foreign.locked)
         case "GetSecrets":
             try m.expect("aoo")
             let paths = try m.readObjectPaths(limit: Self.maxObjectsPerCall)
@@ -239,10 +247,16 @@ extension SecretService {
             var replyBytes = 0
             var read = false
             for path in Set(paths).sorted() {
-                guard case .item(let c, let id)? = try? resolve(path, known) else { continue }
                 let found: (secret: SecretBytes, contentType: String)?
                 do throws(KeychainError) {
-                    found = try items.secretServiceSecret(id: id, groups: [c.group], caller: caller)
+                    switch try? resolve(path, known) {
+                    case .item(let c, let id)?:
+                        found = try items.secretServiceSecret(id: id, groups: [c.group], caller: caller)
+                    case .foreignItem(_, let id)?:
+                        found = try foreignSecret(known, caller, path, id)  // nil without the person's yes
+                    default:
+                        continue
+                    }
                 } catch  where error.status == .interactionNotAllowed || error.status == .decode {
                     continue  // locked or damaged items are left out, as the spec's clients expect
                 } catch {
@@ -267,16 +281,27 @@ extension SecretService {
             try m.expect("ao")
             // Each path once: a pending prompt keeps its list, and a list of one path repeated a
             // million times held half a gigabyte per prompt (an attack review's finding).
-            let objects = Self.distinct(try m.readObjectPaths(limit: Self.maxObjectsPerCall)).filter {
-                (try? resolve($0, known)) != nil
+            var objects: [String] = []
+            var foreign: [String] = []  // other groups' items without the person's yes yet
+            for path in Self.distinct(try m.readObjectPaths(limit: Self.maxObjectsPerCall)) {
+                switch try? resolve(path, known) {
+                case nil: continue
+                case .foreignItem?:
+                    if grantedGroup(known, path) == nil { foreign.append(path) } else { objects.append(path) }
+                default: objects.append(path)
+                }
             }
             reply = try bus.newReturn(to: m)
-            if items.secretServiceUnlocked || objects.isEmpty {
+            if foreign.isEmpty && (items.secretServiceUnlocked || objects.isEmpty) {
                 try reply.append(objectPaths: objects)
                 try reply.append(string: Self.noPrompt, type: "o")
+            } else if items.secretServiceUnlocked {
+                // Only the yes/no dialog is needed: what is readable now is answered at once.
+                try reply.append(objectPaths: objects)
+                try reply.append(string: try newPrompt(known, caller, [], foreign: foreign), type: "o")
             } else {
                 try reply.append(objectPaths: [])
-                try reply.append(string: try newPrompt(known, caller, objects), type: "o")
+                try reply.append(string: try newPrompt(known, caller, objects, foreign: foreign), type: "o")
             }
         case "Lock":
             try m.expect("ao")
@@ -489,7 +514,9 @@ extension SecretService {
 
     // MARK: Prompt
 
-    private func newPrompt(_ known: BusCaller, _ caller: Caller, _ objects: [String]) throws(BusError) -> String {
+    private func newPrompt(_ known: BusCaller, _ caller: Caller, _ objects: [String], foreign: [String] = [])
+        throws(BusError) -> String
+    {
         guard prompts.values.filter({ $0.owner == known.name }).count < Self.maxPromptsPerCaller else {
             throw .limitsExceeded("this connection has \(Self.maxPromptsPerCaller) prompts pending")
         }
@@ -504,7 +531,11 @@ extension SecretService {
         }
         let path = Self.root + "/prompt/p\(nextObject)"
         nextObject += 1
-        prompts[path] = PendingPrompt(owner: known.name, objects: objects, request: request(known, caller, objects))
+        var prompt = PendingPrompt(
+            owner: known.name, objects: objects, request: request(known, caller, objects, foreign: foreign.count))
+        prompt.foreign = foreign
+        prompt.confirming = !foreign.isEmpty && items.secretServiceUnlocked
+        prompts[path] = prompt
         return path
     }
 
@@ -537,14 +568,23 @@ extension SecretService {
         }
     }
 
-    /// Completes the waiting prompts once the keychain is unlocked.
+    /// Completes the waiting prompts once the keychain is unlocked; a prompt that also asks about
+    /// other apps' items goes on to its yes/no dialog.
     func checkPrompts() {
         guard items.secretServiceUnlocked else { return }
         waitingLogged = false
-        for (path, p) in prompts where p.waiting {
-            prompts[path] = nil
-            complete(path, p, dismissed: false)
+        var confirming = false
+        for (path, p) in prompts where p.waiting && !p.confirming {
+            if p.foreign.isEmpty {
+                prompts[path] = nil
+                complete(path, p, dismissed: false)
+            } else if asking != path {
+                prompts[path]?.confirming = true
+                prompts[path]?.asked = false
+                confirming = true
+            }
         }
+        if confirming { askNext() }
     }
 
     func complete(_ path: String, _ p: PendingPrompt, dismissed: Bool) {
@@ -624,7 +664,7 @@ extension SecretService {
         }
     }
 
-    private func transferSession(_ path: String, _ known: BusCaller) throws(BusError) -> (
+    func transferSession(_ path: String, _ known: BusCaller) throws(BusError) -> (
         path: String, session: TransferSession
     ) {
         guard let s = sessions[path], s.owner == known.name else {
@@ -656,7 +696,7 @@ extension SecretService {
         return (SecretBytes(opened), contentType)
     }
 
-    private func appendSecret(
+    func appendSecret(
         _ reply: BusMessage, _ secret: SecretBytes, contentType: String, session path: String,
         _ session: TransferSession
     ) throws(BusError) {

@@ -9,6 +9,8 @@ import Synchronization
 /// How a pinentry thread's prompt ended, handed to the bus thread.
 enum PromptOutcome: Sendable {
     case unlocked
+    /// A yes in the yes/no dialog about other apps' items.
+    case confirmed
     case ended(PromptFailure)
 }
 
@@ -21,7 +23,7 @@ enum PromptOutcome: Sendable {
 extension SecretService {
     /// What the dialog says: the app asking (its registration's application-identifier, or the
     /// executable of a program that is none) and what it wants unlocked.
-    func request(_ known: BusCaller, _ caller: Caller, _ objects: [String]) -> PromptRequest {
+    func request(_ known: BusCaller, _ caller: Caller, _ objects: [String], foreign: Int = 0) -> PromptRequest {
         let app =
             known.registered
             ? "The app \(caller.applicationIdentifier)"
@@ -38,6 +40,10 @@ extension SecretService {
         var wants: [String] = []
         if items > 0 {
             wants.append(items == 1 ? "read an item" : "read \(items) items")
+        }
+        if foreign > 0 {
+            wants.append(
+                "then ask you about \(foreign == 1 ? "an item" : "\(foreign) items") of other apps")
         }
         if !collections.isEmpty {
             wants.append(
@@ -61,10 +67,16 @@ extension SecretService {
 
     /// Shows the next waiting prompt's dialog, unless one is showing or the keychain is unlocked.
     func askNext() {
-        while asking == nil, !items.secretServiceUnlocked,
-            let (path, p) = prompts.first(where: { $0.value.waiting && !$0.value.asked })
+        while asking == nil,
+            let (path, p) = prompts.first(where: {
+                $0.value.waiting && !$0.value.asked && ($0.value.confirming || !items.secretServiceUnlocked)
+            })
         {
             prompts[path]?.asked = true
+            if p.confirming {
+                _ = confirmForeign(path, p)  // shows its dialog, or dismisses the prompt
+                continue
+            }
             let prompter = passphrasePrompts.prompter()
             if let why = prompter.unavailable(p.request) {
                 waitForUnlock(why)
@@ -113,7 +125,9 @@ extension SecretService {
             switch outcome {
             case .unlocked:
                 checkPrompts()
-            case .ended(.unavailable(let why)):
+            case .confirmed:
+                foreignAllowed(path)
+            case .ended(.unavailable(let why)) where prompts[path]?.confirming != true:
                 waitForUnlock(why)
             case .ended(let failure):
                 Log.info(

@@ -129,6 +129,13 @@ extension SecretService {
             if wanted("Label") { out.append(("Label", .string(item.label))) }
             if wanted("Created") { out.append(("Created", .uint64(UInt64(max(0, item.created))))) }
             if wanted("Modified") { out.append(("Modified", .uint64(UInt64(max(0, item.modified))))) }
+        case .foreignItem(let path, let id):
+            let item = try foreignProperties(known, caller, path, id)
+            if wanted("Locked") { out.append(("Locked", .bool(item.locked))) }
+            if wanted("Attributes") { out.append(("Attributes", .attributes(item.attributes))) }
+            if wanted("Label") { out.append(("Label", .string(item.label))) }
+            if wanted("Created") { out.append(("Created", .uint64(UInt64(max(0, item.created))))) }
+            if wanted("Modified") { out.append(("Modified", .uint64(UInt64(max(0, item.modified))))) }
         case .session, .prompt:
             break
         }
@@ -170,6 +177,8 @@ extension SecretService {
             else { throw .unknownObject(c.itemPath(id)) }
             counted(known)
             emit("ItemChanged", group: c.group, id: id)
+        case (.foreignItem, _):
+            throw Self.foreignReadOnly
         case (.collection, "Label"):
             throw BusError(
                 "org.freedesktop.DBus.Error.PropertyReadOnly", "a collection's label is its access group's name")

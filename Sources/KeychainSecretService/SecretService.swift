@@ -34,6 +34,9 @@ public final class SecretService: @unchecked Sendable {
     let passphrasePrompts: PassphrasePrompts
     let items: ItemService
     let mode: AccessPolicy.UnregisteredBusCallers
+    /// Whether a registered app's searches also list other groups' items for a per-item
+    /// confirmation (SecretService+Foreign.swift).
+    let foreignItems: AccessPolicy.ForeignBusItems
     let bus: BusConnection
     /// The largest secret accepted (what a socket client could still read back in one frame).
     let maxSecretBytes: Int
@@ -76,13 +79,15 @@ public final class SecretService: @unchecked Sendable {
     /// `replace`, takes it over if that provider allows it; otherwise fails naming it.
     public init(
         core: RequestCore, prompts: PassphrasePrompts, unregistered: AccessPolicy.UnregisteredBusCallers,
-        maxFrameBytes: Int, replace: Bool, portalFrontend: String = SecretService.portalFrontendPath
+        foreignItems: AccessPolicy.ForeignBusItems = .refuse, maxFrameBytes: Int, replace: Bool,
+        portalFrontend: String = SecretService.portalFrontendPath
     ) throws(SecretServiceError) {
         self.core = core
         self.portalFrontend = portalFrontend
         passphrasePrompts = prompts
         items = core.items
         mode = unregistered
+        self.foreignItems = foreignItems
         maxSecretBytes = max(1024, maxFrameBytes - 4096)
         maxReplyBytes = maxFrameBytes
         do throws(Errno) { wake = try WakePipe() } catch {
@@ -133,7 +138,7 @@ public final class SecretService: @unchecked Sendable {
             "secret service: serving on the session bus",
             [
                 ("name", Self.busName), ("unique", bus.uniqueName),
-                ("unregistered", mode.rawValue),
+                ("unregistered", mode.rawValue), ("foreignItems", foreignItems.rawValue),
             ])
         core.setStatus(of: "secretService", statusFields, note: Self.isolationNote(mode))
     }
@@ -197,6 +202,7 @@ public final class SecretService: @unchecked Sendable {
     private var statusFields: [String: Value] {
         [
             "busName": .text(Self.busName), "unregistered": .text(mode.rawValue),
+            "foreignItems": .text(foreignItems.rawValue),
             "sharedGroup": mode == .shared ? .text(AccessPolicy.secretServiceSharedGroup) : .null,
         ]
     }
@@ -331,7 +337,7 @@ final class TransferSession {
 struct PendingPrompt {
     let owner: String
     /// The objects to report unlocked on completion.
-    let objects: [String]
+    var objects: [String]
     /// What the dialog says: who asks, and for what.
     var request: PromptRequest
     /// `Prompt` was called: waiting for the unlock.
@@ -341,4 +347,15 @@ struct PendingPrompt {
     /// A Secret portal call waiting for the unlock (its prompt is keyed by the request handle and
     /// answers that call instead of emitting `Completed`).
     var portal: PortalWait?
+    /// Items of other groups the person is asked about (`secretServiceForeignItems` "confirm"):
+    /// once the keychain is unlocked, a yes/no dialog; a yes grants them to the owner's connection
+    /// and the prompt completes with `objects` and these.
+    var foreign: [String] = []
+    /// The passphrase part is done (or was not needed): the yes/no dialog is next.
+    var confirming = false
+    /// What the yes/no dialog named: each foreign path's group, the lock count it was shown at, and
+    /// the app it named.
+    var named: [String: String] = [:]
+    var locksWhenAsked = 0
+    var askedFor = ""
 }

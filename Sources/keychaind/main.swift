@@ -144,6 +144,7 @@ case .run(let options):
                 unlock: { (pin, by) throws(KeychainError) in try daemon.unlock(typed: pin, by: by) })
             secretService = try SecretService(
                 core: daemon.core, prompts: prompts, unregistered: settings.secretServiceUnregistered,
+                foreignItems: settings.secretServiceForeignItems,
                 maxFrameBytes: settings.maxFrameBytes, replace: options.replaceBusName,
                 portalFrontend: portalFrontend())
         } catch {
