@@ -39,6 +39,11 @@ public enum FlatpakInfo {
         // bound over its root) has its mounts owned by that new namespace, or sits deeper still, and
         // names no app.
         let trusted = (try? trustedLayout(pid: pid)) ?? false
+        // And the file must be the one at the root of the process's own mount namespace: a process
+        // keeps its mount namespace across chroot(2), so the layout alone does not say that the root
+        // it reads from is its namespace's (a sandboxed app that may make a user namespace can
+        // chroot into a root built in another namespace, through /proc/<pid>/root).
+        let atItsRoot = (try? mountedAtRoot(pid: pid, file: file)) ?? false
         guard process.isPinned else {
             return .failure(
                 KeychainIdentityError("the calling process (pid \(pid)) exited before it could be identified"))
@@ -47,6 +52,12 @@ public enum FlatpakInfo {
             return .failure(
                 KeychainIdentityError(
                     "pid \(pid) runs in a sandbox inside another namespace than keychaind's own children (a sandbox made inside a sandbox), so its /.flatpak-info names no app"
+                ))
+        }
+        guard atItsRoot else {
+            return .failure(
+                KeychainIdentityError(
+                    "the /.flatpak-info of pid \(pid) is not one of the mounts of its own mount namespace (a root changed with chroot), so it names no app"
                 ))
         }
         let bytes: [UInt8]
@@ -94,6 +105,26 @@ public enum FlatpakInfo {
             FileIdentity.of(path: "/proc/\(pid)/exe") == proxy
         else { return false }
         return FileIdentity.of(path: "/proc/\(pid)/ns/pid") == PeerIdentity.ownPidNamespace
+    }
+
+    /// Whether `file` (opened through `/proc/<pid>/root`) lies on a mount that `pid`'s own
+    /// `mountinfo` shows at `/.flatpak-info` (Flatpak's read-only bind) or at `/` (a file on the
+    /// sandbox's root, as the D-Bus proxy's). `mountinfo` lists the mounts of the process's mount
+    /// namespace as seen from its root: a process whose root was moved by chroot into a tree of
+    /// another namespace sees none of that tree's mounts there.
+    static func mountedAtRoot(pid: Int32, file: FileDescriptor) throws(Errno) -> Bool {
+        let id = try file.mountID()
+        let table = try FileDescriptor.open("/proc/\(pid)/mountinfo", [.noControllingTerminal])
+        defer { table.close() }
+        let text = try table.readToEnd(chunk: 64 * 1024)
+        // Each line: mount id, parent id, major:minor, root, mount point, …
+        for line in text.split(separator: UInt8(ascii: "\n")) {
+            let fields = line.split(separator: UInt8(ascii: " "), maxSplits: 5)
+            guard fields.count >= 5, Int(String(decoding: fields[0], as: UTF8.self)) == id else { continue }
+            let point = String(decoding: fields[4], as: UTF8.self)
+            return point == "/.flatpak-info" || point == "/"
+        }
+        return false
     }
 
     /// Whether `pid`'s namespaces are laid out as Flatpak lays out a sandbox (`read` says which).

@@ -122,14 +122,27 @@ public final class FileDescriptor: Sendable {
         }
     }
 
-    /// Whether the file lies on a read-only mount (`fstatvfs(2)`'s `ST_RDONLY`): no process can
-    /// write it through any path while the mount stays so.
+    /// Whether the file lies on a read-only mount (`fstatvfs(2)`'s `ST_RDONLY`): nobody writes it
+    /// through this mount while it stays so (the same file may still be writable through another
+    /// mount of it, elsewhere).
     public func isOnReadOnlyMount() throws(Errno) -> Bool {
         try withDescriptor("fstatvfs") { (fd) throws(Errno) in
             var info = statvfs()
             _ = try valueOrErrno("fstatvfs") { fstatvfs(fd, &info) }
             return info.f_flag & UInt(ST_RDONLY) != 0
         }
+    }
+
+    /// The id of the mount the file was opened through (`mnt_id` in `/proc/self/fdinfo/<fd>`): the
+    /// first field of that mount's line in any process's `/proc/<pid>/mountinfo`.
+    public func mountID() throws(Errno) -> Int {
+        let fdinfo = try FileDescriptor.open("/proc/self/fdinfo/\(rawValue)", [.noControllingTerminal])
+        defer { fdinfo.close() }
+        let text = String(decoding: try fdinfo.readToEnd(chunk: 4096), as: UTF8.self)
+        for line in text.split(separator: "\n") where line.hasPrefix("mnt_id:") {
+            if let id = Int(line.dropFirst("mnt_id:".count).filter { $0 != " " && $0 != "\t" }) { return id }
+        }
+        throw Errno(EINVAL, call: "fdinfo mnt_id")
     }
 
     /// Reads until end of file into a new array (`chunk` bytes at a time). The reading buffer is

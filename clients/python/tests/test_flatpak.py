@@ -227,6 +227,40 @@ def test_a_sandbox_made_inside_a_sandbox_claims_no_app_as_a_non_root_user(dev_bi
         u.close()
 
 
+def test_a_sandboxed_app_cannot_chroot_into_a_root_of_its_own_making_as_a_non_root_user():
+    # An app whose sandbox lets it make user namespaces (bubblewrap with the host's /dev and no
+    # seccomp filter) makes one, builds in a mount namespace of a child process a root holding a
+    # read-only /.flatpak-info naming another app, and chroots into it through /proc/<child>/root.
+    # Its own mount namespace stays the sandbox's, whose layout is trusted: only the mount the file
+    # lies on, absent from the mounts the process itself sees, gives it away.
+    u = UserDaemon()
+    try:
+        key = unique("fp")
+        assert store(Sandbox(u, "org.example.Two", as_user=u.setpriv), "key", key, b"two's secret").returncode == 0
+        bus_path = u.bus.address.split("path=", 1)[1].split(",", 1)[0]
+        build_root = (
+            "mount -t tmpfs none /tmp/x && cd /tmp/x && mkdir -p usr proc .$(dirname $BUS) && "
+            "ln -s usr/lib lib && ln -s usr/lib64 lib64 && ln -s usr/bin bin && "
+            "mount --rbind /usr usr && mount --rbind /proc proc && touch .$BUS && mount --bind $BUS .$BUS && "
+            "touch .flatpak-info && mount --bind /tmp/info .flatpak-info && "
+            "mount -o remount,bind,ro .flatpak-info && touch /tmp/x/ready && exec sleep 600")
+        attack = (
+            'printf "[Application]\\nname=org.example.Two\\n" > /tmp/info && mkdir -p /tmp/x && '
+            "exec unshare -U -r sh -c '"
+            f'unshare -m sh -c "{build_root}" & P1=$!; '
+            "for i in $(seq 600); do [ -e /proc/$P1/root/tmp/x/ready ] && break; sleep 0.05; done; "
+            f"/usr/sbin/chroot /proc/$P1/root/tmp/x secret-tool lookup key {key}; echo rc=$?; kill $P1'")
+        got = Sandbox(u, "org.example.One", as_user=u.setpriv, dev_bind=True).run(
+            ["env", f"BUS={bus_path}", "sh", "-c", attack])
+        log = u.log_path.read_text(errors="replace")
+        assert b"rc=" in got.stdout, (got.stdout, got.stderr)   # the chroot ran (the attack was possible)
+        assert b"two's secret" not in got.stdout, (got.stdout, log)
+        # Two only for its real sandbox; the chrooted process is no app (the shared collection).
+        assert log.count("app=flatpak.org.example.Two") == 1 and "app=(unregistered, shared collection)" in log, log
+    finally:
+        u.close()
+
+
 def test_a_sandboxed_secitem_client_has_a_group_of_its_own_on_the_socket(d):
     kc = str(Path(make_daemon.__globals__["daemon_binary"]()).parent / "keychainctl")
     svc = unique("fp")
