@@ -5,7 +5,8 @@
 // other: KeychainDaemon (the socket) and KeychainSecretService (the session bus) → keychaind, whose
 // main wires the Secret Service onto the daemon's core;
 // KeychainPrompt (pinentry over libassuan) sits beside KeychainCrypto, used by the daemon, the bus
-// and keychainctl.
+// and keychainctl; KeychainSync (synchronizable items through a shared folder) beside
+// KeychainRequests, on KeychainItems and KeychainCrypto, used by the daemon.
 // The client: KeychainClient (on KeychainWire) → Security (Apple's API) → KeychainServices (the
 // Swift-native API). Only KeychainSystem (and the C shims) call libc for files, sockets, clocks,
 // processes and locks.
