@@ -14,6 +14,8 @@ import KeychainSystem
 public enum FlatpakInfo {
     /// The largest `/.flatpak-info` read (Flatpak's are a few KiB).
     static let maxBytes = 64 * 1024
+    /// The largest `mountinfo` read (a Flatpak sandbox's is a few KiB).
+    static let maxMountTableBytes = 256 * 1024
 
     /// The app ID of the sandbox `pid` runs in: nil when its root has no `/.flatpak-info` (not a
     /// Flatpak sandbox), a failure with the reason when it has one that cannot be trusted or parsed.
@@ -43,7 +45,7 @@ public enum FlatpakInfo {
         // keeps its mount namespace across chroot(2), so the layout alone does not say that the root
         // it reads from is its namespace's (a sandboxed app that may make a user namespace can
         // chroot into a root built in another namespace, through /proc/<pid>/root).
-        let atItsRoot = (try? mountedAtRoot(pid: pid, file: file)) ?? false
+        let atItsRoot = trusted && ((try? mountedAtRoot(pid: pid, file: file)) ?? false)
         guard process.isPinned else {
             return .failure(
                 KeychainIdentityError("the calling process (pid \(pid)) exited before it could be identified"))
@@ -116,7 +118,26 @@ public enum FlatpakInfo {
         let id = try file.mountID()
         let table = try FileDescriptor.open("/proc/\(pid)/mountinfo", [.noControllingTerminal])
         defer { table.close() }
-        let text = try table.readToEnd(chunk: 64 * 1024)
+        // A sandbox has tens of mounts; a namespace made to have thousands (to make every
+        // identification read megabytes) names no app.
+        var text = [UInt8](repeating: 0, count: maxMountTableBytes + 1)
+        var filled = 0
+        while filled < text.count {
+            var failure: Errno?
+            let n = text.withUnsafeMutableBytes { (b) -> Int in
+                do throws(Errno) {
+                    return try table.read(into: UnsafeMutableRawBufferPointer(rebasing: b[filled...]))
+                } catch {
+                    failure = error
+                    return 0
+                }
+            }
+            if let failure { throw failure }
+            if n == 0 { break }
+            filled += n
+        }
+        guard filled <= maxMountTableBytes else { return false }
+        text.removeLast(text.count - filled)
         // Each line: mount id, parent id, major:minor, root, mount point, …
         for line in text.split(separator: UInt8(ascii: "\n")) {
             let fields = line.split(separator: UInt8(ascii: " "), maxSplits: 5)
