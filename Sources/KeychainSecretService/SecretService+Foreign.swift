@@ -190,22 +190,12 @@ extension SecretService {
             [("prompt", path), ("app", app), ("items", String(named.count)), ("program", prompter.program ?? "-")])
         let core = self.core
         let shown = request
-        let thread = Thread { [self] in
-            let outcome: PromptOutcome
-            do throws(PromptFailure) {
-                try core.promptLock.withLock { () throws(PromptFailure) in
-                    try prompter.confirm(shown, okLabel: "Allow", cancelLabel: "Deny")
-                }
-                outcome = .confirmed
-            } catch {
-                outcome = .ended(error)
+        showDialog(for: path) { () throws(PromptFailure) -> PromptOutcome in
+            try core.promptLock.withLock { () throws(PromptFailure) in
+                try prompter.confirm(shown, okLabel: "Allow", cancelLabel: "Deny")
             }
-            self.answers.withLock { $0.append((path, outcome)) }
-            self.wake.wake()
+            return .confirmed
         }
-        thread.stackSize = 1 << 20
-        thread.name = "pinentry"
-        thread.start()
         return true
     }
 

@@ -88,28 +88,37 @@ extension SecretService {
                 [("prompt", path), ("program", prompter.program ?? "-")])
             let passphrasePrompts = self.passphrasePrompts
             let request = p.request
-            let thread = Thread { [self] in
-                let outcome: PromptOutcome
-                do throws(PromptFailure) {
-                    try prompter.ask(request) { (pin) throws(KeychainError) -> String? in
-                        do throws(KeychainError) {
-                            try passphrasePrompts.unlock(pin, "passphrase prompt")
-                            return nil
-                        } catch  where error.status == .authFailed {
-                            return error.message
-                        }
+            showDialog(for: path) { () throws(PromptFailure) -> PromptOutcome in
+                try prompter.ask(request) { (pin) throws(KeychainError) -> String? in
+                    do throws(KeychainError) {
+                        try passphrasePrompts.unlock(pin, "passphrase prompt")
+                        return nil
+                    } catch  where error.status == .authFailed {
+                        return error.message
                     }
-                    outcome = .unlocked
-                } catch {
-                    outcome = .ended(error)
                 }
-                self.answers.withLock { $0.append((path, outcome)) }
-                self.wake.wake()
+                return .unlocked
             }
-            thread.stackSize = 1 << 20
-            thread.name = "pinentry"
-            thread.start()
         }
+    }
+
+    /// Runs one pinentry dialog of prompt `path` on a thread of its own (it may wait minutes for
+    /// the person); its outcome, or how it ended, goes to `answers` and wakes the bus thread, which
+    /// takes it in `takeAnswers`.
+    func showDialog(for path: String, _ dialog: @escaping @Sendable () throws(PromptFailure) -> PromptOutcome) {
+        let thread = Thread { [self] in
+            let outcome: PromptOutcome
+            do throws(PromptFailure) {
+                outcome = try dialog()
+            } catch {
+                outcome = .ended(error)
+            }
+            self.answers.withLock { $0.append((path, outcome)) }
+            self.wake.wake()
+        }
+        thread.stackSize = 1 << 20
+        thread.name = "pinentry"
+        thread.start()
     }
 
     /// The answers of finished dialogs (bus thread): completes or dismisses their prompts, then

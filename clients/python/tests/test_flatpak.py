@@ -168,38 +168,32 @@ def lookup(box, attr, value):
     return box.run(["secret-tool", "lookup", attr, value])
 
 
-def test_two_unregistered_sandboxed_secret_tools_each_keep_their_own_secret(d):
-    one, two = Sandbox(d, "org.example.One"), Sandbox(d, "org.example.Two")
+def assert_walled_apart(one, two, host):
+    """Each sandbox stores and reads its own secret under the same attribute; neither sees the
+    other's item in a search, and an unsandboxed unregistered secret-tool (`host` runs it) sees neither."""
     key = unique("fp")
-    assert store(one, "key", key, b"one's secret").returncode == 0, store(one, "key", key, b"x").stderr
+    stored = store(one, "key", key, b"one's secret")
+    assert stored.returncode == 0, stored.stderr
     assert store(two, "key", key, b"two's secret").returncode == 0
     got1, got2 = lookup(one, "key", key), lookup(two, "key", key)
     assert (got1.returncode, got1.stdout) == (0, b"one's secret"), got1.stderr
     assert (got2.returncode, got2.stdout) == (0, b"two's secret"), got2.stderr
-    # Neither sees the other's item in a search, and an unsandboxed unregistered secret-tool sees neither.
     search = one.run(["secret-tool", "search", "--all", "key", key])
     assert b"two's secret" not in search.stdout and b"one's secret" in search.stdout
-    host = d.run([SECRET_TOOL, "lookup", "key", key])
-    assert host.stdout == b"", host.stdout
+    shown = host([SECRET_TOOL, "lookup", "key", key])
+    assert shown.stdout == b"", shown.stdout
+
+
+def test_two_unregistered_sandboxed_secret_tools_each_keep_their_own_secret(d):
+    assert_walled_apart(Sandbox(d, "org.example.One"), Sandbox(d, "org.example.Two"), d.run)
 
 
 def test_two_unregistered_sandboxed_secret_tools_are_walled_apart_as_a_non_root_user():
     # The same wall with keychaind, its bus and both sandboxes run by an ordinary uid (no root anywhere).
     u = UserDaemon()
     try:
-        one = Sandbox(u, "org.example.One", as_user=u.setpriv)
-        two = Sandbox(u, "org.example.Two", as_user=u.setpriv)
-        key = unique("fp")
-        stored = store(one, "key", key, b"one's secret")
-        assert stored.returncode == 0, (stored.stderr, u.log_path.read_text(errors="replace"))
-        assert store(two, "key", key, b"two's secret").returncode == 0
-        got1, got2 = lookup(one, "key", key), lookup(two, "key", key)
-        assert (got1.returncode, got1.stdout) == (0, b"one's secret"), got1.stderr
-        assert (got2.returncode, got2.stdout) == (0, b"two's secret"), got2.stderr
-        search = one.run(["secret-tool", "search", "--all", "key", key])
-        assert b"two's secret" not in search.stdout and b"one's secret" in search.stdout
-        host = u.run([SECRET_TOOL, "lookup", "key", key])
-        assert host.stdout == b"", host.stdout
+        assert_walled_apart(Sandbox(u, "org.example.One", as_user=u.setpriv),
+                            Sandbox(u, "org.example.Two", as_user=u.setpriv), u.run)
         assert "flatpak.org.example.One" in u.log_path.read_text(errors="replace")
     finally:
         u.close()
